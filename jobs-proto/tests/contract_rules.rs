@@ -1,0 +1,398 @@
+//! Every rule of both contract messages, proven to reject a bad value with its field
+//! path, and valid messages proven to pass, through the validating codec too.
+
+use jobs_proto::v1::workflow_run_event::Type;
+use jobs_proto::v1::{WorkflowRunEvent, WorkflowRunRequest};
+use jobs_proto::{ContractError, DESCRIPTOR_POOL, FILE_DESCRIPTOR_SET, WireMessage};
+use prost::Message;
+
+fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn valid_event() -> WorkflowRunEvent {
+    WorkflowRunEvent {
+        event_id: uuid(),
+        job_id: uuid(),
+        workflow_name: "embed-text".into(),
+        r#type: Type::StepCheckpoint as i32,
+        step: "tokenize".into(),
+        attempt: 1,
+        verdict: String::new(),
+        error: String::new(),
+        detail: None,
+        occurred_at: Some(prost_types::Timestamp {
+            seconds: 1_790_000_000,
+            nanos: 0,
+        }),
+    }
+}
+
+fn valid_request() -> WorkflowRunRequest {
+    WorkflowRunRequest {
+        job_id: uuid(),
+        workflow_name: "embed-text".into(),
+        input: None,
+    }
+}
+
+/// Asserts the message is refused and that one violation names `field` with `rule`.
+fn assert_violation<M: WireMessage>(message: &M, field: &str, rule: &str) {
+    let err = message
+        .validate()
+        .expect_err("the message should be refused");
+    let violations = err.violations();
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.field_path == field && v.rule_id == rule),
+        "expected a violation of {rule} on '{field}', got: {err}"
+    );
+}
+
+#[test]
+fn valid_messages_pass() {
+    valid_event().validate().expect("a valid event passes");
+    valid_request().validate().expect("a valid request passes");
+    for ty in [Type::Accepted, Type::StepCheckpoint, Type::Waiting] {
+        let event = WorkflowRunEvent {
+            r#type: ty as i32,
+            ..valid_event()
+        };
+        event
+            .validate()
+            .expect("non-terminal events need neither verdict nor error");
+    }
+    let completed = WorkflowRunEvent {
+        r#type: Type::Completed as i32,
+        verdict: "2 steps, output jobs.test.Embedding".into(),
+        ..valid_event()
+    };
+    completed
+        .validate()
+        .expect("a COMPLETED event with its verdict passes");
+    for ty in [Type::Failed, Type::Dead] {
+        let event = WorkflowRunEvent {
+            r#type: ty as i32,
+            error: "GRPC: UNAVAILABLE".into(),
+            ..valid_event()
+        };
+        event
+            .validate()
+            .expect("a failure event with its error passes");
+    }
+}
+
+#[test]
+fn event_ids_are_required_uuids() {
+    assert_violation(
+        &WorkflowRunEvent {
+            event_id: String::new(),
+            ..valid_event()
+        },
+        "event_id",
+        "required",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            event_id: "not-a-uuid".into(),
+            ..valid_event()
+        },
+        "event_id",
+        "string.uuid",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            job_id: String::new(),
+            ..valid_event()
+        },
+        "job_id",
+        "required",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            job_id: "1234".into(),
+            ..valid_event()
+        },
+        "job_id",
+        "string.uuid",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            job_id: "'; DROP TABLE workflow_run; --".into(),
+            ..valid_event()
+        },
+        "job_id",
+        "string.uuid",
+    );
+}
+
+#[test]
+fn event_names_and_texts_are_bounded() {
+    let at_limit = WorkflowRunEvent {
+        workflow_name: "n".repeat(200),
+        step: "s".repeat(200),
+        ..valid_event()
+    };
+    at_limit
+        .validate()
+        .expect("200 characters is the limit, not past it");
+    // The limit counts characters, not bytes.
+    WorkflowRunEvent {
+        workflow_name: "é".repeat(200),
+        ..valid_event()
+    }
+    .validate()
+    .expect("200 two-byte characters pass");
+
+    assert_violation(
+        &WorkflowRunEvent {
+            workflow_name: "n".repeat(201),
+            ..valid_event()
+        },
+        "workflow_name",
+        "string.max_len",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            workflow_name: String::new(),
+            ..valid_event()
+        },
+        "workflow_name",
+        "required",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            step: "s".repeat(201),
+            ..valid_event()
+        },
+        "step",
+        "string.max_len",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            verdict: "v".repeat(501),
+            ..valid_event()
+        },
+        "verdict",
+        "string.max_len",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            error: "e".repeat(4001),
+            ..valid_event()
+        },
+        "error",
+        "string.max_len",
+    );
+    let long_error = WorkflowRunEvent {
+        r#type: Type::Failed as i32,
+        error: "e".repeat(4000),
+        ..valid_event()
+    };
+    long_error
+        .validate()
+        .expect("a 4000-character error is allowed");
+}
+
+#[test]
+fn event_type_attempt_and_time_rules() {
+    assert_violation(
+        &WorkflowRunEvent {
+            r#type: Type::Unspecified as i32,
+            ..valid_event()
+        },
+        "type",
+        "enum.not_in",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            r#type: 42,
+            ..valid_event()
+        },
+        "type",
+        "enum.defined_only",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            attempt: -1,
+            ..valid_event()
+        },
+        "attempt",
+        "int32.gte",
+    );
+    assert_violation(
+        &WorkflowRunEvent {
+            occurred_at: None,
+            ..valid_event()
+        },
+        "occurred_at",
+        "required",
+    );
+}
+
+#[test]
+fn terminal_events_carry_verdict_or_error() {
+    assert_violation(
+        &WorkflowRunEvent {
+            r#type: Type::Completed as i32,
+            verdict: String::new(),
+            ..valid_event()
+        },
+        "",
+        "workflow_run_event.completed_has_verdict",
+    );
+    for ty in [Type::Failed, Type::Dead] {
+        assert_violation(
+            &WorkflowRunEvent {
+                r#type: ty as i32,
+                error: String::new(),
+                ..valid_event()
+            },
+            "",
+            "workflow_run_event.failure_has_error",
+        );
+    }
+}
+
+#[test]
+fn every_violation_is_reported_not_just_the_first() {
+    let broken = WorkflowRunEvent {
+        event_id: "x".into(),
+        job_id: "y".into(),
+        r#type: Type::Completed as i32,
+        attempt: -3,
+        occurred_at: None,
+        ..valid_event()
+    };
+    let err = broken.validate().expect_err("refused");
+    let mut fields: Vec<_> = err
+        .violations()
+        .iter()
+        .map(|v| v.field_path.as_str())
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        ["", "attempt", "event_id", "job_id", "occurred_at"],
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("protomolt.jobs.v1.WorkflowRunEvent breaks its rules"),
+        "{text}"
+    );
+    assert!(
+        text.contains("event_id:"),
+        "the message names the field: {text}"
+    );
+}
+
+#[test]
+fn request_rules() {
+    assert_violation(
+        &WorkflowRunRequest {
+            job_id: String::new(),
+            ..valid_request()
+        },
+        "job_id",
+        "required",
+    );
+    assert_violation(
+        &WorkflowRunRequest {
+            job_id: "not-a-uuid".into(),
+            ..valid_request()
+        },
+        "job_id",
+        "string.uuid",
+    );
+    assert_violation(
+        &WorkflowRunRequest {
+            workflow_name: String::new(),
+            ..valid_request()
+        },
+        "workflow_name",
+        "required",
+    );
+    assert_violation(
+        &WorkflowRunRequest {
+            workflow_name: "w".repeat(201),
+            ..valid_request()
+        },
+        "workflow_name",
+        "string.max_len",
+    );
+    WorkflowRunRequest {
+        workflow_name: "w".repeat(200),
+        ..valid_request()
+    }
+    .validate()
+    .expect("at the limit");
+}
+
+#[test]
+fn encoding_refuses_an_invalid_event() {
+    let invalid = WorkflowRunEvent {
+        r#type: Type::Dead as i32,
+        error: String::new(),
+        ..valid_event()
+    };
+    let err = invalid
+        .encode_validated()
+        .expect_err("nothing malformed is encoded");
+    assert!(matches!(err, ContractError::Invalid { .. }), "{err}");
+
+    let valid = valid_event();
+    let bytes = valid.encode_validated().expect("a valid event encodes");
+    assert_eq!(
+        WorkflowRunEvent::decode_validated(&bytes).expect("round trip"),
+        valid
+    );
+}
+
+#[test]
+fn decoding_refuses_garbage_and_invalid_messages() {
+    let err =
+        WorkflowRunRequest::decode_validated(&[0xff, 0xff, 0xff, 0xff, 0x0f]).expect_err("garbage");
+    assert!(matches!(err, ContractError::Undecodable { .. }), "{err}");
+
+    // Decodable bytes of a message that breaks its rules are refused too.
+    let bad = WorkflowRunRequest {
+        job_id: "nope".into(),
+        ..valid_request()
+    }
+    .encode_to_vec();
+    let err = WorkflowRunRequest::decode_validated(&bad).expect_err("invalid");
+    assert_eq!(err.violations()[0].field_path, "job_id");
+
+    // Empty bytes decode to an all-default request, which has no job id.
+    let err = WorkflowRunRequest::decode_validated(&[]).expect_err("empty");
+    assert!(
+        err.violations().iter().any(|v| v.field_path == "job_id"),
+        "{err}"
+    );
+}
+
+#[test]
+fn contract_descriptors_decode() {
+    assert!(!FILE_DESCRIPTOR_SET.is_empty());
+    for name in [
+        "protomolt.jobs.v1.WorkflowRunEvent",
+        "protomolt.jobs.v1.WorkflowRunRequest",
+    ] {
+        assert!(
+            DESCRIPTOR_POOL.get_message_by_name(name).is_some(),
+            "{name} is in the pool"
+        );
+    }
+    let messages: Vec<_> = DESCRIPTOR_POOL
+        .all_messages()
+        .filter(|m| m.package_name() == "protomolt.jobs.v1")
+        .map(|m| m.name().to_owned())
+        .collect();
+    assert_eq!(
+        messages,
+        ["WorkflowRunEvent", "WorkflowRunRequest"],
+        "exactly two messages"
+    );
+}
