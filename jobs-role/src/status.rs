@@ -1,0 +1,148 @@
+//! The job state machine, in one place.
+//!
+//! ```text
+//! QUEUED ──claim──► RUNNING ──► COMPLETED | WAITING | FAILED
+//!   ▲                  │
+//!   ├── retry/sweep ───┘          WAITING ──complete-step──► QUEUED
+//!   └──► DEAD (attempts exhausted; nothing re-enqueues it)
+//! ```
+//!
+//! The store writes statuses only through [`JobStatus::as_str`] and checks every
+//! transition it performs with [`JobStatus::can_become`]; the migration's CHECK
+//! constraint lists the same six names.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobStatus {
+    /// Claimable once `run_after` is in the past.
+    Queued,
+    /// Leased to exactly one worker.
+    Running,
+    /// Parked on an external step until `complete-step` answers.
+    Waiting,
+    /// Finished; the verdict carries the one-line summary.
+    Completed,
+    /// A validation verdict or a non-retryable error.
+    Failed,
+    /// Retries exhausted: the dead-letter state; nothing re-enqueues it.
+    Dead,
+}
+
+impl JobStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Waiting,
+        JobStatus::Completed,
+        JobStatus::Failed,
+        JobStatus::Dead,
+    ];
+
+    /// The name stored in `workflow_run.status`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "QUEUED",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Waiting => "WAITING",
+            JobStatus::Completed => "COMPLETED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Dead => "DEAD",
+        }
+    }
+
+    /// True for the states nothing moves a job out of.
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Dead
+        )
+    }
+
+    /// The legal transitions of the seed's state machine.
+    pub const fn can_become(self, next: JobStatus) -> bool {
+        use JobStatus::*;
+        matches!(
+            (self, next),
+            // a claim
+            (Queued, Running)
+            // attempts exhausted before a claim could run it again
+            | (Queued, Dead)
+            // settle: done, parked, failed loud, retried / swept / released, exhausted
+            | (Running, Completed)
+            | (Running, Waiting)
+            | (Running, Failed)
+            | (Running, Queued)
+            | (Running, Dead)
+            // complete-step accepted, or its response rejected as a verdict
+            | (Waiting, Queued)
+            | (Waiting, Failed)
+        )
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A status name that is not one of the six.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown job status '{0}': expected one of QUEUED, RUNNING, WAITING, COMPLETED, FAILED, DEAD"
+)]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for JobStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        JobStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == name)
+            .ok_or_else(|| UnknownStatus(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for status in JobStatus::ALL {
+            assert_eq!(status.as_str().parse::<JobStatus>(), Ok(status));
+        }
+        assert_eq!(
+            "BOGUS".parse::<JobStatus>(),
+            Err(UnknownStatus("BOGUS".into()))
+        );
+        assert!("queued".parse::<JobStatus>().is_err(), "names are exact");
+    }
+
+    #[test]
+    fn terminal_states_go_nowhere() {
+        for from in JobStatus::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for to in JobStatus::ALL {
+                assert!(!from.can_become(to), "{from} must not become {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_a_claim_starts_a_run_and_nothing_revives_the_dead() {
+        for from in JobStatus::ALL {
+            assert_eq!(
+                from.can_become(JobStatus::Running),
+                from == JobStatus::Queued
+            );
+            assert!(!JobStatus::Dead.can_become(from));
+        }
+        assert!(JobStatus::Waiting.can_become(JobStatus::Queued));
+        assert!(!JobStatus::Waiting.can_become(JobStatus::Completed));
+    }
+}

@@ -1,0 +1,259 @@
+//! The schema: migrations apply twice as a no-op, constraints refuse what the state
+//! machine forbids, and the claim stays an index walk with 100k queued rows.
+
+use jobs_role::JobStatus;
+use jobs_role::store::{migrate, sql};
+use protomolt_e2e::TestDatabase;
+
+const INSERT_JOB: &str = "\
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status,
+                          lease_owner, lease_until, outstanding_step, verdict, error)
+VALUES (gen_random_uuid(), 'w', '{}', '{}', $1, $2, $3, $4, $5, $6)";
+
+async fn migrated() -> (TestDatabase, tokio_postgres::Client) {
+    let db = TestDatabase::create().await;
+    let mut client = db.connect().await;
+    migrate(&mut client).await.expect("first migration");
+    (db, client)
+}
+
+#[tokio::test]
+async fn migrations_apply_twice_as_a_no_op() {
+    let (_db, mut client) = migrated().await;
+    migrate(&mut client)
+        .await
+        .expect("second migration is a no-op");
+
+    let tables: Vec<String> = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables
+              WHERE table_schema = 'public' ORDER BY table_name",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for expected in [
+        "refinery_schema_history",
+        "workflow_run",
+        "workflow_run_events_outbox",
+    ] {
+        assert!(
+            tables.iter().any(|t| t == expected),
+            "{expected} missing from {tables:?}"
+        );
+    }
+    let versions: i64 = client
+        .query_one("SELECT count(*) FROM refinery_schema_history", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(versions, 1, "V1 recorded once");
+
+    let comment: Option<String> = client
+        .query_one(
+            "SELECT obj_description('workflow_run'::regclass, 'pg_class')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(comment.unwrap_or_default().contains("entire runtime state"));
+}
+
+#[tokio::test]
+async fn every_status_of_the_state_machine_is_storable_and_nothing_else() {
+    let (_db, client) = migrated().await;
+    let lease_until = std::time::SystemTime::now();
+    for status in JobStatus::ALL {
+        let running = status == JobStatus::Running;
+        let owner = running.then_some("worker-1");
+        let until = running.then_some(lease_until);
+        let step = (status == JobStatus::Waiting).then_some("review");
+        let verdict = (status == JobStatus::Completed).then_some("1 steps, output x");
+        let error =
+            matches!(status, JobStatus::Failed | JobStatus::Dead).then_some("GRPC: UNAVAILABLE");
+        client
+            .execute(
+                INSERT_JOB,
+                &[&status.as_str(), &owner, &until, &step, &verdict, &error],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{status} should be storable: {e}"));
+    }
+
+    let refused = |e: tokio_postgres::Error| {
+        e.as_db_error()
+            .and_then(|d| d.constraint())
+            .map(str::to_owned)
+    };
+    let none: Option<&str> = None;
+    let no_time: Option<std::time::SystemTime> = None;
+
+    let err = client
+        .execute(
+            INSERT_JOB,
+            &[&"BOGUS", &none, &no_time, &none, &none, &none],
+        )
+        .await
+        .expect_err("an unknown status is refused");
+    assert_eq!(refused(err).as_deref(), Some("workflow_run_status_known"));
+
+    let err = client
+        .execute(
+            INSERT_JOB,
+            &[&"RUNNING", &none, &no_time, &none, &none, &none],
+        )
+        .await
+        .expect_err("RUNNING without a lease is refused");
+    assert_eq!(
+        refused(err).as_deref(),
+        Some("workflow_run_running_is_leased")
+    );
+
+    let err = client
+        .execute(
+            INSERT_JOB,
+            &[
+                &"QUEUED",
+                &Some("w1"),
+                &Some(lease_until),
+                &none,
+                &none,
+                &none,
+            ],
+        )
+        .await
+        .expect_err("a lease outside RUNNING is refused");
+    assert_eq!(
+        refused(err).as_deref(),
+        Some("workflow_run_lease_only_while_running")
+    );
+
+    for (status, constraint) in [
+        ("WAITING", "workflow_run_waiting_names_its_step"),
+        ("COMPLETED", "workflow_run_completed_has_verdict"),
+        ("FAILED", "workflow_run_failure_has_error"),
+        ("DEAD", "workflow_run_failure_has_error"),
+    ] {
+        let err = client
+            .execute(INSERT_JOB, &[&status, &none, &no_time, &none, &none, &none])
+            .await
+            .expect_err("refused");
+        assert_eq!(refused(err).as_deref(), Some(constraint), "{status}");
+    }
+
+    let err = client
+        .execute(
+            "UPDATE workflow_run SET attempt = max_attempts + 1 WHERE status = 'QUEUED'",
+            &[],
+        )
+        .await
+        .expect_err("attempts beyond the budget are refused");
+    assert_eq!(
+        refused(err).as_deref(),
+        Some("workflow_run_attempts_within_budget")
+    );
+
+    let err = client
+        .execute(
+            "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
+             SELECT gen_random_uuid(), job_id, 'ACCEPTED', '\\x00', 'SENT' FROM workflow_run LIMIT 1",
+            &[],
+        )
+        .await
+        .expect_err("an unknown outbox status is refused");
+    assert_eq!(refused(err).as_deref(), Some("outbox_status_known"));
+
+    let err = client
+        .execute(
+            "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload)
+             SELECT gen_random_uuid(), job_id, 'CLAIMED', '\\x00' FROM workflow_run LIMIT 1",
+            &[],
+        )
+        .await
+        .expect_err("claims are not events");
+    assert_eq!(refused(err).as_deref(), Some("outbox_event_type_known"));
+}
+
+#[tokio::test]
+async fn the_claim_walks_an_index_with_100k_queued_rows() {
+    let (_db, client) = migrated().await;
+    // 100k queued rows, oldest first; the 10 oldest are backing off into the future,
+    // and a few thousand rows in other states sit beside them.
+    client
+        .batch_execute(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, created_at, run_after)
+             SELECT gen_random_uuid(), 'w', '{}', '{}',
+                    now() - make_interval(secs => 200000 - i),
+                    CASE WHEN i <= 10 THEN now() + interval '1 hour' ELSE now() END
+               FROM generate_series(1, 100000) AS i;
+             INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, verdict)
+             SELECT gen_random_uuid(), 'w', '{}', '{}', 'COMPLETED', 'done'
+               FROM generate_series(1, 5000);
+             ANALYZE workflow_run;",
+        )
+        .await
+        .unwrap();
+
+    let lease_ms: i64 = 300_000;
+    let plan = client
+        .query(
+            &format!("EXPLAIN {}", sql::CLAIM_NEXT_JOB),
+            &[&"worker-1", &lease_ms],
+        )
+        .await
+        .expect("EXPLAIN the claim")
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        plan.contains("workflow_run_claimable"),
+        "the claim uses the partial index:\n{plan}"
+    );
+    assert!(
+        !plan.contains("Sort"),
+        "the claim must not sort the queued rows:\n{plan}"
+    );
+    assert!(
+        !plan.contains("Seq Scan on workflow_run"),
+        "no sequential scan:\n{plan}"
+    );
+
+    // The statement itself claims the oldest eligible row, skipping the ones backing off.
+    let expected: String = client
+        .query_one(
+            "SELECT job_id::text FROM workflow_run WHERE status = 'QUEUED' AND run_after <= now()
+              ORDER BY created_at LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let claimed = client
+        .query_one(sql::CLAIM_NEXT_JOB, &[&"worker-1", &lease_ms])
+        .await
+        .unwrap();
+    assert_eq!(claimed.get::<_, i32>("attempt"), 1);
+    let row = client
+        .query_one(
+            "SELECT job_id::text, status, lease_owner, lease_until > now() + interval '4 minutes'
+               FROM workflow_run WHERE status = 'RUNNING'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<_, String>(0),
+        expected,
+        "the oldest eligible row is claimed"
+    );
+    assert_eq!(row.get::<_, String>(2), "worker-1");
+    assert!(
+        row.get::<_, bool>(3),
+        "the lease runs the requested five minutes"
+    );
+}
