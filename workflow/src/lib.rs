@@ -1,12 +1,54 @@
 //! # workflow: the engine both execution modes share
 //!
-//! Async is an execution mode, not a dialect: the synchronous `run-workflow` verb and
+//! Async is an execution mode, not a dialect. The synchronous `run-workflow` verb and
 //! the jobs worker compile the same descriptor-first JSON envelope into the same
-//! `CompiledWorkflow` and run it through the same runner, segment by segment. This
-//! crate knows nothing of PostgreSQL, Kafka or HTTP.
+//! [`CompiledWorkflow`] and run it through the same [`Runner`]. This crate knows
+//! nothing of PostgreSQL, Kafka or HTTP.
 //!
-//! The engine itself lands with its own issue; this crate holds its place in the
-//! workspace so the layout shows the architecture from the first commit.
+//! ```text
+//! envelope JSON ─► compile ─► verify ─► CompiledWorkflow
+//!                                            │
+//!   input ─► parse_input ─┐                  ▼
+//!   stored checkpoints ─► replay ─► Runner::run_segment ─► step: when? ─► rules ─► gRPC ─► validate?
+//!                                            │                                              │
+//!                                            │◄──────────── CheckpointSink::record ◄────────┘
+//!                                            ▼
+//!                          Completed { output, steps } | Parked { step }
+//! ```
+//!
+//! | module         | concept                                                                |
+//! |----------------|------------------------------------------------------------------------|
+//! | [`compile`]    | the envelope parsed into a [`CompiledWorkflow`]; every problem a [`Finding`] |
+//! | [`verify`]     | static checks of every rule, gate and output mapping, all findings at once |
+//! | [`rules`]      | the mapping language: `target = source`, `target += source`, `-target` |
+//! | [`gate`]       | `when` gates: CEL over `input` and earlier steps                       |
+//! | [`scope`]      | what a running segment can read: the input and earlier responses       |
+//! | [`grpc`]       | dynamic unary calls over tonic, channels cached per target             |
+//! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
+//! | [`runner`]     | segments and the synchronous run                                       |
+//! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
+//! | `testkit`      | (feature `testkit`) fixture proto, envelope builders, real gRPC servers |
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod checkpoint;
+pub mod compile;
+pub mod failure;
+pub mod gate;
+pub mod grpc;
+pub mod rules;
+pub mod runner;
+pub mod scope;
+pub mod verify;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use checkpoint::{Checkpoint, ReplayedCheckpoint, replay_checkpoints};
+pub use compile::{CompiledStep, CompiledWorkflow, Completion, Finding, Findings, OutputMapping};
+pub use failure::{FailureKind, StepFailure, Violation};
+pub use runner::{
+    CallMetadata, CheckpointSink, NoMetadata, RunError, RunOutcome, Runner, SYNC_REFUSAL,
+    SegmentError, SegmentOutcome, SinkError,
+};

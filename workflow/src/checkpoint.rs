@@ -1,0 +1,127 @@
+//! Checkpoints: one entry per executed step, and their non-trusting replay.
+//!
+//! ```json
+//! { "name": "tokenize", "skipped": false, "response": { "ids": [4811, 9902] } }
+//! ```
+//!
+//! Replay is not trusting: entry *i* must name step *i*, every response must parse as
+//! its step's output type, and there may not be more entries than steps. A workflow
+//! edited under a live job therefore fails loud (a `Workflow` failure saying what
+//! drifted) instead of resuming against a shifted scope.
+
+use prost_reflect::DynamicMessage;
+use serde_json::{Value, json};
+
+use crate::compile::{CompiledWorkflow, decode_json};
+use crate::failure::StepFailure;
+
+/// One executed step, as stored in the job row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// The step's name.
+    pub name: String,
+    /// True when the step's `when` gate was false.
+    pub skipped: bool,
+    /// proto3 JSON of the step's output type; `None` for a skipped step.
+    pub response: Option<Value>,
+}
+
+impl Checkpoint {
+    /// The stored JSON form.
+    pub fn to_json(&self) -> Value {
+        match &self.response {
+            Some(response) => {
+                json!({ "name": self.name, "skipped": self.skipped, "response": response })
+            }
+            None => json!({ "name": self.name, "skipped": self.skipped }),
+        }
+    }
+}
+
+/// A stored checkpoint that re-parsed against the workflow.
+#[derive(Debug, Clone)]
+pub struct ReplayedCheckpoint {
+    /// The entry as stored.
+    pub checkpoint: Checkpoint,
+    /// The response as a message (the output type's default for a skipped step).
+    pub response: DynamicMessage,
+}
+
+/// Re-parses a stored checkpoint array against `workflow`.
+pub fn replay_checkpoints(
+    workflow: &CompiledWorkflow,
+    stored: &Value,
+) -> Result<Vec<ReplayedCheckpoint>, StepFailure> {
+    const DRIFT: &str = "the stored job no longer matches its workflow";
+    let Some(entries) = stored.as_array() else {
+        return Err(StepFailure::workflow(format!(
+            "stored checkpoints are not an array ({DRIFT})"
+        )));
+    };
+    if entries.len() > workflow.steps.len() {
+        return Err(StepFailure::workflow(format!(
+            "{} checkpoints are stored but the workflow has only {} steps ({DRIFT})",
+            entries.len(),
+            workflow.steps.len()
+        )));
+    }
+    let mut replayed = Vec::with_capacity(entries.len());
+    for (i, (entry, step)) in entries.iter().zip(&workflow.steps).enumerate() {
+        let position = i + 1;
+        let Some(object) = entry.as_object() else {
+            return Err(StepFailure::workflow(format!(
+                "checkpoint {position} is not an object ({DRIFT})"
+            )));
+        };
+        let name = object
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if name != step.name {
+            return Err(StepFailure::workflow(format!(
+                "checkpoint {position} names step '{name}' but step {position} is '{}' ({DRIFT})",
+                step.name
+            )));
+        }
+        let skipped = match object.get("skipped") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} (step '{name}') has a non-boolean 'skipped': {other}"
+                )));
+            }
+        };
+        let output_type = step.output_type();
+        let (response, json) = match (skipped, object.get("response")) {
+            (true, None | Some(Value::Null)) => (DynamicMessage::new(output_type), None),
+            (true, Some(_)) => {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} (step '{name}') is skipped yet carries a response ({DRIFT})"
+                )));
+            }
+            (false, None | Some(Value::Null)) => {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} (step '{name}') has no response ({DRIFT})"
+                )));
+            }
+            (false, Some(json)) => {
+                let message = decode_json(&output_type, json).map_err(|e| {
+                    StepFailure::workflow(format!(
+                        "checkpoint {position} (step '{name}') does not decode: {e} ({DRIFT})"
+                    ))
+                })?;
+                (message, Some(json.clone()))
+            }
+        };
+        replayed.push(ReplayedCheckpoint {
+            checkpoint: Checkpoint {
+                name: name.to_owned(),
+                skipped,
+                response: json,
+            },
+            response,
+        });
+    }
+    Ok(replayed)
+}

@@ -1,0 +1,834 @@
+//! Compiling a descriptor-first JSON envelope into a [`CompiledWorkflow`].
+//!
+//! ```json
+//! { "name": "embed-text",
+//!   "schema": { "descriptorSetBase64": "<FileDescriptorSet, imports included>" },
+//!   "inputType": "jobs.test.Text",
+//!   "deadlineMs": 30000,
+//!   "steps": [ { "name": "tokenize", "target": "127.0.0.1:50051",
+//!                "method": "jobs.test.Tokenizer/Tokenize", "rules": ["text = input.text"] } ],
+//!   "output": { "type": "jobs.test.Embedding", "rules": ["source_text = input.text"] } }
+//! ```
+//!
+//! Step keys: `name`, `target` (`host:port`; optional on external steps), `method`
+//! (`package.Service/Method`), `rules`, `when` (CEL), `completion` (`"call"`, the
+//! default, or `"external"`), `validate`, `deadlineMs`, `tls`.
+//!
+//! Compilation never stops at the first problem: every missing field, bad value,
+//! unknown type or method and (through [`crate::verify`]) every rule that does not
+//! type-check is a [`Finding`] naming its step and JSON path. Unknown keys are
+//! findings too, so a typo (`"rule"` for `"rules"`) never passes silently.
+//!
+//! Limits, so a hostile envelope costs little: at most [`MAX_STEPS`] steps, each with
+//! at most [`MAX_RULES`] rules; names at most 200 characters; deadlines from 1 ms to
+//! one day. Without `output`, the workflow's output is the last step's response.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use prost_protovalidate::Validator;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+use serde_json::{Map, Value};
+
+use crate::failure::{Violation, violations_of};
+use crate::gate::Gate;
+use crate::rules::{Rule, parse_rule};
+use crate::scope::INPUT;
+use crate::verify;
+
+/// Default bound of one segment of a run.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(30_000);
+/// Most steps a workflow may declare.
+pub const MAX_STEPS: usize = 200;
+/// Most rules one step (or the output mapping) may declare.
+pub const MAX_RULES: usize = 200;
+const MAX_NAME_CHARS: usize = 200;
+const MAX_DEADLINE_MS: u64 = 86_400_000;
+
+/// One problem with an envelope: where it is and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The step it concerns, when it concerns one.
+    pub step: Option<String>,
+    /// JSON path into the envelope, e.g. `$.steps[1].rules[0]`.
+    pub path: String,
+    /// What is wrong, and the fix where there is one.
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.step {
+            Some(step) => write!(f, "{} (step '{step}'): {}", self.path, self.message),
+            None => write!(f, "{}: {}", self.path, self.message),
+        }
+    }
+}
+
+/// Every finding of a compilation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the workflow does not compile: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct Findings(pub Vec<Finding>);
+
+/// Whether the engine calls a step or waits for someone else to answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The engine calls the method on the target.
+    Call,
+    /// Never called: the run parks here until `complete-step` supplies the response.
+    External,
+}
+
+/// A resolved, verified step.
+#[derive(Debug, Clone)]
+pub struct CompiledStep {
+    /// Unique within the workflow; also the scope name of its response.
+    pub name: String,
+    /// Position in the workflow.
+    pub index: usize,
+    /// `host:port` of the gRPC server; `None` only on external steps.
+    pub target: Option<String>,
+    /// The resolved method.
+    pub method: MethodDescriptor,
+    /// Mapping rules building the request.
+    pub rules: Vec<Rule>,
+    /// Optional gate.
+    pub when: Option<Gate>,
+    /// Called, or completed externally.
+    pub completion: Completion,
+    /// Check the response against its type's `buf.validate` rules.
+    pub validate: bool,
+    /// The step's own call deadline.
+    pub deadline: Option<Duration>,
+    /// Use TLS to reach the target.
+    pub tls: bool,
+}
+
+impl CompiledStep {
+    /// The message type the step answers with (what its checkpoint holds).
+    pub fn output_type(&self) -> MessageDescriptor {
+        self.method.output()
+    }
+
+    /// True for a `completion: "external"` step.
+    pub fn is_external(&self) -> bool {
+        self.completion == Completion::External
+    }
+}
+
+/// How the workflow's output is built.
+#[derive(Debug, Clone)]
+pub struct OutputMapping {
+    /// The output type.
+    pub message: MessageDescriptor,
+    /// Rules over the whole scope.
+    pub rules: Vec<Rule>,
+}
+
+/// A workflow ready to run: every type resolved, every rule verified.
+#[derive(Clone)]
+pub struct CompiledWorkflow {
+    /// The workflow's name.
+    pub name: String,
+    /// Every descriptor of the envelope's schema.
+    pub pool: DescriptorPool,
+    /// The type of the input.
+    pub input_type: MessageDescriptor,
+    /// Steps, in order.
+    pub steps: Vec<CompiledStep>,
+    /// Output mapping; `None` means the last step's response is the output.
+    pub output: Option<OutputMapping>,
+    /// Bound of one segment of a run.
+    pub deadline: Duration,
+    envelope: Arc<Value>,
+    validator: Arc<Validator>,
+}
+
+impl fmt::Debug for CompiledWorkflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledWorkflow")
+            .field("name", &self.name)
+            .field("input_type", &self.input_type.full_name())
+            .field(
+                "steps",
+                &self.steps.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// Why an input (or an externally supplied response) was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MessageError {
+    /// The JSON is not proto3 JSON of the expected type.
+    #[error("not a valid {type_name} (proto3 JSON): {reason}")]
+    Unparsable {
+        /// Full name of the expected type.
+        type_name: String,
+        /// The decoder's complaint, naming the field.
+        reason: String,
+    },
+    /// The message breaks its type's declared rules.
+    #[error("{type_name} breaks its rules: {}", .violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid {
+        /// Full name of the type.
+        type_name: String,
+        /// Every broken rule.
+        violations: Vec<Violation>,
+    },
+    /// The type's rules could not be evaluated (a schema defect).
+    #[error("the rules of {type_name} could not be evaluated: {reason}")]
+    RulesUnusable {
+        /// Full name of the type.
+        type_name: String,
+        /// The validator's complaint.
+        reason: String,
+    },
+}
+
+impl CompiledWorkflow {
+    /// Compiles and verifies an envelope, returning every finding when it is not runnable.
+    pub fn compile(envelope: &Value) -> Result<CompiledWorkflow, Findings> {
+        let mut findings = Vec::new();
+        let compiled = compile_envelope(envelope, &mut findings);
+        match compiled {
+            Some(workflow) if findings.is_empty() => Ok(workflow),
+            _ => Err(Findings(findings)),
+        }
+    }
+
+    /// The envelope this workflow was compiled from (what a job snapshots).
+    pub fn envelope(&self) -> &Value {
+        &self.envelope
+    }
+
+    /// The step called `name`.
+    pub fn step(&self, name: &str) -> Option<&CompiledStep> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// True when some step is completed externally (such a workflow can only run as a job).
+    pub fn has_external_step(&self) -> bool {
+        self.steps.iter().any(CompiledStep::is_external)
+    }
+
+    /// The type of the workflow's output.
+    pub fn output_type(&self) -> MessageDescriptor {
+        match &self.output {
+            Some(mapping) => mapping.message.clone(),
+            // compile() refuses a workflow with no steps, so there is a last step.
+            None => self
+                .steps
+                .last()
+                .map_or_else(|| self.input_type.clone(), CompiledStep::output_type),
+        }
+    }
+
+    /// Parses an input (proto3 JSON) and checks it against the input type's rules.
+    pub fn parse_input(&self, input: &Value) -> Result<DynamicMessage, MessageError> {
+        self.parse_message(&self.input_type, input)
+    }
+
+    /// Parses proto3 JSON as `message_type` and checks the type's declared rules.
+    pub fn parse_message(
+        &self,
+        message_type: &MessageDescriptor,
+        json: &Value,
+    ) -> Result<DynamicMessage, MessageError> {
+        let message = decode_json(message_type, json)?;
+        let violations =
+            self.violations(&message)
+                .map_err(|reason| MessageError::RulesUnusable {
+                    type_name: message_type.full_name().to_owned(),
+                    reason,
+                })?;
+        if violations.is_empty() {
+            Ok(message)
+        } else {
+            Err(MessageError::Invalid {
+                type_name: message_type.full_name().to_owned(),
+                violations,
+            })
+        }
+    }
+
+    /// Every `buf.validate` rule `message` breaks (CEL rules included).
+    pub fn violations(&self, message: &DynamicMessage) -> Result<Vec<Violation>, String> {
+        violations_of(self.validator.validate(message))
+    }
+}
+
+/// Parses proto3 JSON into a message of `message_type` (unknown fields refused).
+pub fn decode_json(
+    message_type: &MessageDescriptor,
+    json: &Value,
+) -> Result<DynamicMessage, MessageError> {
+    DynamicMessage::deserialize(message_type.clone(), json).map_err(|e| MessageError::Unparsable {
+        type_name: message_type.full_name().to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// proto3 JSON of a message, as checkpoints and outputs store it: camelCase names,
+/// defaults omitted, 64-bit integers as JSON numbers (readable at 2am; values above
+/// 2^53 lose precision in JavaScript readers, not in this engine).
+pub fn encode_json(message: &DynamicMessage) -> Value {
+    let options = prost_reflect::SerializeOptions::new().stringify_64_bit_integers(false);
+    // Serializing a DynamicMessage into a serde_json::Value cannot fail: every value
+    // kind has a JSON form and the serializer is in-memory.
+    message
+        .serialize_with_options(serde_json::value::Serializer, &options)
+        .unwrap_or(Value::Null)
+}
+
+struct Draft<'a> {
+    findings: &'a mut Vec<Finding>,
+}
+
+impl Draft<'_> {
+    fn find(&mut self, step: Option<&str>, path: impl Into<String>, message: impl Into<String>) {
+        self.findings.push(Finding {
+            step: step.map(str::to_owned),
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn unknown_keys(
+        &mut self,
+        object: &Map<String, Value>,
+        allowed: &[&str],
+        step: Option<&str>,
+        path: &str,
+    ) {
+        for key in object.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            self.find(
+                step,
+                format!("{path}.{key}"),
+                format!(
+                    "unknown field '{key}'; expected one of: {}",
+                    allowed.join(", ")
+                ),
+            );
+        }
+    }
+
+    fn string(
+        &mut self,
+        object: &Map<String, Value>,
+        key: &str,
+        required: bool,
+        step: Option<&str>,
+        path: &str,
+    ) -> Option<String> {
+        match object.get(key) {
+            None | Some(Value::Null) => {
+                if required {
+                    self.find(
+                        step,
+                        format!("{path}.{key}"),
+                        format!("'{key}' is required"),
+                    );
+                }
+                None
+            }
+            Some(Value::String(s)) if s.trim().is_empty() => {
+                self.find(
+                    step,
+                    format!("{path}.{key}"),
+                    format!("'{key}' must not be blank"),
+                );
+                None
+            }
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.find(
+                    step,
+                    format!("{path}.{key}"),
+                    format!("'{key}' must be a string, not {}", json_kind(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn boolean(
+        &mut self,
+        object: &Map<String, Value>,
+        key: &str,
+        step: Option<&str>,
+        path: &str,
+    ) -> bool {
+        match object.get(key) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                self.find(
+                    step,
+                    format!("{path}.{key}"),
+                    format!("'{key}' must be true or false, not {}", json_kind(other)),
+                );
+                false
+            }
+        }
+    }
+
+    fn deadline(
+        &mut self,
+        object: &Map<String, Value>,
+        step: Option<&str>,
+        path: &str,
+    ) -> Option<Duration> {
+        let value = object.get("deadlineMs")?;
+        match value.as_u64() {
+            Some(ms) if (1..=MAX_DEADLINE_MS).contains(&ms) => Some(Duration::from_millis(ms)),
+            _ => {
+                self.find(step, format!("{path}.deadlineMs"), format!("'deadlineMs' must be a whole number of milliseconds from 1 to {MAX_DEADLINE_MS}, not {value}"));
+                None
+            }
+        }
+    }
+
+    fn rules(
+        &mut self,
+        object: &Map<String, Value>,
+        step: Option<&str>,
+        path: &str,
+    ) -> Vec<(Rule, String)> {
+        let Some(value) = object.get("rules") else {
+            return Vec::new();
+        };
+        let Some(items) = value.as_array() else {
+            self.find(
+                step,
+                format!("{path}.rules"),
+                format!(
+                    "'rules' must be an array of strings, not {}",
+                    json_kind(value)
+                ),
+            );
+            return Vec::new();
+        };
+        if items.len() > MAX_RULES {
+            self.find(
+                step,
+                format!("{path}.rules"),
+                format!(
+                    "{} rules is more than the limit of {MAX_RULES}",
+                    items.len()
+                ),
+            );
+            return Vec::new();
+        }
+        let mut rules = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let rule_path = format!("{path}.rules[{i}]");
+            match item.as_str().map(parse_rule) {
+                Some(Ok(rule)) => rules.push((rule, rule_path)),
+                Some(Err(reason)) => self.find(step, rule_path, reason),
+                None => self.find(
+                    step,
+                    rule_path,
+                    format!("a rule must be a string, not {}", json_kind(item)),
+                ),
+            }
+        }
+        rules
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn valid_name(name: &str) -> Result<(), String> {
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!("is longer than {MAX_NAME_CHARS} characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("contains control characters".into());
+    }
+    Ok(())
+}
+
+fn valid_step_name(name: &str) -> Result<(), String> {
+    valid_name(name)?;
+    let mut chars = name.chars();
+    let identifier = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !identifier {
+        return Err(format!(
+            "'{name}' is not an identifier (letters, digits, '_'; not starting with a digit): rules and gates refer to steps by name"
+        ));
+    }
+    if name == INPUT {
+        return Err("'input' is reserved for the workflow input".into());
+    }
+    Ok(())
+}
+
+/// A step as written, before its types are known.
+pub(crate) struct StepSpec {
+    pub name: String,
+    pub target: Option<String>,
+    pub method: Option<MethodDescriptor>,
+    pub rules: Vec<(Rule, String)>,
+    pub when: Option<(String, String)>,
+    pub completion: Completion,
+    pub validate: bool,
+    pub deadline: Option<Duration>,
+    pub tls: bool,
+}
+
+const ROOT_KEYS: &[&str] = &[
+    "name",
+    "schema",
+    "inputType",
+    "deadlineMs",
+    "steps",
+    "output",
+];
+const STEP_KEYS: &[&str] = &[
+    "name",
+    "target",
+    "method",
+    "rules",
+    "when",
+    "completion",
+    "validate",
+    "deadlineMs",
+    "tls",
+];
+
+fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<CompiledWorkflow> {
+    let mut draft = Draft { findings };
+    let Some(root) = envelope.as_object() else {
+        draft.find(
+            None,
+            "$",
+            format!(
+                "a workflow must be a JSON object, not {}",
+                json_kind(envelope)
+            ),
+        );
+        return None;
+    };
+    draft.unknown_keys(root, ROOT_KEYS, None, "$");
+    let name = draft.string(root, "name", true, None, "$");
+    if let Some(Err(reason)) = name.as_deref().map(valid_name) {
+        draft.find(None, "$.name", format!("the workflow name {reason}"));
+    }
+    let deadline = draft.deadline(root, None, "$").unwrap_or(DEFAULT_DEADLINE);
+    let pool = schema_pool(&mut draft, root);
+    let input_type_name = draft.string(root, "inputType", true, None, "$");
+    let input_type = match (&pool, &input_type_name) {
+        (Some(pool), Some(name)) => resolve_message(&mut draft, pool, name, None, "$.inputType"),
+        _ => None,
+    };
+
+    let steps = step_specs(&mut draft, root, pool.as_ref());
+    let output = root
+        .get("output")
+        .and_then(|value| output_spec(&mut draft, value, pool.as_ref()));
+
+    // Verification needs the types; it still runs on whatever resolved, so one bad
+    // method does not hide the rule problems of the other steps.
+    verify::verify(draft.findings, input_type.as_ref(), &steps, output.as_ref());
+
+    let (name, pool, input_type) = (name?, pool?, input_type?);
+    let mut compiled_steps = Vec::with_capacity(steps.len());
+    for (index, spec) in steps.into_iter().enumerate() {
+        compiled_steps.push(CompiledStep {
+            name: spec.name,
+            index,
+            target: spec.target,
+            method: spec.method?,
+            rules: spec.rules.into_iter().map(|(rule, _)| rule).collect(),
+            when: match spec.when {
+                Some((source, _)) => Some(Gate::compile(&source).ok()?),
+                None => None,
+            },
+            completion: spec.completion,
+            validate: spec.validate,
+            deadline: spec.deadline,
+            tls: spec.tls,
+        });
+    }
+    let output = match output {
+        Some(spec) => Some(OutputMapping {
+            message: spec.message?,
+            rules: spec.rules.into_iter().map(|(r, _)| r).collect(),
+        }),
+        None => None,
+    };
+    Some(CompiledWorkflow {
+        name,
+        pool,
+        input_type,
+        steps: compiled_steps,
+        output,
+        deadline,
+        envelope: Arc::new(envelope.clone()),
+        // One validator per workflow: it caches compiled rules by message name, and two
+        // workflows may declare the same name with different rules.
+        validator: Arc::new(Validator::new()),
+    })
+}
+
+fn schema_pool(draft: &mut Draft<'_>, root: &Map<String, Value>) -> Option<DescriptorPool> {
+    let Some(schema) = root.get("schema") else {
+        draft.find(None, "$.schema", "'schema' is required: {\"descriptorSetBase64\": \"<FileDescriptorSet, imports included>\"}");
+        return None;
+    };
+    let Some(schema) = schema.as_object() else {
+        draft.find(
+            None,
+            "$.schema",
+            format!("'schema' must be an object, not {}", json_kind(schema)),
+        );
+        return None;
+    };
+    draft.unknown_keys(schema, &["descriptorSetBase64"], None, "$.schema");
+    let encoded = draft.string(schema, "descriptorSetBase64", true, None, "$.schema")?;
+    let bytes = match base64::engine::general_purpose::STANDARD.decode(encoded.trim()) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            draft.find(
+                None,
+                "$.schema.descriptorSetBase64",
+                format!("not valid base64 (standard alphabet, padded): {e}"),
+            );
+            return None;
+        }
+    };
+    match DescriptorPool::decode(bytes.as_slice()) {
+        Ok(pool) => Some(pool),
+        Err(e) => {
+            draft.find(
+                None,
+                "$.schema.descriptorSetBase64",
+                format!("not a usable FileDescriptorSet: {e} (build it with every import included, e.g. protoc --include_imports)"),
+            );
+            None
+        }
+    }
+}
+
+fn resolve_message(
+    draft: &mut Draft<'_>,
+    pool: &DescriptorPool,
+    name: &str,
+    step: Option<&str>,
+    path: &str,
+) -> Option<MessageDescriptor> {
+    let name = name.trim_start_matches('.');
+    let found = pool.get_message_by_name(name);
+    if found.is_none() {
+        draft.find(
+            step,
+            path,
+            format!("unknown message type '{name}': it is not in the schema's descriptor set"),
+        );
+    }
+    found
+}
+
+fn resolve_method(
+    draft: &mut Draft<'_>,
+    pool: &DescriptorPool,
+    name: &str,
+    step: &str,
+    path: &str,
+) -> Option<MethodDescriptor> {
+    let Some((service_name, method_name)) = name.trim_start_matches('/').split_once('/') else {
+        draft.find(
+            Some(step),
+            path,
+            format!("method '{name}' must look like 'package.Service/Method'"),
+        );
+        return None;
+    };
+    let Some(service) = pool.get_service_by_name(service_name) else {
+        draft.find(
+            Some(step),
+            path,
+            format!("unknown service '{service_name}': it is not in the schema's descriptor set"),
+        );
+        return None;
+    };
+    let method = service.methods().find(|m| m.name() == method_name);
+    if method.is_none() {
+        let known: Vec<String> = service.methods().map(|m| m.name().to_owned()).collect();
+        draft.find(
+            Some(step),
+            path,
+            format!(
+                "service '{service_name}' has no method '{method_name}' (its methods: {})",
+                known.join(", ")
+            ),
+        );
+    }
+    if let Some(m) = &method {
+        if m.is_client_streaming() || m.is_server_streaming() {
+            draft.find(
+                Some(step),
+                path,
+                format!("method '{name}' streams; only unary methods can be steps"),
+            );
+            return None;
+        }
+    }
+    method
+}
+
+fn step_specs(
+    draft: &mut Draft<'_>,
+    root: &Map<String, Value>,
+    pool: Option<&DescriptorPool>,
+) -> Vec<StepSpec> {
+    let Some(value) = root.get("steps") else {
+        draft.find(
+            None,
+            "$.steps",
+            "'steps' is required: a non-empty array of steps",
+        );
+        return Vec::new();
+    };
+    let Some(items) = value.as_array() else {
+        draft.find(
+            None,
+            "$.steps",
+            format!("'steps' must be an array, not {}", json_kind(value)),
+        );
+        return Vec::new();
+    };
+    if items.is_empty() {
+        draft.find(None, "$.steps", "a workflow needs at least one step");
+    }
+    if items.len() > MAX_STEPS {
+        draft.find(
+            None,
+            "$.steps",
+            format!(
+                "{} steps is more than the limit of {MAX_STEPS}",
+                items.len()
+            ),
+        );
+        return Vec::new();
+    }
+    let mut seen = HashSet::new();
+    let mut specs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("$.steps[{i}]");
+        let Some(object) = item.as_object() else {
+            draft.find(
+                None,
+                &path,
+                format!("a step must be an object, not {}", json_kind(item)),
+            );
+            continue;
+        };
+        let name = draft.string(object, "name", true, None, &path);
+        let label = name.clone().unwrap_or_else(|| format!("#{i}"));
+        let step = Some(label.as_str());
+        draft.unknown_keys(object, STEP_KEYS, step, &path);
+        if let Some(name) = &name {
+            if let Err(reason) = valid_step_name(name) {
+                draft.find(step, format!("{path}.name"), format!("step name {reason}"));
+            } else if !seen.insert(name.clone()) {
+                draft.find(
+                    step,
+                    format!("{path}.name"),
+                    format!("duplicate step name '{name}': step names must be unique"),
+                );
+            }
+        }
+        let completion = match object.get("completion") {
+            None | Some(Value::Null) => Completion::Call,
+            Some(Value::String(s)) if s == "external" => Completion::External,
+            Some(Value::String(s)) if s == "call" => Completion::Call,
+            Some(other) => {
+                draft.find(
+                    step,
+                    format!("{path}.completion"),
+                    format!("'completion' must be \"external\" or \"call\", not {other}"),
+                );
+                Completion::Call
+            }
+        };
+        let target = draft.string(
+            object,
+            "target",
+            completion == Completion::Call,
+            step,
+            &path,
+        );
+        let method_name = draft.string(object, "method", true, step, &path);
+        let method = match (pool, &method_name) {
+            (Some(pool), Some(m)) => {
+                resolve_method(draft, pool, m, &label, &format!("{path}.method"))
+            }
+            _ => None,
+        };
+        let rules = draft.rules(object, step, &path);
+        let when = draft
+            .string(object, "when", false, step, &path)
+            .map(|w| (w, format!("{path}.when")));
+        let validate = draft.boolean(object, "validate", step, &path);
+        let tls = draft.boolean(object, "tls", step, &path);
+        let deadline = draft.deadline(object, step, &path);
+        specs.push(StepSpec {
+            name: label,
+            target,
+            method,
+            rules,
+            when,
+            completion,
+            validate,
+            deadline,
+            tls,
+        });
+    }
+    specs
+}
+
+/// The output mapping as written.
+pub(crate) struct OutputSpec {
+    pub message: Option<MessageDescriptor>,
+    pub rules: Vec<(Rule, String)>,
+}
+
+fn output_spec(
+    draft: &mut Draft<'_>,
+    value: &Value,
+    pool: Option<&DescriptorPool>,
+) -> Option<OutputSpec> {
+    let Some(object) = value.as_object() else {
+        draft.find(
+            None,
+            "$.output",
+            format!("'output' must be an object, not {}", json_kind(value)),
+        );
+        return None;
+    };
+    draft.unknown_keys(object, &["type", "rules"], None, "$.output");
+    let type_name = draft.string(object, "type", true, None, "$.output");
+    let message = match (pool, &type_name) {
+        (Some(pool), Some(name)) => resolve_message(draft, pool, name, None, "$.output.type"),
+        _ => None,
+    };
+    let rules = draft.rules(object, None, "$.output");
+    Some(OutputSpec { message, rules })
+}

@@ -1,0 +1,197 @@
+//! Step failures: what went wrong, at which step, and whether retrying can help.
+//!
+//! The seed's taxonomy has three buckets, and [`FailureKind`] maps onto them:
+//! retryable (`Grpc` UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED, and
+//! `Deadline`), a verdict (`Validation`), and deterministic defects that fail loud
+//! (`Gate`, `Mapping`, `Workflow`, and every other gRPC code).
+
+use std::fmt;
+
+/// One broken `buf.validate` rule of a step's response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Dotted path of the offending field; empty for a message-level rule.
+    pub field_path: String,
+    /// The rule's identifier, e.g. `repeated.max_items`.
+    pub rule_id: String,
+    /// What the rule says.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let field = if self.field_path.is_empty() {
+            "(message)"
+        } else {
+            &self.field_path
+        };
+        write!(f, "{field}: {} [{}]", self.message, self.rule_id)
+    }
+}
+
+/// The kind of a step failure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FailureKind {
+    /// The target answered with a non-OK gRPC status (or could not be reached:
+    /// UNAVAILABLE).
+    Grpc {
+        /// The status code.
+        code: tonic::Code,
+        /// The status message, verbatim.
+        message: String,
+    },
+    /// The call outlived its deadline (the step's own, or what was left of the segment's).
+    Deadline,
+    /// The response (or an externally supplied one) broke its declared rules.
+    Validation {
+        /// Every broken rule.
+        violations: Vec<Violation>,
+    },
+    /// A `when` gate could not be evaluated to a boolean.
+    Gate,
+    /// A rule could not be applied to the values at hand (for example a number out of
+    /// range for its target).
+    Mapping,
+    /// The workflow itself is defective, or its stored state drifted from it.
+    Workflow,
+}
+
+impl FailureKind {
+    /// The upper-case label errors are prefixed with (`GRPC`, `VALIDATION`, ...).
+    pub fn label(&self) -> &'static str {
+        match self {
+            FailureKind::Grpc { .. } => "GRPC",
+            FailureKind::Deadline => "DEADLINE",
+            FailureKind::Validation { .. } => "VALIDATION",
+            FailureKind::Gate => "GATE",
+            FailureKind::Mapping => "MAPPING",
+            FailureKind::Workflow => "WORKFLOW",
+        }
+    }
+}
+
+/// A step failed; `step` is `None` for failures of the workflow as a whole (the output
+/// mapping, or replay of a checkpoint array that is not an array at all).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}: {}{message}", kind.label(), step.as_ref().map(|s| format!("step '{s}': ")).unwrap_or_default())]
+pub struct StepFailure {
+    /// The step that failed.
+    pub step: Option<String>,
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// What happened, in words.
+    pub message: String,
+}
+
+impl StepFailure {
+    /// A failure of `step`.
+    pub fn at(step: &str, kind: FailureKind, message: impl Into<String>) -> Self {
+        StepFailure {
+            step: Some(step.to_owned()),
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A failure of the workflow as a whole.
+    pub fn workflow(message: impl Into<String>) -> Self {
+        StepFailure {
+            step: None,
+            kind: FailureKind::Workflow,
+            message: message.into(),
+        }
+    }
+
+    /// Retrying can help: a transient gRPC status or a deadline.
+    pub fn is_retryable(&self) -> bool {
+        match &self.kind {
+            FailureKind::Grpc { code, .. } => matches!(
+                code,
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::ResourceExhausted
+            ),
+            FailureKind::Deadline => true,
+            _ => false,
+        }
+    }
+
+    /// A validation verdict: the workflow's answer, not an error.
+    pub fn is_verdict(&self) -> bool {
+        matches!(self.kind, FailureKind::Validation { .. })
+    }
+}
+
+/// Converts the validator's answer into our violations; an unusable rule set is a
+/// workflow defect.
+pub(crate) fn violations_of(
+    result: Result<(), prost_protovalidate::Error>,
+) -> Result<Vec<Violation>, String> {
+    match result {
+        Ok(()) => Ok(Vec::new()),
+        Err(prost_protovalidate::Error::Validation(err)) => Ok(err
+            .violations()
+            .iter()
+            .map(|v| Violation {
+                field_path: v.field_path(),
+                rule_id: v.rule_id().to_owned(),
+                message: v.message().to_owned(),
+            })
+            .collect()),
+        Err(other) => Err(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_kind_and_step() {
+        let failure = StepFailure::at(
+            "embed",
+            FailureKind::Grpc {
+                code: tonic::Code::Unavailable,
+                message: "model loading".into(),
+            },
+            "UNAVAILABLE: model loading",
+        );
+        assert_eq!(
+            failure.to_string(),
+            "GRPC: step 'embed': UNAVAILABLE: model loading"
+        );
+        assert!(failure.is_retryable());
+        assert_eq!(
+            StepFailure::workflow("drifted").to_string(),
+            "WORKFLOW: drifted"
+        );
+    }
+
+    #[test]
+    fn only_transient_failures_retry() {
+        let grpc = |code| {
+            StepFailure::at(
+                "s",
+                FailureKind::Grpc {
+                    code,
+                    message: String::new(),
+                },
+                "",
+            )
+        };
+        assert!(grpc(tonic::Code::DeadlineExceeded).is_retryable());
+        assert!(grpc(tonic::Code::ResourceExhausted).is_retryable());
+        assert!(!grpc(tonic::Code::InvalidArgument).is_retryable());
+        assert!(!grpc(tonic::Code::Internal).is_retryable());
+        assert!(StepFailure::at("s", FailureKind::Deadline, "").is_retryable());
+        let verdict = StepFailure::at("s", FailureKind::Validation { violations: vec![] }, "");
+        assert!(!verdict.is_retryable() && verdict.is_verdict());
+        for kind in [
+            FailureKind::Gate,
+            FailureKind::Mapping,
+            FailureKind::Workflow,
+        ] {
+            assert!(!StepFailure::at("s", kind, "").is_retryable());
+        }
+    }
+}

@@ -1,0 +1,631 @@
+//! The mapping language: how a step's request (and the workflow's output) is built.
+//!
+//! Each rule is one line applied, in order, to a fresh message:
+//!
+//! - `target = source` copies `source` into `target`;
+//! - `target += source` appends `source` (one element, or every element of a
+//!   repeated source) to the repeated field `target`;
+//! - `-target` clears `target`.
+//!
+//! `target` is a dotted field path of the message being built. `source` is either a
+//! dotted path rooted at `input` or at an earlier step's name (that step's response),
+//! or a literal: a JSON string (`"text"`), a number, `true` or `false`. Values convert
+//! only where protobuf itself widens without loss (int32 into int64 or double, float
+//! into double, ...); a string never becomes a number.
+
+use std::fmt;
+
+use base64::Engine as _;
+use prost_reflect::{
+    DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value,
+};
+
+use crate::scope::Scope;
+
+/// One parsed mapping rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The rule as written.
+    pub text: String,
+    /// Field names from the built message down to the target field.
+    pub target: Vec<String>,
+    /// What to do there.
+    pub op: RuleOp,
+}
+
+/// The three operations.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleOp {
+    /// `target = source`
+    Assign(Source),
+    /// `target += source`
+    Append(Source),
+    /// `-target`
+    Clear,
+}
+
+/// Where a value comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A dotted path: `input.text`, `tokenize.ids`, or a whole scope (`input`).
+    Path {
+        /// `input` or an earlier step's name.
+        root: String,
+        /// Field names below the root.
+        fields: Vec<String>,
+    },
+    /// A constant.
+    Literal(Literal),
+}
+
+/// A constant written in a rule.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    /// A JSON string literal.
+    String(String),
+    /// An integer that fits i64.
+    Int(i64),
+    /// An integer above i64::MAX.
+    UInt(u64),
+    /// A number with a fraction or exponent.
+    Float(f64),
+    /// `true` or `false`.
+    Bool(bool),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Path { root, fields } if fields.is_empty() => f.write_str(root),
+            Source::Path { root, fields } => write!(f, "{root}.{}", fields.join(".")),
+            Source::Literal(literal) => write!(f, "{literal:?}"),
+        }
+    }
+}
+
+/// Parses one rule; the error says what is wrong with it and what is expected.
+pub fn parse_rule(text: &str) -> Result<Rule, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(
+            "empty rule: expected `target = source`, `target += source` or `-target`".into(),
+        );
+    }
+    let (target, op) = if let Some(cleared) = trimmed.strip_prefix('-') {
+        (cleared.trim(), RuleOp::Clear)
+    } else {
+        let Some(eq) = trimmed.find('=') else {
+            return Err(format!(
+                "'{trimmed}' has no '=': expected `target = source`, `target += source` or `-target`"
+            ));
+        };
+        let (left, right) = (&trimmed[..eq], trimmed[eq + 1..].trim());
+        let (target, append) = match left.strip_suffix('+') {
+            Some(target) => (target, true),
+            None => (left, false),
+        };
+        if right.is_empty() {
+            return Err(format!(
+                "'{trimmed}' has nothing after '=': name a source path or a literal"
+            ));
+        }
+        let source = parse_source(right)?;
+        (
+            target.trim(),
+            if append {
+                RuleOp::Append(source)
+            } else {
+                RuleOp::Assign(source)
+            },
+        )
+    };
+    let target = parse_path(target).map_err(|e| format!("target of '{trimmed}': {e}"))?;
+    Ok(Rule {
+        text: trimmed.to_owned(),
+        target,
+        op,
+    })
+}
+
+fn parse_source(text: &str) -> Result<Source, String> {
+    if text.starts_with('"') {
+        let value: String = serde_json::from_str(text)
+            .map_err(|e| format!("string literal {text} is not a valid JSON string: {e}"))?;
+        return Ok(Source::Literal(Literal::String(value)));
+    }
+    match text {
+        "true" => return Ok(Source::Literal(Literal::Bool(true))),
+        "false" => return Ok(Source::Literal(Literal::Bool(false))),
+        _ => {}
+    }
+    if text.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') {
+        if let Ok(int) = text.parse::<i64>() {
+            return Ok(Source::Literal(Literal::Int(int)));
+        }
+        if let Ok(uint) = text.parse::<u64>() {
+            return Ok(Source::Literal(Literal::UInt(uint)));
+        }
+        return match text.parse::<f64>() {
+            Ok(float) if float.is_finite() => Ok(Source::Literal(Literal::Float(float))),
+            _ => Err(format!("'{text}' is not a number literal")),
+        };
+    }
+    let mut fields = parse_path(text)?;
+    let root = fields.remove(0);
+    Ok(Source::Path { root, fields })
+}
+
+fn parse_path(text: &str) -> Result<Vec<String>, String> {
+    let parts: Vec<String> = text.split('.').map(|p| p.trim().to_owned()).collect();
+    for part in &parts {
+        let mut chars = part.chars();
+        let valid = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "'{text}' is not a dotted field path (bad segment '{part}')"
+            ));
+        }
+    }
+    Ok(parts)
+}
+
+/// The static type of a value: a field's kind and whether it is repeated or a map.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// Element kind (for a map: the map entry message).
+    pub kind: Kind,
+    /// One value, a list, or a map.
+    pub cardinality: Cardinality,
+}
+
+/// How many values a field holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cardinality {
+    /// One value.
+    Single,
+    /// A repeated field.
+    Repeated,
+    /// A map field.
+    Map,
+}
+
+impl Shape {
+    fn of(field: &FieldDescriptor) -> Shape {
+        let cardinality = if field.is_map() {
+            Cardinality::Map
+        } else if field.is_list() {
+            Cardinality::Repeated
+        } else {
+            Cardinality::Single
+        };
+        Shape {
+            kind: field.kind(),
+            cardinality,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let kind = kind_name(&self.kind);
+        match self.cardinality {
+            Cardinality::Single => kind,
+            Cardinality::Repeated => format!("repeated {kind}"),
+            Cardinality::Map => format!("map ({kind})"),
+        }
+    }
+}
+
+/// A readable name of a kind: `int64`, `message jobs.test.Tokens`.
+pub fn kind_name(kind: &Kind) -> String {
+    match kind {
+        Kind::Message(m) => format!("message {}", m.full_name()),
+        Kind::Enum(e) => format!("enum {}", e.full_name()),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// Walks `fields` down from `message`: every field but the last must be a singular
+/// message. Returns the last field, or `None` for an empty path.
+pub fn resolve_fields(
+    message: &MessageDescriptor,
+    fields: &[String],
+) -> Result<Option<FieldDescriptor>, String> {
+    let mut current = message.clone();
+    let mut last = None;
+    for (i, name) in fields.iter().enumerate() {
+        let Some(field) = current.get_field_by_name(name) else {
+            let known: Vec<String> = current.fields().map(|f| f.name().to_owned()).collect();
+            return Err(format!(
+                "{} has no field '{name}' (its fields: {})",
+                current.full_name(),
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        };
+        if i + 1 < fields.len() {
+            match (field.kind(), field.is_list() || field.is_map()) {
+                (Kind::Message(inner), false) => current = inner,
+                _ => {
+                    return Err(format!(
+                        "'{name}' is {} and cannot be walked into",
+                        Shape::of(&field).describe()
+                    ));
+                }
+            }
+        }
+        last = Some(field);
+    }
+    Ok(last)
+}
+
+/// The static shape of a source path rooted at a message of type `root`.
+pub fn source_shape(root: &MessageDescriptor, fields: &[String]) -> Result<Shape, String> {
+    Ok(match resolve_fields(root, fields)? {
+        Some(field) => Shape::of(&field),
+        None => Shape {
+            kind: Kind::Message(root.clone()),
+            cardinality: Cardinality::Single,
+        },
+    })
+}
+
+/// Checks a rule against the message it builds (`target_type`); `source_type` gives the
+/// static shape of a path source (already resolved by the caller).
+pub fn check_rule(
+    rule: &Rule,
+    target_type: &MessageDescriptor,
+    source: Option<&Shape>,
+) -> Result<(), String> {
+    let field = resolve_fields(target_type, &rule.target)?
+        .ok_or_else(|| "a rule needs a target field".to_owned())?;
+    let target = Shape::of(&field);
+    match &rule.op {
+        RuleOp::Clear => Ok(()),
+        RuleOp::Assign(Source::Literal(literal)) | RuleOp::Append(Source::Literal(literal)) => {
+            if matches!(rule.op, RuleOp::Append(_)) && target.cardinality != Cardinality::Repeated {
+                return Err(format!(
+                    "'+=' needs a repeated target; '{}' is {}",
+                    field.name(),
+                    target.describe()
+                ));
+            }
+            if matches!(rule.op, RuleOp::Assign(_)) && target.cardinality != Cardinality::Single {
+                return Err(format!(
+                    "a literal cannot be assigned to '{}' ({}); use '+=' to append it",
+                    field.name(),
+                    target.describe()
+                ));
+            }
+            literal_value(literal, &target.kind).map(|_| ())
+        }
+        RuleOp::Assign(Source::Path { .. }) => {
+            let source = source.ok_or("the source has no known type")?;
+            if source.cardinality != target.cardinality {
+                return Err(format!(
+                    "cannot assign {} to '{}' ({}){}",
+                    source.describe(),
+                    field.name(),
+                    target.describe(),
+                    if target.cardinality == Cardinality::Repeated {
+                        "; use '+=' to append one value"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            let compatible = if target.cardinality == Cardinality::Map {
+                source.kind == target.kind
+            } else {
+                assignable(&source.kind, &target.kind)
+            };
+            compatible.then_some(()).ok_or_else(|| {
+                format!(
+                    "cannot assign {} to '{}' ({})",
+                    source.describe(),
+                    field.name(),
+                    target.describe()
+                )
+            })
+        }
+        RuleOp::Append(Source::Path { .. }) => {
+            let source = source.ok_or("the source has no known type")?;
+            if target.cardinality != Cardinality::Repeated {
+                return Err(format!(
+                    "'+=' needs a repeated target; '{}' is {}",
+                    field.name(),
+                    target.describe()
+                ));
+            }
+            if source.cardinality == Cardinality::Map || !assignable(&source.kind, &target.kind) {
+                return Err(format!(
+                    "cannot append {} to '{}' ({})",
+                    source.describe(),
+                    field.name(),
+                    target.describe()
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// True when protobuf widens `from` into `to` without loss.
+pub fn assignable(from: &Kind, to: &Kind) -> bool {
+    use Kind::*;
+    let signed32 = |k: &Kind| matches!(k, Int32 | Sint32 | Sfixed32);
+    let signed64 = |k: &Kind| matches!(k, Int64 | Sint64 | Sfixed64);
+    let unsigned32 = |k: &Kind| matches!(k, Uint32 | Fixed32);
+    let unsigned64 = |k: &Kind| matches!(k, Uint64 | Fixed64);
+    match (from, to) {
+        (Message(a), Message(b)) => a.full_name() == b.full_name(),
+        (Enum(a), Enum(b)) => a.full_name() == b.full_name(),
+        (a, b) if signed32(a) => signed32(b) || signed64(b) || matches!(b, Double),
+        (a, b) if unsigned32(a) => {
+            unsigned32(b) || unsigned64(b) || signed64(b) || matches!(b, Double)
+        }
+        (a, b) if signed64(a) => signed64(b),
+        (a, b) if unsigned64(a) => unsigned64(b),
+        (Float, Float | Double)
+        | (Double, Double)
+        | (Bool, Bool)
+        | (String, String)
+        | (Bytes, Bytes) => true,
+        _ => false,
+    }
+}
+
+/// The value a literal takes in a field of `kind`, or why it cannot.
+pub fn literal_value(literal: &Literal, kind: &Kind) -> Result<Value, String> {
+    let out_of_range = |what: &str| format!("{what} is out of range for {}", kind_name(kind));
+    let wrong = || format!("literal {literal:?} cannot become {}", kind_name(kind));
+    match (literal, kind) {
+        (Literal::String(s), Kind::String) => Ok(Value::String(s.clone())),
+        (Literal::String(s), Kind::Bytes) => base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map(|b| Value::Bytes(b.into()))
+            .map_err(|e| format!("literal {s:?} is not base64 for a bytes field: {e}")),
+        (Literal::String(s), Kind::Enum(e)) => e
+            .get_value_by_name(s)
+            .map(|v| Value::EnumNumber(v.number()))
+            .ok_or_else(|| format!("{s:?} is not a value of enum {}", e.full_name())),
+        (Literal::Bool(b), Kind::Bool) => Ok(Value::Bool(*b)),
+        (Literal::Float(f), Kind::Double) => Ok(Value::F64(*f)),
+        (Literal::Float(f), Kind::Float) => Ok(Value::F32(*f as f32)),
+        (Literal::Int(i), _) => integer_value(i128::from(*i), kind).ok_or_else(|| {
+            if is_integer_kind(kind) {
+                out_of_range(&i.to_string())
+            } else {
+                wrong()
+            }
+        }),
+        (Literal::UInt(u), _) => integer_value(i128::from(*u), kind).ok_or_else(|| {
+            if is_integer_kind(kind) {
+                out_of_range(&u.to_string())
+            } else {
+                wrong()
+            }
+        }),
+        _ => Err(wrong()),
+    }
+}
+
+fn is_integer_kind(kind: &Kind) -> bool {
+    use Kind::*;
+    matches!(
+        kind,
+        Int32 | Sint32 | Sfixed32 | Int64 | Sint64 | Sfixed64 | Uint32 | Fixed32 | Uint64 | Fixed64
+    )
+}
+
+fn integer_value(n: i128, kind: &Kind) -> Option<Value> {
+    use Kind::*;
+    match kind {
+        Int32 | Sint32 | Sfixed32 => i32::try_from(n).ok().map(Value::I32),
+        Int64 | Sint64 | Sfixed64 => i64::try_from(n).ok().map(Value::I64),
+        Uint32 | Fixed32 => u32::try_from(n).ok().map(Value::U32),
+        Uint64 | Fixed64 => u64::try_from(n).ok().map(Value::U64),
+        // Integer literals into floating fields, as JSON would read them.
+        Double => Some(Value::F64(n as f64)),
+        Float => Some(Value::F32(n as f32)),
+        _ => None,
+    }
+}
+
+/// Converts a runtime value into a field of `kind` (the pairs [`assignable`] allows).
+fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
+    use Kind::*;
+    Ok(match (value, kind) {
+        (Value::I32(v), Int32 | Sint32 | Sfixed32) => Value::I32(v),
+        (Value::I32(v), Int64 | Sint64 | Sfixed64) => Value::I64(v.into()),
+        (Value::I32(v), Double) => Value::F64(v.into()),
+        (Value::U32(v), Uint32 | Fixed32) => Value::U32(v),
+        (Value::U32(v), Uint64 | Fixed64) => Value::U64(v.into()),
+        (Value::U32(v), Int64 | Sint64 | Sfixed64) => Value::I64(v.into()),
+        (Value::U32(v), Double) => Value::F64(v.into()),
+        (Value::I64(v), Int64 | Sint64 | Sfixed64) => Value::I64(v),
+        (Value::U64(v), Uint64 | Fixed64) => Value::U64(v),
+        (Value::F32(v), Float) => Value::F32(v),
+        (Value::F32(v), Double) => Value::F64(v.into()),
+        (Value::F64(v), Double) => Value::F64(v),
+        (
+            value @ (Value::Bool(_) | Value::String(_) | Value::Bytes(_) | Value::EnumNumber(_)),
+            _,
+        ) => value,
+        (Value::Message(m), Message(_)) => Value::Message(m),
+        (value, kind) => {
+            return Err(format!(
+                "a {value:?} value cannot become {}",
+                kind_name(kind)
+            ));
+        }
+    })
+}
+
+/// Applies one (verified) rule to `message`, reading sources from `scope`.
+pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> Result<(), String> {
+    let (parents, last) = rule.target.split_at(rule.target.len().saturating_sub(1));
+    let mut current = message;
+    for name in parents {
+        let field = current
+            .descriptor()
+            .get_field_by_name(name)
+            .ok_or_else(|| format!("no field '{name}'"))?;
+        current = current
+            .get_field_mut(&field)
+            .as_message_mut()
+            .ok_or_else(|| format!("'{name}' is not a message"))?;
+    }
+    let name = last.first().ok_or("a rule needs a target field")?;
+    let field = current
+        .descriptor()
+        .get_field_by_name(name)
+        .ok_or_else(|| format!("no field '{name}'"))?;
+    let kind = field.kind();
+    match &rule.op {
+        RuleOp::Clear => current.clear_field(&field),
+        RuleOp::Assign(source) => {
+            let value = match source {
+                Source::Literal(literal) => literal_value(literal, &kind)?,
+                Source::Path { root, fields } => {
+                    let value = scope.read(root, fields)?;
+                    match value {
+                        Value::List(items) => Value::List(
+                            items
+                                .into_iter()
+                                .map(|v| convert(v, &kind))
+                                .collect::<Result<_, _>>()?,
+                        ),
+                        map @ Value::Map(_) => map,
+                        single => convert(single, &kind)?,
+                    }
+                }
+            };
+            current
+                .try_set_field(&field, value)
+                .map_err(|e| e.to_string())?;
+        }
+        RuleOp::Append(source) => {
+            let additions = match source {
+                Source::Literal(literal) => vec![literal_value(literal, &kind)?],
+                Source::Path { root, fields } => match scope.read(root, fields)? {
+                    Value::List(items) => items
+                        .into_iter()
+                        .map(|v| convert(v, &kind))
+                        .collect::<Result<_, _>>()?,
+                    single => vec![convert(single, &kind)?],
+                },
+            };
+            let list = current
+                .get_field_mut(&field)
+                .as_list_mut()
+                .ok_or_else(|| format!("'{name}' is not repeated"))?;
+            list.extend(additions);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(text: &str) -> Source {
+        match parse_rule(&format!("x = {text}")).expect("parses").op {
+            RuleOp::Assign(source) => source,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_three_operations() {
+        let rule = parse_rule(" ids = tokenize.ids ").unwrap();
+        assert_eq!(rule.target, ["ids"]);
+        assert_eq!(
+            rule.op,
+            RuleOp::Assign(Source::Path {
+                root: "tokenize".into(),
+                fields: vec!["ids".into()]
+            })
+        );
+        let rule = parse_rule("vector += embed.values").unwrap();
+        assert!(matches!(rule.op, RuleOp::Append(_)));
+        let rule = parse_rule("-meta.notes").unwrap();
+        assert_eq!(
+            (rule.target, rule.op),
+            (vec!["meta".to_owned(), "notes".to_owned()], RuleOp::Clear)
+        );
+    }
+
+    #[test]
+    fn parses_literals() {
+        assert_eq!(
+            source("\"a = b\""),
+            Source::Literal(Literal::String("a = b".into()))
+        );
+        assert_eq!(source("42"), Source::Literal(Literal::Int(42)));
+        assert_eq!(source("-7"), Source::Literal(Literal::Int(-7)));
+        assert_eq!(
+            source("18446744073709551615"),
+            Source::Literal(Literal::UInt(u64::MAX))
+        );
+        assert_eq!(source("2.5"), Source::Literal(Literal::Float(2.5)));
+        assert_eq!(source("true"), Source::Literal(Literal::Bool(true)));
+        assert_eq!(
+            source("input"),
+            Source::Path {
+                root: "input".into(),
+                fields: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_malformed_rules() {
+        for bad in [
+            "",
+            "   ",
+            "text",
+            "= input.text",
+            "text =",
+            "a..b = input",
+            "1x = input",
+            "x = \"open",
+            "x = 1e999",
+            "x = in put",
+            "x = 12abc",
+        ] {
+            assert!(parse_rule(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn widening_is_lossless_only() {
+        use Kind::*;
+        assert!(assignable(&Int32, &Int64));
+        assert!(assignable(&Int32, &Double));
+        assert!(assignable(&Uint32, &Int64));
+        assert!(assignable(&Float, &Double));
+        assert!(!assignable(&Int64, &Int32));
+        assert!(!assignable(&Int64, &Double));
+        assert!(!assignable(&String, &Int64));
+        assert!(!assignable(&Double, &Float));
+        assert!(!assignable(&Int32, &Uint32));
+    }
+
+    #[test]
+    fn literal_ranges_are_checked() {
+        assert!(literal_value(&Literal::Int(1 << 40), &Kind::Int32).is_err());
+        assert!(literal_value(&Literal::Int(-1), &Kind::Uint64).is_err());
+        assert_eq!(
+            literal_value(&Literal::Int(3), &Kind::Double).unwrap(),
+            Value::F64(3.0)
+        );
+        assert!(literal_value(&Literal::String("1".into()), &Kind::Int64).is_err());
+        assert!(literal_value(&Literal::Bool(true), &Kind::String).is_err());
+    }
+}

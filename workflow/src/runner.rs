@@ -1,0 +1,369 @@
+//! Running workflows: one segment at a time for jobs, all at once for `run-workflow`.
+//!
+//! A segment rebuilds the scope from the prior checkpoints (already replayed by the
+//! caller), resumes at the first missing step, and for each step: evaluates its
+//! `when` gate, builds the request with its rules, calls the target within the
+//! smaller of the step's deadline and what is left of the segment's, checks the
+//! response when the step asks for `validate`, and hands the checkpoint to the
+//! caller's [`CheckpointSink`] **before** the next step runs. It stops at an external
+//! step (`Parked`), at the end (`Completed`), or at the first failure.
+
+use std::future::Future;
+use std::time::Duration;
+
+use prost_reflect::DynamicMessage;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
+use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
+use crate::failure::{FailureKind, StepFailure};
+use crate::grpc::{CallError, GrpcClient};
+use crate::rules::apply_rule;
+use crate::scope::Scope;
+
+/// The synchronous verb's refusal of a workflow that would park.
+pub const SYNC_REFUSAL: &str = "synchronous run-workflow cannot park - submit the workflow as a job (submit-workflow) so complete-step can supply the response";
+
+/// Any error a checkpoint sink reports.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a segment's checkpoints go, one at a time, before the next step runs.
+pub trait CheckpointSink: Send {
+    /// Persists one checkpoint. An error stops the segment with
+    /// [`SegmentError::Checkpoint`]; the caller decides what that means.
+    fn record(
+        &mut self,
+        checkpoint: &Checkpoint,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+}
+
+/// gRPC metadata the caller attaches to each step call (the jobs worker sends the job
+/// id, the step, the attempt and an idempotency key; the synchronous verb sends none).
+pub trait CallMetadata: Send + Sync {
+    /// The headers for a call of `step`.
+    fn for_step(&self, step: &CompiledStep) -> Vec<(String, String)>;
+}
+
+/// No metadata at all.
+pub struct NoMetadata;
+
+impl CallMetadata for NoMetadata {
+    fn for_step(&self, _step: &CompiledStep) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// How a segment ended, when it did not fail.
+#[derive(Debug, Clone)]
+pub enum SegmentOutcome {
+    /// Every step ran (or was skipped).
+    Completed {
+        /// The workflow's output.
+        output: DynamicMessage,
+        /// Every checkpoint, prior ones included, in order.
+        steps: Vec<Checkpoint>,
+    },
+    /// The run reached an external step and waits for its response.
+    Parked {
+        /// The external step.
+        step: String,
+        /// Every checkpoint so far, in order.
+        steps: Vec<Checkpoint>,
+    },
+}
+
+/// Why a segment stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    /// A step (or the output mapping) failed.
+    #[error(transparent)]
+    Failed(#[from] StepFailure),
+    /// The sink could not record a checkpoint; the step's response is lost with it.
+    #[error("recording the checkpoint of step '{step}' failed: {source}")]
+    Checkpoint {
+        /// The step whose checkpoint was not recorded.
+        step: String,
+        /// The sink's error.
+        source: SinkError,
+    },
+}
+
+/// A finished synchronous run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The workflow's output.
+    pub output: DynamicMessage,
+    /// Every step's checkpoint, in order.
+    pub steps: Vec<Checkpoint>,
+}
+
+impl RunOutcome {
+    /// The output as proto3 JSON.
+    pub fn output_json(&self) -> Value {
+        encode_json(&self.output)
+    }
+}
+
+/// Why a synchronous run did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The workflow has an external step; only a job can wait for it.
+    #[error("{}", SYNC_REFUSAL)]
+    WouldPark,
+    /// A step failed.
+    #[error(transparent)]
+    Failed(#[from] StepFailure),
+}
+
+/// Runs compiled workflows; holds the gRPC channel cache, so share one per process.
+#[derive(Default)]
+pub struct Runner {
+    grpc: GrpcClient,
+}
+
+struct Discard;
+
+impl CheckpointSink for Discard {
+    async fn record(&mut self, _checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+impl Runner {
+    /// A runner with an empty channel cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs the whole workflow in one segment. A workflow with an external step is
+    /// refused before anything is called.
+    pub async fn run(
+        &self,
+        workflow: &CompiledWorkflow,
+        input: &DynamicMessage,
+    ) -> Result<RunOutcome, RunError> {
+        if workflow.has_external_step() {
+            return Err(RunError::WouldPark);
+        }
+        match self
+            .run_segment(workflow, input, Vec::new(), &mut Discard, &NoMetadata)
+            .await
+        {
+            Ok(SegmentOutcome::Completed { output, steps }) => Ok(RunOutcome { output, steps }),
+            Ok(SegmentOutcome::Parked { .. }) => Err(RunError::WouldPark),
+            Err(SegmentError::Failed(failure)) => Err(RunError::Failed(failure)),
+            Err(SegmentError::Checkpoint { step, source }) => Err(RunError::Failed(
+                StepFailure::at(&step, FailureKind::Workflow, source.to_string()),
+            )),
+        }
+    }
+
+    /// Runs one segment: resumes after `prior`, records each new checkpoint through
+    /// `sink` before the next step, and stops at an external step or the end.
+    pub async fn run_segment<S: CheckpointSink>(
+        &self,
+        workflow: &CompiledWorkflow,
+        input: &DynamicMessage,
+        prior: Vec<ReplayedCheckpoint>,
+        sink: &mut S,
+        metadata: &dyn CallMetadata,
+    ) -> Result<SegmentOutcome, SegmentError> {
+        let segment_end = Instant::now() + workflow.deadline;
+        let mut scope = Scope::new(input.clone());
+        let mut steps = Vec::with_capacity(workflow.steps.len());
+        for replayed in prior {
+            scope.insert_step(&replayed.checkpoint.name, replayed.response);
+            steps.push(replayed.checkpoint);
+        }
+        for step in workflow.steps.iter().skip(steps.len()) {
+            if step.is_external() {
+                return Ok(SegmentOutcome::Parked {
+                    step: step.name.clone(),
+                    steps,
+                });
+            }
+            let (checkpoint, response) = match self
+                .run_step(workflow, step, &scope, segment_end, metadata)
+                .await?
+            {
+                Some(response) => {
+                    let json = encode_json(&response);
+                    (
+                        Checkpoint {
+                            name: step.name.clone(),
+                            skipped: false,
+                            response: Some(json),
+                        },
+                        response,
+                    )
+                }
+                None => (
+                    Checkpoint {
+                        name: step.name.clone(),
+                        skipped: true,
+                        response: None,
+                    },
+                    DynamicMessage::new(step.output_type()),
+                ),
+            };
+            sink.record(&checkpoint)
+                .await
+                .map_err(|source| SegmentError::Checkpoint {
+                    step: step.name.clone(),
+                    source,
+                })?;
+            scope.insert_step(&step.name, response);
+            steps.push(checkpoint);
+        }
+        let output = build_output(workflow, &scope)?;
+        Ok(SegmentOutcome::Completed { output, steps })
+    }
+
+    /// Runs one called step; `None` when its gate skipped it.
+    async fn run_step(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &Scope,
+        segment_end: Instant,
+        metadata: &dyn CallMetadata,
+    ) -> Result<Option<DynamicMessage>, StepFailure> {
+        let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
+        if let Some(gate) = &step.when {
+            if !gate
+                .evaluate(scope)
+                .map_err(|e| fail(FailureKind::Gate, e))?
+            {
+                return Ok(None);
+            }
+        }
+        let mut request = DynamicMessage::new(step.method.input());
+        for rule in &step.rules {
+            apply_rule(rule, &mut request, scope)
+                .map_err(|e| fail(FailureKind::Mapping, format!("rule '{}': {e}", rule.text)))?;
+        }
+        let remaining = segment_end.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(fail(
+                FailureKind::Deadline,
+                format!(
+                    "the segment deadline of {} ms passed before the step could run",
+                    workflow.deadline.as_millis()
+                ),
+            ));
+        }
+        let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
+        let target = step
+            .target
+            .as_deref()
+            .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a target".into()))?;
+        let response = self
+            .grpc
+            .call(
+                target,
+                step.tls,
+                &step.method,
+                request,
+                deadline,
+                &metadata.for_step(step),
+            )
+            .await
+            .map_err(|e| match e {
+                CallError::Status { code, message } => fail(
+                    FailureKind::Grpc {
+                        code,
+                        message: message.clone(),
+                    },
+                    format!("{}: {message}", code_name(code)),
+                ),
+                CallError::Deadline(waited) => fail(
+                    FailureKind::Deadline,
+                    deadline_message(waited, step.deadline, remaining),
+                ),
+            })?;
+        if step.validate {
+            let violations = workflow
+                .violations(&response)
+                .map_err(|e| fail(FailureKind::Workflow, e))?;
+            if !violations.is_empty() {
+                let listed = violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(fail(
+                    FailureKind::Validation { violations },
+                    format!(
+                        "the response breaks the rules of {}: {listed}",
+                        step.output_type().full_name()
+                    ),
+                ));
+            }
+        }
+        Ok(Some(response))
+    }
+}
+
+fn deadline_message(waited: Duration, own: Option<Duration>, remaining: Duration) -> String {
+    let which = match own {
+        Some(own) if own <= remaining => "the step's deadline",
+        _ => "what was left of the segment deadline",
+    };
+    format!("no answer within {} ms ({which})", waited.as_millis())
+}
+
+fn build_output(workflow: &CompiledWorkflow, scope: &Scope) -> Result<DynamicMessage, StepFailure> {
+    let mapping_failure = |message: String| StepFailure {
+        step: None,
+        kind: FailureKind::Mapping,
+        message,
+    };
+    match &workflow.output {
+        Some(mapping) => {
+            let mut output = DynamicMessage::new(mapping.message.clone());
+            for rule in &mapping.rules {
+                apply_rule(rule, &mut output, scope)
+                    .map_err(|e| mapping_failure(format!("output rule '{}': {e}", rule.text)))?;
+            }
+            Ok(output)
+        }
+        None => {
+            let last = workflow
+                .steps
+                .last()
+                .ok_or_else(|| StepFailure::workflow("the workflow has no steps"))?;
+            match scope.read(&last.name, &[]) {
+                Ok(prost_reflect::Value::Message(message)) => Ok(message),
+                Ok(_) | Err(_) => Err(mapping_failure(format!(
+                    "the last step '{}' left no response",
+                    last.name
+                ))),
+            }
+        }
+    }
+}
+
+/// The canonical upper-case name of a gRPC status code.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}

@@ -1,0 +1,67 @@
+//! What a running segment can read: the input and the responses of earlier steps.
+//!
+//! A skipped step is in scope with its output type's default message, so a later
+//! reference to its fields reads defaults instead of failing.
+
+use std::collections::HashMap;
+
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+
+/// The root every workflow can read: the submitted input.
+pub const INPUT: &str = "input";
+
+/// The values rules and gates read, by root name.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    roots: HashMap<String, DynamicMessage>,
+}
+
+impl Scope {
+    /// A scope holding only the input.
+    pub fn new(input: DynamicMessage) -> Self {
+        Scope {
+            roots: HashMap::from([(INPUT.to_owned(), input)]),
+        }
+    }
+
+    /// Adds a step's response (or, for a skipped step, its default message).
+    pub fn insert_step(&mut self, name: &str, response: DynamicMessage) {
+        self.roots.insert(name.to_owned(), response);
+    }
+
+    /// Every root and its message, for gates.
+    pub fn roots(&self) -> impl Iterator<Item = (&str, &DynamicMessage)> {
+        self.roots
+            .iter()
+            .map(|(name, message)| (name.as_str(), message))
+    }
+
+    /// Reads `root.fields...`; the path was verified, so a miss here means the scope
+    /// drifted from the workflow.
+    pub fn read(&self, root: &str, fields: &[String]) -> Result<Value, String> {
+        let message = self
+            .roots
+            .get(root)
+            .ok_or_else(|| format!("'{root}' is not in scope yet"))?;
+        let mut current = message.clone();
+        let Some((last, parents)) = fields.split_last() else {
+            return Ok(Value::Message(current));
+        };
+        for name in parents {
+            let value = current
+                .get_field_by_name(name)
+                .ok_or_else(|| {
+                    format!("{} has no field '{name}'", current.descriptor().full_name())
+                })?
+                .into_owned();
+            current = match value {
+                Value::Message(inner) => inner,
+                _ => return Err(format!("'{name}' is not a message")),
+            };
+        }
+        current
+            .get_field_by_name(last)
+            .map(|value| value.into_owned())
+            .ok_or_else(|| format!("{} has no field '{last}'", current.descriptor().full_name()))
+    }
+}

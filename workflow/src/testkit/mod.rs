@@ -1,0 +1,77 @@
+//! Test fixtures the engine's tests and every other crate's tests share.
+//!
+//! - [`FIXTURE_PROTO`], compiled at runtime with protox into
+//!   [`fixture_descriptor_set_base64`] (imports included, `buf/validate` too);
+//! - envelope builders ([`two_step_workflow`], [`three_step_workflow`], [`workflow`],
+//!   [`step`]);
+//! - [`FixtureServer`]: real tonic servers on `127.0.0.1:0` serving `Tokenizer` (ids =
+//!   the code points of `text`, `fail` copied) and `Embedder` (UNAVAILABLE "model
+//!   loading" when `fail`, else `values = [len(ids) / 10, 1.0]`), optionally slow,
+//!   counting calls, calls in flight and the metadata of every call. `ReviewDesk` is
+//!   declared, never served.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+mod envelopes;
+mod servers;
+
+use std::sync::LazyLock;
+
+use base64::Engine as _;
+use protox::file::{
+    ChainFileResolver, DescriptorSetFileResolver, File, FileResolver, GoogleFileResolver,
+};
+
+pub use envelopes::{step, three_step_workflow, two_step_workflow, workflow};
+pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};
+
+/// The fixture schema's source.
+pub const FIXTURE_PROTO: &str = include_str!("../../fixtures/jobs_test.proto");
+const FIXTURE_FILE: &str = "jobs_test.proto";
+
+/// Types generated from the fixture proto (for the servers).
+pub mod proto {
+    tonic::include_proto!("jobs.test");
+}
+
+struct FixtureSource;
+
+impl FileResolver for FixtureSource {
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        if name == FIXTURE_FILE {
+            File::from_source(name, FIXTURE_PROTO)
+        } else {
+            Err(protox::Error::file_not_found(name))
+        }
+    }
+}
+
+static DESCRIPTOR_SET: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let mut resolver = ChainFileResolver::new();
+    resolver.add(FixtureSource);
+    resolver.add(GoogleFileResolver::new());
+    resolver.add(
+        DescriptorSetFileResolver::decode(
+            prost_protovalidate_types::DESCRIPTOR_POOL
+                .encode_to_vec()
+                .as_slice(),
+        )
+        .expect("the buf.validate schema decodes"),
+    );
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true);
+    compiler
+        .open_file(FIXTURE_FILE)
+        .expect("the fixture proto compiles");
+    compiler.encode_file_descriptor_set()
+});
+
+/// The fixture schema as an encoded `FileDescriptorSet`, compiled at runtime.
+pub fn fixture_descriptor_set() -> &'static [u8] {
+    &DESCRIPTOR_SET
+}
+
+/// [`fixture_descriptor_set`] in base64, as envelopes carry it.
+pub fn fixture_descriptor_set_base64() -> String {
+    base64::engine::general_purpose::STANDARD.encode(fixture_descriptor_set())
+}

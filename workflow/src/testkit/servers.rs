@@ -1,0 +1,211 @@
+//! Real gRPC servers for the fixture services, on `127.0.0.1:0`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+use super::proto::embedder_server::{Embedder, EmbedderServer};
+use super::proto::tokenizer_server::{Tokenizer, TokenizerServer};
+use super::proto::{Text, Tokens, Vector};
+
+/// How the fixture servers behave.
+#[derive(Debug, Clone, Default)]
+pub struct FixtureOptions {
+    /// Embed sleeps this long before answering (deadline and lease tests).
+    pub embed_delay: Option<Duration>,
+    /// Tokenize sleeps this long before answering.
+    pub tokenize_delay: Option<Duration>,
+    /// A counter the test bumps (for example once per recorded checkpoint); Embed
+    /// records its value at the moment it is called.
+    pub probe: Option<Arc<AtomicUsize>>,
+}
+
+/// One call as the server saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedCall {
+    /// `Tokenize` or `Embed`.
+    pub method: &'static str,
+    /// The `x-protomolt-*` and `idempotency-key` headers, sorted by name.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// What the servers counted.
+#[derive(Debug, Default)]
+pub struct FixtureStats {
+    tokenize_calls: AtomicUsize,
+    embed_calls: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    probe_at_embed: Mutex<Vec<usize>>,
+    calls: Mutex<Vec<RecordedCall>>,
+}
+
+impl FixtureStats {
+    pub fn tokenize_calls(&self) -> usize {
+        self.tokenize_calls.load(Ordering::SeqCst)
+    }
+
+    pub fn embed_calls(&self) -> usize {
+        self.embed_calls.load(Ordering::SeqCst)
+    }
+
+    /// The most calls (of either method) that were in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The probe's value at each Embed call.
+    pub fn probe_at_embed(&self) -> Vec<usize> {
+        self.probe_at_embed.lock().unwrap().clone()
+    }
+
+    /// Every call, in arrival order.
+    pub fn calls(&self) -> Vec<RecordedCall> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn enter<T>(&self, method: &'static str, request: &Request<T>) -> InFlight<'_> {
+        let mut metadata: Vec<(String, String)> = request
+            .metadata()
+            .iter()
+            .filter_map(|entry| match entry {
+                tonic::metadata::KeyAndValueRef::Ascii(key, value) => {
+                    let key = key.as_str();
+                    (key.starts_with("x-protomolt-") || key == "idempotency-key").then(|| {
+                        (
+                            key.to_owned(),
+                            value.to_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                }
+                tonic::metadata::KeyAndValueRef::Binary(..) => None,
+            })
+            .collect();
+        metadata.sort();
+        self.calls
+            .lock()
+            .unwrap()
+            .push(RecordedCall { method, metadata });
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(self)
+    }
+}
+
+struct InFlight<'a>(&'a FixtureStats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[derive(Clone)]
+struct Fixtures {
+    options: FixtureOptions,
+    stats: Arc<FixtureStats>,
+}
+
+#[tonic::async_trait]
+impl Tokenizer for Fixtures {
+    async fn tokenize(&self, request: Request<Text>) -> Result<Response<Tokens>, Status> {
+        let _in_flight = self.stats.enter("Tokenize", &request);
+        self.stats.tokenize_calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(delay) = self.options.tokenize_delay {
+            tokio::time::sleep(delay).await;
+        }
+        let text = request.into_inner();
+        Ok(Response::new(Tokens {
+            ids: text.text.chars().map(|c| i64::from(u32::from(c))).collect(),
+            fail: text.fail,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Embedder for Fixtures {
+    async fn embed(&self, request: Request<Tokens>) -> Result<Response<Vector>, Status> {
+        let _in_flight = self.stats.enter("Embed", &request);
+        self.stats.embed_calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(probe) = &self.options.probe {
+            self.stats
+                .probe_at_embed
+                .lock()
+                .unwrap()
+                .push(probe.load(Ordering::SeqCst));
+        }
+        if let Some(delay) = self.options.embed_delay {
+            tokio::time::sleep(delay).await;
+        }
+        let tokens = request.into_inner();
+        if tokens.fail {
+            return Err(Status::unavailable("model loading"));
+        }
+        Ok(Response::new(Vector {
+            values: vec![tokens.ids.len() as f64 / 10.0, 1.0],
+        }))
+    }
+}
+
+/// Tokenizer and Embedder served on a loopback port until dropped.
+pub struct FixtureServer {
+    pub addr: SocketAddr,
+    pub stats: Arc<FixtureStats>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl FixtureServer {
+    /// Serves with default options.
+    pub async fn start() -> FixtureServer {
+        Self::start_with(FixtureOptions::default()).await
+    }
+
+    /// Serves with `options`.
+    pub async fn start_with(options: FixtureOptions) -> FixtureServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let stats = Arc::new(FixtureStats::default());
+        let fixtures = Fixtures {
+            options,
+            stats: stats.clone(),
+        };
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(TokenizerServer::new(fixtures.clone()))
+                .add_service(EmbedderServer::new(fixtures))
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(e) = served {
+                eprintln!("fixture server on {addr} stopped: {e}");
+            }
+        });
+        FixtureServer {
+            addr,
+            stats,
+            shutdown: Some(shutdown),
+        }
+    }
+
+    /// `host:port` for envelopes.
+    pub fn target(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for FixtureServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Static verification: every rule, gate and output mapping is checked against the
+//! types before anything runs, and every problem is reported, not just the first.
+//!
+//! A rule's target must exist on the request type with a type the source converts
+//! into; a source must be rooted at `input` or at an *earlier* step (a later step is
+//! a forward reference, an unknown root a typo); a `when` gate must compile as CEL
+//! and read only those same roots. Output rules may read every step.
+
+use prost_reflect::MessageDescriptor;
+
+use crate::compile::{Finding, OutputSpec, StepSpec};
+use crate::gate::Gate;
+use crate::rules::{Rule, RuleOp, Source, check_rule, source_shape};
+use crate::scope::INPUT;
+
+pub(crate) fn verify(
+    findings: &mut Vec<Finding>,
+    input: Option<&MessageDescriptor>,
+    steps: &[StepSpec],
+    output: Option<&OutputSpec>,
+) {
+    let roots = Roots { input, steps };
+    for (index, step) in steps.iter().enumerate() {
+        let request = step.method.as_ref().map(|m| m.input());
+        for (rule, path) in &step.rules {
+            if let Err(reason) = roots.check_rule(rule, request.as_ref(), index) {
+                findings.push(Finding {
+                    step: Some(step.name.clone()),
+                    path: path.clone(),
+                    message: format!("rule '{}': {reason}", rule.text),
+                });
+            }
+        }
+        if let Some((source, path)) = &step.when {
+            if let Err(reason) = roots.check_gate(source, index) {
+                findings.push(Finding {
+                    step: Some(step.name.clone()),
+                    path: path.clone(),
+                    message: reason,
+                });
+            }
+        }
+    }
+    if let Some(output) = output {
+        for (rule, path) in &output.rules {
+            if let Err(reason) = roots.check_rule(rule, output.message.as_ref(), steps.len()) {
+                findings.push(Finding {
+                    step: None,
+                    path: path.clone(),
+                    message: format!("output rule '{}': {reason}", rule.text),
+                });
+            }
+        }
+    }
+}
+
+struct Roots<'a> {
+    input: Option<&'a MessageDescriptor>,
+    steps: &'a [StepSpec],
+}
+
+impl Roots<'_> {
+    /// The type of `root` as seen from step `index` (`None` when it did not resolve),
+    /// or why `root` cannot be read there.
+    fn root_type(&self, root: &str, index: usize) -> Result<Option<MessageDescriptor>, String> {
+        if root == INPUT {
+            return Ok(self.input.cloned());
+        }
+        match self.steps.iter().position(|s| s.name == root) {
+            Some(j) if j < index => Ok(self.steps[j].method.as_ref().map(|m| m.output())),
+            Some(j) if j == index => Err(format!(
+                "'{root}' is this step itself: read only `input` and earlier steps"
+            )),
+            Some(j) => Err(format!(
+                "forward reference to step '{root}', which runs later (step {} of {}): read only `input` and earlier steps",
+                j + 1,
+                self.steps.len()
+            )),
+            None => {
+                let earlier: Vec<&str> = self.steps[..index.min(self.steps.len())]
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect();
+                Err(format!(
+                    "unknown scope '{root}': expected `input`{}",
+                    if earlier.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" or an earlier step ({})", earlier.join(", "))
+                    }
+                ))
+            }
+        }
+    }
+
+    fn check_rule(
+        &self,
+        rule: &Rule,
+        target: Option<&MessageDescriptor>,
+        index: usize,
+    ) -> Result<(), String> {
+        let source_shape = match &rule.op {
+            RuleOp::Assign(Source::Path { root, fields })
+            | RuleOp::Append(Source::Path { root, fields }) => {
+                match self.root_type(root, index)? {
+                    Some(root_type) => Some(
+                        source_shape(&root_type, fields)
+                            .map_err(|e| format!("source {root}: {e}"))?,
+                    ),
+                    // The root's type did not resolve; that finding is reported elsewhere.
+                    None => return Ok(()),
+                }
+            }
+            _ => None,
+        };
+        match target {
+            Some(target) => check_rule(rule, target, source_shape.as_ref()),
+            None => Ok(()),
+        }
+    }
+
+    fn check_gate(&self, source: &str, index: usize) -> Result<(), String> {
+        let gate = Gate::compile(source).map_err(|e| format!("`when` is not valid CEL: {e}"))?;
+        let mut problems = Vec::new();
+        for variable in gate.variables() {
+            if let Err(reason) = self.root_type(&variable, index) {
+                problems.push(reason);
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("`when` {}", problems.join("; ")))
+        }
+    }
+}
