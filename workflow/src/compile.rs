@@ -680,15 +680,15 @@ fn resolve_method(
             ),
         );
     }
-    if let Some(m) = &method {
-        if m.is_client_streaming() || m.is_server_streaming() {
-            draft.find(
-                Some(step),
-                path,
-                format!("method '{name}' streams; only unary methods can be steps"),
-            );
-            return None;
-        }
+    if let Some(m) = &method
+        && (m.is_client_streaming() || m.is_server_streaming())
+    {
+        draft.find(
+            Some(step),
+            path,
+            format!("method '{name}' streams; only unary methods can be steps"),
+        );
+        return None;
     }
     method
 }

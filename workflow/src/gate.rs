@@ -7,8 +7,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cel::common::ast::{EntryExpr, Expr, MapExpr, StructExpr};
 use cel::objects::{Key, Value as CelValue};
-use cel::{Context, Program};
+use cel::{Context, IdedExpr, Program};
 use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
 
 use crate::scope::Scope;
@@ -39,14 +40,13 @@ impl Gate {
         })
     }
 
-    /// The variables the expression reads (its scope roots).
+    /// The free variables the expression reads (its scope roots), in order of first
+    /// use. Variables bound by comprehension macros (`ids.exists(i, i > 5)`) are not
+    /// roots and are left out.
     pub fn variables(&self) -> Vec<String> {
-        self.program
-            .references()
-            .variables()
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
+        let mut free = Vec::new();
+        free_variables(self.program.expression(), &mut Vec::new(), &mut free);
+        free
     }
 
     /// Evaluates the gate; anything but a boolean is an error.
@@ -60,6 +60,58 @@ impl Gate {
             Ok(other) => Err(format!("`when` must evaluate to a bool, got {other:?}")),
             Err(e) => Err(format!("`when` could not be evaluated: {e}")),
         }
+    }
+}
+
+fn free_variables<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, free: &mut Vec<String>) {
+    match &expr.expr {
+        Expr::Ident(name) => {
+            if !bound.contains(&name.as_str()) && !free.contains(name) {
+                free.push(name.clone());
+            }
+        }
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                free_variables(target, bound, free);
+            }
+            for arg in &call.args {
+                free_variables(arg, bound, free);
+            }
+        }
+        Expr::Comprehension(comprehension) => {
+            free_variables(&comprehension.iter_range, bound, free);
+            free_variables(&comprehension.accu_init, bound, free);
+            let depth = bound.len();
+            bound.push(&comprehension.iter_var);
+            bound.extend(comprehension.iter_var2.as_deref());
+            bound.push(&comprehension.accu_var);
+            for inner in [
+                &comprehension.loop_cond,
+                &comprehension.loop_step,
+                &comprehension.result,
+            ] {
+                free_variables(inner, bound, free);
+            }
+            bound.truncate(depth);
+        }
+        Expr::List(list) => {
+            for element in &list.elements {
+                free_variables(element, bound, free);
+            }
+        }
+        Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &entry.expr {
+                    EntryExpr::MapEntry(e) => {
+                        free_variables(&e.key, bound, free);
+                        free_variables(&e.value, bound, free);
+                    }
+                    EntryExpr::StructField(f) => free_variables(&f.value, bound, free),
+                }
+            }
+        }
+        Expr::Select(select) => free_variables(&select.operand, bound, free),
+        Expr::Literal(_) | Expr::Unspecified => {}
     }
 }
 
@@ -109,5 +161,22 @@ fn field_value(value: &Value) -> CelValue {
                 .collect();
             CelValue::Map(map.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gate;
+
+    #[test]
+    fn variables_are_the_roots_read() {
+        let gate = Gate::compile("size(tokenize.ids) > 0 && input.text != ''").unwrap();
+        assert_eq!(gate.variables(), ["tokenize", "input"]);
+    }
+
+    #[test]
+    fn comprehension_variables_are_not_roots() {
+        let gate = Gate::compile("tokenize.ids.exists(i, i > 5)").unwrap();
+        assert_eq!(gate.variables(), ["tokenize"]);
     }
 }

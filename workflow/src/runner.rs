@@ -230,13 +230,12 @@ impl Runner {
         metadata: &dyn CallMetadata,
     ) -> Result<Option<DynamicMessage>, StepFailure> {
         let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
-        if let Some(gate) = &step.when {
-            if !gate
+        if let Some(gate) = &step.when
+            && !gate
                 .evaluate(scope)
                 .map_err(|e| fail(FailureKind::Gate, e))?
-            {
-                return Ok(None);
-            }
+        {
+            return Ok(None);
         }
         let mut request = DynamicMessage::new(step.method.input());
         for rule in &step.rules {

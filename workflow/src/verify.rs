@@ -31,14 +31,14 @@ pub(crate) fn verify(
                 });
             }
         }
-        if let Some((source, path)) = &step.when {
-            if let Err(reason) = roots.check_gate(source, index) {
-                findings.push(Finding {
-                    step: Some(step.name.clone()),
-                    path: path.clone(),
-                    message: reason,
-                });
-            }
+        if let Some((source, path)) = &step.when
+            && let Err(reason) = roots.check_gate(source, index)
+        {
+            findings.push(Finding {
+                step: Some(step.name.clone()),
+                path: path.clone(),
+                message: reason,
+            });
         }
     }
     if let Some(output) = output {

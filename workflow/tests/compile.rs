@@ -1,0 +1,429 @@
+//! Compilation and static verification: every problem is a finding naming its step and
+//! JSON path, and several problems give several findings.
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use workflow::testkit::{
+    fixture_descriptor_set, step, three_step_workflow, two_step_workflow, workflow,
+};
+use workflow::{CompiledWorkflow, Finding};
+
+const TARGET: &str = "127.0.0.1:1";
+
+fn findings(envelope: &Value) -> Vec<Finding> {
+    match CompiledWorkflow::compile(envelope) {
+        Ok(_) => panic!("the envelope should not compile"),
+        Err(findings) => findings.0,
+    }
+}
+
+/// Asserts one finding is about `step` at `path` and mentions `needle`.
+fn assert_finding(all: &[Finding], step: Option<&str>, path: &str, needle: &str) {
+    assert!(
+        all.iter()
+            .any(|f| f.step.as_deref() == step && f.path == path && f.message.contains(needle)),
+        "no finding for step {step:?} at {path} mentioning {needle:?}; got:\n{}",
+        all.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn the_fixture_workflows_compile() {
+    let wf = CompiledWorkflow::compile(&two_step_workflow(TARGET)).expect("two steps compile");
+    assert_eq!(wf.name, "embed-text");
+    assert_eq!(wf.steps.len(), 2);
+    assert_eq!(wf.output_type().full_name(), "jobs.test.Embedding");
+    assert_eq!(
+        wf.deadline,
+        std::time::Duration::from_secs(30),
+        "the default segment deadline"
+    );
+    let wf = CompiledWorkflow::compile(&three_step_workflow(TARGET)).expect("three steps compile");
+    assert!(wf.has_external_step());
+    assert!(
+        wf.step("review")
+            .is_some_and(|s| s.is_external() && s.validate)
+    );
+}
+
+#[test]
+fn an_unknown_scope_is_a_finding() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["rules"] = json!(["ids = typo.ids"]);
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        Some("embed"),
+        "$.steps[1].rules[0]",
+        "unknown scope 'typo'",
+    );
+    assert_finding(
+        &all,
+        Some("embed"),
+        "$.steps[1].rules[0]",
+        "earlier step (tokenize)",
+    );
+}
+
+#[test]
+fn a_forward_reference_is_a_finding() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rules"] = json!(["text = input.text", "fail = embed.values"]);
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].rules[1]",
+        "forward reference to step 'embed'",
+    );
+}
+
+#[test]
+fn a_type_mismatch_is_a_finding() {
+    let mut envelope = two_step_workflow(TARGET);
+    // Text.text is a string; Tokens.ids is repeated int64.
+    envelope["steps"][1]["rules"] = json!(["ids = input.text"]);
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        Some("embed"),
+        "$.steps[1].rules[0]",
+        "cannot assign string to 'ids' (repeated int64)",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rules"] = json!(["text = 42"]);
+    assert_finding(
+        &findings(&envelope),
+        Some("tokenize"),
+        "$.steps[0].rules[0]",
+        "cannot become string",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rules"] = json!(["colour = input.text"]);
+    assert_finding(
+        &findings(&envelope),
+        Some("tokenize"),
+        "$.steps[0].rules[0]",
+        "jobs.test.Text has no field 'colour'",
+    );
+}
+
+#[test]
+fn conversions_follow_protobuf_widening() {
+    // int64 ids appended one by one from an int32 score would be fine; string into
+    // int is not, and '+=' needs a repeated target.
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["rules"] = json!(["ids += tokenize.ids", "ids += 7", "fail = true"]);
+    CompiledWorkflow::compile(&envelope).expect("appending compatible values compiles");
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["rules"] = json!(["fail += tokenize.fail"]);
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].rules[0]",
+        "'+=' needs a repeated target",
+    );
+}
+
+#[test]
+fn an_unknown_method_is_a_finding() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["method"] = json!("jobs.test.Embedder/Embedd");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].method",
+        "has no method 'Embedd' (its methods: Embed)",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["method"] = json!("jobs.test.Nope/Embed");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].method",
+        "unknown service 'jobs.test.Nope'",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["method"] = json!("Embed");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].method",
+        "package.Service/Method",
+    );
+}
+
+#[test]
+fn an_uncompilable_when_is_a_finding() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["when"] = json!("size(tokenize.ids >");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].when",
+        "not valid CEL",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["when"] = json!("size(tokenz.ids) > 0");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].when",
+        "unknown scope 'tokenz'",
+    );
+}
+
+#[test]
+fn several_problems_give_several_findings() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rules"] = json!(["text = typo.text", "fail = embed.values"]);
+    envelope["steps"][1]["rules"] = json!(["ids = input.text"]);
+    envelope["steps"][1]["when"] = json!("((");
+    envelope["output"]["rules"] = json!(["vector = embed.nope"]);
+    let all = findings(&envelope);
+    assert_eq!(all.len(), 5, "{all:#?}");
+    assert_finding(
+        &all,
+        None,
+        "$.output.rules[0]",
+        "jobs.test.Vector has no field 'nope'",
+    );
+}
+
+#[test]
+fn structural_problems_are_findings_with_paths() {
+    let all = findings(&json!({ "steps": [] }));
+    assert_finding(&all, None, "$.name", "'name' is required");
+    assert_finding(&all, None, "$.schema", "'schema' is required");
+    assert_finding(&all, None, "$.inputType", "'inputType' is required");
+    assert_finding(&all, None, "$.steps", "at least one step");
+
+    let all = findings(&json!("not an object"));
+    assert_finding(&all, None, "$", "must be a JSON object");
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["name"] = json!("tokenize");
+    assert_finding(
+        &findings(&envelope),
+        Some("tokenize"),
+        "$.steps[1].name",
+        "duplicate step name 'tokenize'",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rule"] = json!(["text = input.text"]);
+    envelope["stpes"] = json!([]);
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].rule",
+        "unknown field 'rule'",
+    );
+    assert_finding(&all, None, "$.stpes", "unknown field 'stpes'");
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("target");
+    envelope["steps"][1]["deadlineMs"] = json!(-5);
+    envelope["steps"][1]["validate"] = json!("yes");
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].target",
+        "'target' is required",
+    );
+    assert_finding(
+        &all,
+        Some("embed"),
+        "$.steps[1].deadlineMs",
+        "whole number of milliseconds",
+    );
+    assert_finding(&all, Some("embed"), "$.steps[1].validate", "true or false");
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["name"] = json!("input");
+    envelope["steps"][1]["name"] = json!("embed-step");
+    let all = findings(&envelope);
+    assert_finding(&all, Some("input"), "$.steps[0].name", "reserved");
+    assert_finding(
+        &all,
+        Some("embed-step"),
+        "$.steps[1].name",
+        "not an identifier",
+    );
+}
+
+#[test]
+fn schema_problems_are_findings() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["schema"]["descriptorSetBase64"] = json!("%%% not base64 %%%");
+    assert_finding(
+        &findings(&envelope),
+        None,
+        "$.schema.descriptorSetBase64",
+        "not valid base64",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["schema"]["descriptorSetBase64"] =
+        json!(base64::engine::general_purpose::STANDARD.encode([0xff, 0xff, 0xff]));
+    assert_finding(
+        &findings(&envelope),
+        None,
+        "$.schema.descriptorSetBase64",
+        "not a usable FileDescriptorSet",
+    );
+
+    // The fixture set without its imports: jobs_test.proto imports buf/validate.
+    let full = prost_reflect::DescriptorPool::decode(fixture_descriptor_set()).unwrap();
+    let only_fixture = prost_types::FileDescriptorSet {
+        file: full
+            .file_descriptor_protos()
+            .filter(|f| f.name() == "jobs_test.proto")
+            .cloned()
+            .collect(),
+    };
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["schema"]["descriptorSetBase64"] = json!(
+        base64::engine::general_purpose::STANDARD
+            .encode(prost::Message::encode_to_vec(&only_fixture))
+    );
+    assert_finding(
+        &findings(&envelope),
+        None,
+        "$.schema.descriptorSetBase64",
+        "every import included",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["inputType"] = json!("jobs.test.Txt");
+    envelope["output"]["type"] = json!("jobs.test.Nothing");
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        None,
+        "$.inputType",
+        "unknown message type 'jobs.test.Txt'",
+    );
+    assert_finding(
+        &all,
+        None,
+        "$.output.type",
+        "unknown message type 'jobs.test.Nothing'",
+    );
+}
+
+#[test]
+fn hostile_envelopes_are_bounded() {
+    let steps: Vec<Value> = (0..201)
+        .map(|i| {
+            step(
+                &format!("s{i}"),
+                TARGET,
+                "jobs.test.Tokenizer/Tokenize",
+                &[],
+            )
+        })
+        .collect();
+    assert_finding(
+        &findings(&workflow("big", steps, None)),
+        None,
+        "$.steps",
+        "limit of 200",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["name"] = json!("n".repeat(201));
+    assert_finding(
+        &findings(&envelope),
+        None,
+        "$.name",
+        "longer than 200 characters",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rules"] = json!(vec!["text = input.text"; 201]);
+    assert_finding(
+        &findings(&envelope),
+        Some("tokenize"),
+        "$.steps[0].rules",
+        "limit of 200",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][0]["rules"] = json!([12, "=", "text = \"unterminated"]);
+    let all = findings(&envelope);
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].rules[0]",
+        "must be a string",
+    );
+    assert_finding(&all, Some("tokenize"), "$.steps[0].rules[1]", "");
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].rules[2]",
+        "not a valid JSON string",
+    );
+}
+
+#[test]
+fn inputs_are_parsed_strictly() {
+    let wf = CompiledWorkflow::compile(&two_step_workflow(TARGET)).unwrap();
+    wf.parse_input(&json!({ "text": "hi" }))
+        .expect("a valid input");
+    let err = wf
+        .parse_input(&json!({ "txt": "hi" }))
+        .expect_err("unknown field");
+    assert!(err.to_string().contains("txt"), "{err}");
+    let err = wf
+        .parse_input(&json!({ "text": 5 }))
+        .expect_err("wrong type");
+    assert!(err.to_string().contains("jobs.test.Text"), "{err}");
+    assert!(wf.parse_input(&json!([1, 2])).is_err());
+}
+
+#[test]
+fn compiled_workflows_can_be_shared_across_tasks() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CompiledWorkflow>();
+    assert_send_sync::<workflow::Runner>();
+}
+
+#[test]
+fn declared_rules_check_supplied_responses() {
+    let wf = CompiledWorkflow::compile(&three_step_workflow(TARGET)).unwrap();
+    let review = wf.step("review").unwrap().output_type();
+    let scored_without_notes =
+        workflow::compile::decode_json(&review, &json!({ "score": 5 })).unwrap();
+    let violations = wf.violations(&scored_without_notes).unwrap();
+    assert_eq!(violations.len(), 1);
+    assert_eq!(
+        violations[0].rule_id, "review.notes_when_scored",
+        "the message-level CEL rule"
+    );
+    assert_eq!(violations[0].field_path, "");
+
+    let out_of_range =
+        workflow::compile::decode_json(&review, &json!({ "notes": "x", "score": 11 })).unwrap();
+    let violations = wf.violations(&out_of_range).unwrap();
+    assert_eq!(violations[0].field_path, "score");
+
+    let fine =
+        workflow::compile::decode_json(&review, &json!({ "notes": "x", "score": 10 })).unwrap();
+    assert!(wf.violations(&fine).unwrap().is_empty());
+}
