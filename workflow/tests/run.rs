@@ -417,3 +417,19 @@ async fn call_metadata_reaches_the_target() {
         ]
     );
 }
+
+#[tokio::test]
+async fn tls_steps_speak_tls() {
+    // The fixture server speaks plaintext HTTP/2: a TLS step cannot handshake with it,
+    // which shows the step took the TLS path (and fails as retryable UNAVAILABLE).
+    let server = FixtureServer::start().await;
+    let mut envelope = two_step_workflow(&server.target());
+    envelope["steps"][0]["tls"] = json!(true);
+    envelope["steps"][0]["deadlineMs"] = json!(5000);
+    let wf = compile(&envelope);
+    let err = Runner::new().run(&wf, &input(&wf, "x", false)).await.expect_err("no TLS there");
+    let RunError::Failed(failure) = err else { panic!("{err}") };
+    assert_eq!(failure.step.as_deref(), Some("tokenize"));
+    assert!(failure.is_retryable(), "{failure}");
+    assert_eq!(server.stats.tokenize_calls(), 0, "no plaintext call reached the server");
+}
