@@ -23,6 +23,7 @@
 //! | [`rules`]      | the mapping language: `target = source`, `target += source`, `-target` |
 //! | [`gate`]       | `when` gates: CEL over `input` and earlier steps                       |
 //! | [`scope`]      | what a running segment can read: the input and earlier responses       |
+//! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
 //! | [`grpc`]       | dynamic unary calls over tonic, channels cached per target             |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
@@ -39,6 +40,7 @@ pub mod gate;
 pub mod grpc;
 pub mod rules;
 pub mod runner;
+pub mod schema;
 pub mod scope;
 pub mod verify;
 

@@ -427,9 +427,18 @@ async fn tls_steps_speak_tls() {
     envelope["steps"][0]["tls"] = json!(true);
     envelope["steps"][0]["deadlineMs"] = json!(5000);
     let wf = compile(&envelope);
-    let err = Runner::new().run(&wf, &input(&wf, "x", false)).await.expect_err("no TLS there");
-    let RunError::Failed(failure) = err else { panic!("{err}") };
+    let err = Runner::new()
+        .run(&wf, &input(&wf, "x", false))
+        .await
+        .expect_err("no TLS there");
+    let RunError::Failed(failure) = err else {
+        panic!("{err}")
+    };
     assert_eq!(failure.step.as_deref(), Some("tokenize"));
     assert!(failure.is_retryable(), "{failure}");
-    assert_eq!(server.stats.tokenize_calls(), 0, "no plaintext call reached the server");
+    assert_eq!(
+        server.stats.tokenize_calls(),
+        0,
+        "no plaintext call reached the server"
+    );
 }

@@ -18,9 +18,6 @@ mod servers;
 use std::sync::LazyLock;
 
 use base64::Engine as _;
-use protox::file::{
-    ChainFileResolver, DescriptorSetFileResolver, File, FileResolver, GoogleFileResolver,
-};
 
 pub use envelopes::{step, three_step_workflow, two_step_workflow, workflow};
 pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};
@@ -34,36 +31,9 @@ pub mod proto {
     tonic::include_proto!("jobs.test");
 }
 
-struct FixtureSource;
-
-impl FileResolver for FixtureSource {
-    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == FIXTURE_FILE {
-            File::from_source(name, FIXTURE_PROTO)
-        } else {
-            Err(protox::Error::file_not_found(name))
-        }
-    }
-}
-
 static DESCRIPTOR_SET: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    let mut resolver = ChainFileResolver::new();
-    resolver.add(FixtureSource);
-    resolver.add(GoogleFileResolver::new());
-    resolver.add(
-        DescriptorSetFileResolver::decode(
-            prost_protovalidate_types::DESCRIPTOR_POOL
-                .encode_to_vec()
-                .as_slice(),
-        )
-        .expect("the buf.validate schema decodes"),
-    );
-    let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler.include_imports(true);
-    compiler
-        .open_file(FIXTURE_FILE)
-        .expect("the fixture proto compiles");
-    compiler.encode_file_descriptor_set()
+    crate::schema::compile_proto_source(FIXTURE_FILE, FIXTURE_PROTO)
+        .expect("the fixture proto compiles")
 });
 
 /// The fixture schema as an encoded `FileDescriptorSet`, compiled at runtime.
