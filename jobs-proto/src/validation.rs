@@ -5,7 +5,8 @@ use std::sync::LazyLock;
 
 use prost::Message;
 use prost_protovalidate::Validator;
-use prost_reflect::ReflectMessage;
+use prost_protovalidate_types::MessageConstraintsExt;
+use prost_reflect::{MessageDescriptor, ReflectMessage};
 
 use crate::v1::{WorkflowRunEvent, WorkflowRunRequest};
 
@@ -81,6 +82,21 @@ fn join(violations: &[Violation]) -> String {
         .join("; ")
 }
 
+fn declared_rule_message(message_type: &MessageDescriptor, rule_id: &str) -> String {
+    message_type
+        .message_constraints()
+        .ok()
+        .flatten()
+        .and_then(|rules| {
+            rules
+                .cel
+                .into_iter()
+                .find(|r| r.id.as_deref() == Some(rule_id))
+        })
+        .and_then(|rule| rule.message)
+        .unwrap_or_else(|| rule_id.to_owned())
+}
+
 /// One validator for the process: it caches the compiled rules (CEL included) per
 /// message type, so only the first validation of each type pays for compilation.
 static VALIDATOR: LazyLock<Validator> = LazyLock::new(Validator::new);
@@ -102,7 +118,12 @@ pub trait WireMessage: Message + ReflectMessage + Default + Sized {
                     .map(|v| Violation {
                         field_path: v.field_path(),
                         rule_id: v.rule_id().to_owned(),
-                        message: v.message().to_owned(),
+                        message: match v.message() {
+                            // Message-level CEL rules come back without their declared
+                            // message: fill it in from the schema.
+                            "" => declared_rule_message(&self.descriptor(), v.rule_id()),
+                            message => message.to_owned(),
+                        },
                     })
                     .collect(),
             }),

@@ -286,6 +286,10 @@ fn every_violation_is_reported_not_just_the_first() {
         text.contains("event_id:"),
         "the message names the field: {text}"
     );
+    assert!(
+        text.contains("(message): a COMPLETED event must carry its verdict"),
+        "message-level rules say what they mean: {text}"
+    );
 }
 
 #[test]

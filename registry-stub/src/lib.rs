@@ -1,11 +1,48 @@
-//! # registry-stub: the host framework's registry role
+//! # registry-stub: the host framework a node is made of
 //!
-//! The node host mounts roles through the `Role` trait; the registry role owns the
-//! shared actions route (`POST /v1/actions/{verb}`), authentication, the
-//! `WorkflowRepository` extension point and the synchronous `run-workflow` verb.
+//! A node is a set of **roles** mounted together. Each role implements [`Role`]: a
+//! name, the roles it requires, and a `mount` step that contributes **actions**
+//! (verbs) to the shared catalog, **workflows** to the [`WorkflowRepository`],
+//! background **tasks**, and extra HTTP **routes**. [`Node`] orders the roles by their
+//! requirements, refuses to boot (one clear line) when a requirement is missing or two
+//! roles claim one verb, and serves what they contributed.
 //!
-//! The framework lands with its own issue; this crate holds its place in the
-//! workspace so the layout shows the architecture from the first commit.
+//! The registry role ([`RegistryRole`]) is the one every other role leans on: it owns
+//! the [`WorkflowRepository`] extension point (files in a directory, plus what
+//! co-mounted roles contribute in memory), shares the engine's [`workflow::Runner`],
+//! and contributes `put-workflow`, `get-workflow`, `list-workflows` and the
+//! synchronous `run-workflow`.
+//!
+//! ```text
+//! POST /v1/actions/{verb} ─► auth (bearer token, scope) ─► JSON ─► request message
+//!        ─► buf.validate rules ─► the verb's handler ─► JSON answer | {code, message}
+//! GET  /v1/actions        ─► the catalog: name, description, scope, JSON Schemas
+//! ```
+//!
+//! | module         | concept                                                          |
+//! |----------------|------------------------------------------------------------------|
+//! | [`action`]     | a verb: its request/response messages, scope and handler; errors |
+//! | [`node`]       | the `Role` trait, mounting, ordering, serving and shutdown       |
+//! | [`route`]      | the shared actions route (axum)                                  |
+//! | [`auth`]       | bearer tokens and scopes                                         |
+//! | [`config`]     | the node's typed configuration and the bind policy               |
+//! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
+//! | [`registry`]   | the registry role and its four verbs                             |
+//! | [`schema`]     | JSON Schema of a protobuf message, for the catalog               |
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod action;
+pub mod auth;
+pub mod config;
+pub mod node;
+pub mod registry;
+pub mod repository;
+pub mod route;
+pub mod schema;
+
+pub use action::{Action, ActionError, ActionRequest, Code};
+pub use node::{MountContext, MountError, MountedNode, Node, NodeError, Role};
+pub use registry::RegistryRole;
+pub use repository::{WorkflowRepository, WorkflowSource};

@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use prost_protovalidate::Validator;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, ReflectMessage,
+};
 use serde_json::{Map, Value};
 
 use crate::failure::{Violation, violations_of};
@@ -257,7 +259,7 @@ impl CompiledWorkflow {
 
     /// Every `buf.validate` rule `message` breaks (CEL rules included).
     pub fn violations(&self, message: &DynamicMessage) -> Result<Vec<Violation>, String> {
-        violations_of(self.validator.validate(message))
+        violations_of(&message.descriptor(), self.validator.validate(message))
     }
 }
 

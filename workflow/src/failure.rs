@@ -7,6 +7,9 @@
 
 use std::fmt;
 
+use prost_protovalidate_types::MessageConstraintsExt;
+use prost_reflect::MessageDescriptor;
+
 /// One broken `buf.validate` rule of a step's response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -122,9 +125,12 @@ impl StepFailure {
     }
 }
 
-/// Converts the validator's answer into our violations; an unusable rule set is a
-/// workflow defect.
-pub(crate) fn violations_of(
+/// Converts the validator's answer for a message of `message_type` into violations;
+/// an unusable rule set is a workflow defect. Message-level CEL rules come back from
+/// the validator without their declared `message`; it is filled in from the schema so
+/// every violation says what it means.
+pub fn violations_of(
+    message_type: &MessageDescriptor,
     result: Result<(), prost_protovalidate::Error>,
 ) -> Result<Vec<Violation>, String> {
     match result {
@@ -132,14 +138,33 @@ pub(crate) fn violations_of(
         Err(prost_protovalidate::Error::Validation(err)) => Ok(err
             .violations()
             .iter()
-            .map(|v| Violation {
-                field_path: v.field_path(),
-                rule_id: v.rule_id().to_owned(),
-                message: v.message().to_owned(),
+            .map(|v| {
+                let message = match v.message() {
+                    "" => declared_rule_message(message_type, v.rule_id())
+                        .unwrap_or_else(|| v.rule_id().to_owned()),
+                    message => message.to_owned(),
+                };
+                Violation {
+                    field_path: v.field_path(),
+                    rule_id: v.rule_id().to_owned(),
+                    message,
+                }
             })
             .collect()),
         Err(other) => Err(other.to_string()),
     }
+}
+
+/// The `message` a message-level CEL rule declares.
+fn declared_rule_message(message_type: &MessageDescriptor, rule_id: &str) -> Option<String> {
+    message_type
+        .message_constraints()
+        .ok()
+        .flatten()?
+        .cel
+        .into_iter()
+        .find(|rule| rule.id.as_deref() == Some(rule_id))
+        .and_then(|rule| rule.message)
 }
 
 #[cfg(test)]

@@ -1,0 +1,274 @@
+//! Actions: the verbs of the shared catalog, and the error model of the route.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use prost_protovalidate::Validator;
+use prost_reflect::{DynamicMessage, MessageDescriptor};
+use serde_json::{Value, json};
+
+/// Transport-level answer codes. Verb answers that are *results* (`{"ok": false,
+/// "error": ...}`) are not errors and travel as 200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// 400: the request is malformed or breaks its rules.
+    InvalidArgument,
+    /// 401: no valid bearer token.
+    Unauthenticated,
+    /// 403: the token lacks the verb's scope.
+    PermissionDenied,
+    /// 404: no such verb.
+    NotFound,
+    /// 503: the verb is mounted but cannot serve (for example, not configured).
+    Unavailable,
+    /// 500: something broke; the message never carries internals.
+    Internal,
+}
+
+impl Code {
+    /// The wire name (`invalid_argument`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidArgument => "invalid_argument",
+            Code::Unauthenticated => "unauthenticated",
+            Code::PermissionDenied => "permission_denied",
+            Code::NotFound => "not_found",
+            Code::Unavailable => "unavailable",
+            Code::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// A transport error: a code, a message for the caller, and optional details (for
+/// example one entry per violated rule or per workflow finding).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct ActionError {
+    /// What kind of error.
+    pub code: Code,
+    /// What happened and how to fix it.
+    pub message: String,
+    /// Structured details, when there are several problems.
+    pub details: Vec<Value>,
+}
+
+impl ActionError {
+    /// An error with no details.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        ActionError {
+            code,
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+
+    /// 400 naming what is wrong.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(Code::InvalidArgument, message)
+    }
+
+    /// 503.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(Code::Unavailable, message)
+    }
+
+    /// 500. The detail is logged, never sent.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(%detail, "internal error answering a verb");
+        Self::new(
+            Code::Internal,
+            "internal error; the node's log has the details",
+        )
+    }
+
+    /// Adds structured details.
+    pub fn with_details(mut self, details: Vec<Value>) -> Self {
+        self.details = details;
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        let mut body = json!({ "code": self.code.as_str(), "message": self.message });
+        if !self.details.is_empty() {
+            body["details"] = Value::Array(self.details.clone());
+        }
+        body
+    }
+}
+
+/// A validated request, as the handler receives it.
+#[derive(Debug, Clone)]
+pub struct ActionRequest {
+    /// The body as sent (proto3 JSON, camelCase), already known to match the request
+    /// message and its rules.
+    pub json: Value,
+    /// The body parsed as the request message.
+    pub message: DynamicMessage,
+}
+
+impl ActionRequest {
+    /// A string field of the body (camelCase name), empty when absent.
+    pub fn str(&self, json_name: &str) -> &str {
+        self.json
+            .get(json_name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// A field of the body (camelCase name), if present and not null.
+    pub fn get(&self, json_name: &str) -> Option<&Value> {
+        self.json.get(json_name).filter(|v| !v.is_null())
+    }
+}
+
+/// What a handler returns: the JSON answer (200), or a transport error.
+pub type ActionResult = Result<Value, ActionError>;
+
+type Handler =
+    Arc<dyn Fn(ActionRequest) -> Pin<Box<dyn Future<Output = ActionResult> + Send>> + Send + Sync>;
+
+/// One verb of the shared catalog.
+#[derive(Clone)]
+pub struct Action {
+    /// The verb, as in `POST /v1/actions/{verb}`.
+    pub name: String,
+    /// One sentence for the catalog.
+    pub description: String,
+    /// The scope a token needs to call it.
+    pub scope: String,
+    /// The request message: bodies are parsed as it and checked against its rules.
+    pub request: MessageDescriptor,
+    /// The response message, documented in the catalog.
+    pub response: MessageDescriptor,
+    validator: Arc<Validator>,
+    handler: Handler,
+}
+
+impl std::fmt::Debug for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Action")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .finish()
+    }
+}
+
+impl Action {
+    /// A verb answered by `handler`.
+    pub fn new<F, Fut>(
+        name: &str,
+        description: &str,
+        scope: &str,
+        request: MessageDescriptor,
+        response: MessageDescriptor,
+        handler: F,
+    ) -> Action
+    where
+        F: Fn(ActionRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ActionResult> + Send + 'static,
+    {
+        Action {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            scope: scope.to_owned(),
+            request,
+            response,
+            validator: Arc::new(Validator::new()),
+            handler: Arc::new(move |request| Box::pin(handler(request))),
+        }
+    }
+
+    /// Parses and validates a body, then runs the handler.
+    pub async fn call(&self, body: Value) -> ActionResult {
+        let request = self.parse(body)?;
+        (self.handler)(request).await
+    }
+
+    /// Parses a body as the request message and checks its rules; every problem
+    /// answers 400 naming the field.
+    pub fn parse(&self, body: Value) -> Result<ActionRequest, ActionError> {
+        if !body.is_object() {
+            return Err(ActionError::invalid(format!(
+                "the body of {} must be a JSON object ({})",
+                self.name,
+                self.request.full_name()
+            )));
+        }
+        let message = DynamicMessage::deserialize(self.request.clone(), &body).map_err(|e| {
+            ActionError::invalid(format!(
+                "the body does not match {}: {e}",
+                self.request.full_name()
+            ))
+        })?;
+        let violations =
+            workflow::failure::violations_of(&self.request, self.validator.validate(&message))
+                .map_err(|e| {
+                    ActionError::internal(format!(
+                        "the rules of {} could not be evaluated: {e}",
+                        self.name
+                    ))
+                })?;
+        if violations.is_empty() {
+            return Ok(ActionRequest {
+                json: body,
+                message,
+            });
+        }
+        let details: Vec<Value> = violations
+            .iter()
+            .map(|v| json!({ "field": json_path(&self.request, &v.field_path), "rule": v.rule_id, "message": v.message }))
+            .collect();
+        let listed: Vec<String> = details
+            .iter()
+            .map(|d| {
+                let field = d["field"].as_str().unwrap_or_default();
+                let field = if field.is_empty() { "(request)" } else { field };
+                format!("{field}: {}", d["message"].as_str().unwrap_or_default())
+            })
+            .collect();
+        Err(ActionError::invalid(format!(
+            "invalid {} request: {}",
+            self.name,
+            listed.join("; ")
+        ))
+        .with_details(details))
+    }
+}
+
+/// Rewrites a proto field path (`workflow_name`, `items[2].step_name`) with the JSON
+/// names callers use (`workflowName`, `items[2].stepName`).
+pub fn json_path(message: &MessageDescriptor, proto_path: &str) -> String {
+    let mut current = Some(message.clone());
+    proto_path
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(|segment| {
+            let (name, index) = match segment.find('[') {
+                Some(i) => segment.split_at(i),
+                None => (segment, ""),
+            };
+            let field = current.as_ref().and_then(|m| m.get_field_by_name(name));
+            current = field.as_ref().and_then(|f| f.kind().as_message().cloned());
+            format!(
+                "{}{index}",
+                field.map_or_else(|| name.to_owned(), |f| f.json_name().to_owned())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}

@@ -1,0 +1,373 @@
+//! Roles, and the node that mounts them.
+//!
+//! A [`Role`] contributes through its [`MountContext`]: actions, workflows (through
+//! the [`WorkflowRepository`] the registry role provides), background tasks and extra
+//! HTTP routes. Roles share values through the context's typed extensions: the
+//! registry role provides `Arc<dyn WorkflowRepository>` and `Arc<workflow::Runner>`,
+//! and roles that require it read them.
+//!
+//! [`Node::mount`] orders roles so that each mounts after the roles it requires, and
+//! refuses to boot, with one line naming the fix, when a required role is missing,
+//! when roles require each other in a cycle, when a role is listed twice, or when two
+//! roles claim the same verb. [`MountedNode::start`] spawns the background tasks;
+//! [`RunningNode::shutdown`] cancels them and waits up to a grace period.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::action::Action;
+use crate::auth::AuthConfig;
+use crate::repository::WorkflowRepository;
+use crate::route::{Catalog, actions_router};
+
+/// A role failed to mount; the message says why and what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MountError(pub String);
+
+/// Why a node refuses to boot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    /// A role requires a role that is not mounted.
+    #[error(
+        "role '{role}' requires role '{missing}', which is not mounted on this node: add \"{missing}\" to [node].roles"
+    )]
+    MissingRole {
+        /// The role with the requirement.
+        role: String,
+        /// The role it requires.
+        missing: String,
+    },
+    /// The same role is listed twice.
+    #[error("role '{0}' is listed twice in [node].roles")]
+    DuplicateRole(String),
+    /// Roles require each other in a cycle.
+    #[error("roles {0:?} require each other in a cycle")]
+    Cycle(Vec<String>),
+    /// Two roles claim one verb.
+    #[error(
+        "verb '{verb}' is contributed by both the {first} and the {second} role: a verb can have only one owner"
+    )]
+    DuplicateVerb {
+        /// The verb.
+        verb: String,
+        /// The role that contributed it first.
+        first: String,
+        /// The role that contributed it again.
+        second: String,
+    },
+    /// A role's own mount step failed.
+    #[error("mounting the {role} role failed: {error}")]
+    Mount {
+        /// The role.
+        role: String,
+        /// Its error.
+        error: MountError,
+    },
+}
+
+/// A composable part of a node.
+#[async_trait::async_trait]
+pub trait Role: Send + Sync {
+    /// The role's name in `[node].roles`.
+    fn name(&self) -> &str;
+
+    /// Roles that must be mounted on the same node, before this one.
+    fn requires(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Contributes actions, workflows, tasks and routes.
+    async fn mount(&self, ctx: &mut MountContext) -> Result<(), MountError>;
+}
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What a role mounts into.
+pub struct MountContext {
+    role: String,
+    actions: BTreeMap<String, (String, Action)>,
+    routes: Vec<Router>,
+    tasks: Vec<(String, Task)>,
+    extensions: http::Extensions,
+    shutdown: CancellationToken,
+    duplicate: Option<NodeError>,
+}
+
+impl MountContext {
+    fn new() -> Self {
+        MountContext {
+            role: String::new(),
+            actions: BTreeMap::new(),
+            routes: Vec::new(),
+            tasks: Vec::new(),
+            extensions: http::Extensions::new(),
+            shutdown: CancellationToken::new(),
+            duplicate: None,
+        }
+    }
+
+    /// The role being mounted.
+    pub fn role(&self) -> &str {
+        &self.role
+    }
+
+    /// Contributes a verb to the shared catalog.
+    pub fn add_action(&mut self, action: Action) {
+        if let Some((first, _)) = self.actions.get(&action.name) {
+            self.duplicate.get_or_insert(NodeError::DuplicateVerb {
+                verb: action.name.clone(),
+                first: first.clone(),
+                second: self.role.clone(),
+            });
+            return;
+        }
+        self.actions
+            .insert(action.name.clone(), (self.role.clone(), action));
+    }
+
+    /// Contributes extra HTTP routes, merged beside the actions route.
+    pub fn add_routes(&mut self, routes: Router) {
+        self.routes.push(routes);
+    }
+
+    /// Contributes a background task. It starts with the node and must return soon
+    /// after [`MountContext::shutdown_token`] is cancelled.
+    pub fn spawn_task(&mut self, name: &str, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks
+            .push((format!("{}/{name}", self.role), Box::pin(task)));
+    }
+
+    /// Cancelled when the node shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Shares a value with the roles mounted after this one.
+    pub fn provide<T: Clone + Send + Sync + 'static>(&mut self, value: T) {
+        self.extensions.insert(value);
+    }
+
+    /// A value an earlier role shared.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.extensions.get::<T>().cloned()
+    }
+
+    /// The registry's workflow repository.
+    pub fn workflows(&self) -> Result<Arc<dyn WorkflowRepository>, MountError> {
+        self.get::<Arc<dyn WorkflowRepository>>().ok_or_else(|| {
+            MountError(format!(
+                "the {} role needs the registry role's workflow repository: mount \"registry\" too",
+                self.role
+            ))
+        })
+    }
+
+    /// Contributes a workflow to the registry's repository, in memory.
+    pub fn contribute_workflow(&self, envelope: serde_json::Value) -> Result<String, MountError> {
+        self.workflows()?
+            .contribute(&self.role, envelope)
+            .map_err(|e| MountError(format!("contributing a workflow: {e}")))
+    }
+}
+
+/// A node under construction: roles and authentication.
+#[derive(Default)]
+pub struct Node {
+    roles: Vec<Arc<dyn Role>>,
+    auth: Option<AuthConfig>,
+}
+
+impl Node {
+    /// An empty node.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requires bearer tokens on the actions route.
+    pub fn with_auth(mut self, auth: Option<AuthConfig>) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Adds a role.
+    pub fn role(mut self, role: impl Role + 'static) -> Self {
+        self.roles.push(Arc::new(role));
+        self
+    }
+
+    /// Adds a shared role.
+    pub fn shared_role(mut self, role: Arc<dyn Role>) -> Self {
+        self.roles.push(role);
+        self
+    }
+
+    /// Orders and mounts every role.
+    pub async fn mount(self) -> Result<MountedNode, NodeError> {
+        let ordered = mount_order(&self.roles)?;
+        let mut ctx = MountContext::new();
+        for role in ordered {
+            ctx.role = role.name().to_owned();
+            role.mount(&mut ctx)
+                .await
+                .map_err(|error| NodeError::Mount {
+                    role: role.name().to_owned(),
+                    error,
+                })?;
+            if let Some(duplicate) = ctx.duplicate.take() {
+                return Err(duplicate);
+            }
+        }
+        let catalog = Catalog::new(
+            ctx.actions
+                .into_values()
+                .map(|(_, action)| action)
+                .collect(),
+        );
+        let mut router = actions_router(Arc::new(catalog), self.auth.map(Arc::new));
+        for routes in ctx.routes {
+            router = router.merge(routes);
+        }
+        Ok(MountedNode {
+            router,
+            tasks: ctx.tasks,
+            shutdown: ctx.shutdown,
+            extensions: ctx.extensions,
+        })
+    }
+}
+
+fn mount_order(roles: &[Arc<dyn Role>]) -> Result<Vec<Arc<dyn Role>>, NodeError> {
+    for (i, role) in roles.iter().enumerate() {
+        if roles[..i].iter().any(|r| r.name() == role.name()) {
+            return Err(NodeError::DuplicateRole(role.name().to_owned()));
+        }
+        for required in role.requires() {
+            if !roles.iter().any(|r| r.name() == required) {
+                return Err(NodeError::MissingRole {
+                    role: role.name().to_owned(),
+                    missing: required,
+                });
+            }
+        }
+    }
+    let mut pending: Vec<Arc<dyn Role>> = roles.to_vec();
+    let mut ordered: Vec<Arc<dyn Role>> = Vec::with_capacity(roles.len());
+    while !pending.is_empty() {
+        let ready = pending.iter().position(|role| {
+            role.requires()
+                .iter()
+                .all(|required| ordered.iter().any(|r| r.name() == required))
+        });
+        match ready {
+            Some(i) => ordered.push(pending.remove(i)),
+            None => {
+                return Err(NodeError::Cycle(
+                    pending.iter().map(|r| r.name().to_owned()).collect(),
+                ));
+            }
+        }
+    }
+    Ok(ordered)
+}
+
+/// A mounted node whose tasks have not started.
+pub struct MountedNode {
+    router: Router,
+    tasks: Vec<(String, Task)>,
+    shutdown: CancellationToken,
+    extensions: http::Extensions,
+}
+
+impl MountedNode {
+    /// The node's HTTP surface (the actions route and every role's routes).
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// A value a role shared while mounting.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.extensions.get::<T>().cloned()
+    }
+
+    /// Starts every background task.
+    pub fn start(self) -> RunningNode {
+        let handles = self
+            .tasks
+            .into_iter()
+            .map(|(name, task)| {
+                tracing::debug!(task = %name, "starting");
+                (name, tokio::spawn(task))
+            })
+            .collect();
+        RunningNode {
+            router: self.router,
+            handles,
+            shutdown: self.shutdown,
+            extensions: self.extensions,
+        }
+    }
+}
+
+/// A node whose background tasks run.
+pub struct RunningNode {
+    router: Router,
+    handles: Vec<(String, JoinHandle<()>)>,
+    shutdown: CancellationToken,
+    extensions: http::Extensions,
+}
+
+impl RunningNode {
+    /// The node's HTTP surface.
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// A value a role shared while mounting.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> Option<T> {
+        self.extensions.get::<T>().cloned()
+    }
+
+    /// Serves HTTP on `listener` until `signal` completes, then shuts down with `grace`.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        signal: impl Future<Output = ()> + Send + 'static,
+        grace: Duration,
+    ) -> std::io::Result<()> {
+        let shutdown = self.shutdown.clone();
+        let served = axum::serve(listener, self.router.clone())
+            .with_graceful_shutdown(async move {
+                signal.await;
+                tracing::info!(
+                    "shutting down: no new requests; background tasks get their grace period"
+                );
+                shutdown.cancel();
+            })
+            .await;
+        self.shutdown(grace).await;
+        served
+    }
+
+    /// Cancels every task and waits up to `grace` for each to finish.
+    pub async fn shutdown(self, grace: Duration) {
+        self.shutdown.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        for (name, mut handle) in self.handles {
+            match tokio::time::timeout_at(deadline, &mut handle).await {
+                Ok(_) => tracing::debug!(task = %name, "stopped"),
+                Err(_) => {
+                    tracing::warn!(task = %name, "still running after the shutdown grace; aborting it");
+                    handle.abort();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The registry role: the workflow repository, the shared runner, and its four verbs.
+//!
+//! | verb             | scope            | answer                                                  |
+//! |------------------|------------------|---------------------------------------------------------|
+//! | `put-workflow`   | `registry:write` | `{ok, name, created}`; findings answer 400              |
+//! | `get-workflow`   | `registry:read`  | `{ok, workflow, source}` or `{ok: false, error}`        |
+//! | `list-workflows` | `registry:read`  | `{workflows: [{name, source, steps}]}`                  |
+//! | `run-workflow`   | `workflow:run`   | `{ok, output, steps}` or `{ok: false, failedStep, error}` |
+
+use std::sync::Arc;
+
+use prost_reflect::{DescriptorPool, MessageDescriptor};
+use serde_json::{Value, json};
+use workflow::{Checkpoint, CompiledWorkflow, Findings, RunError, Runner};
+
+use crate::action::{Action, ActionError, ActionRequest, ActionResult};
+use crate::config::RegistryConfig;
+use crate::node::{MountContext, MountError, Role};
+use crate::repository::{FileWorkflowRepository, RepositoryError, WorkflowRepository, check_name};
+
+/// The registry's surface contract: request and response messages of its verbs.
+pub const REGISTRY_PROTO: &str = include_str!("../proto/registry.proto");
+const REGISTRY_PROTO_FILE: &str = "protomolt/registry/v1/registry.proto";
+
+/// The registry role.
+pub struct RegistryRole {
+    config: RegistryConfig,
+}
+
+impl RegistryRole {
+    /// A registry storing workflows under `config.workflows_dir`.
+    pub fn new(config: RegistryConfig) -> Self {
+        RegistryRole { config }
+    }
+}
+
+/// A 400 listing every finding of a workflow that does not compile, with one detail
+/// per finding (`step`, `path`, `message`).
+pub fn findings_error(findings: &Findings) -> ActionError {
+    let details = findings
+        .0
+        .iter()
+        .map(|f| json!({ "step": f.step, "path": f.path, "message": f.message }))
+        .collect();
+    ActionError::invalid(findings.to_string()).with_details(details)
+}
+
+/// Looks up a message of a role's surface contract.
+pub fn surface_message(pool: &DescriptorPool, name: &str) -> Result<MessageDescriptor, MountError> {
+    pool.get_message_by_name(name)
+        .ok_or_else(|| MountError(format!("the surface contract has no message {name}")))
+}
+
+fn repository_error(error: RepositoryError) -> ActionError {
+    match error {
+        RepositoryError::Findings(findings) => findings_error(&findings),
+        RepositoryError::InvalidName { .. } => {
+            ActionError::invalid(format!("workflow.name: {error}"))
+        }
+        RepositoryError::Contributed { .. } => ActionError::invalid(error.to_string()),
+        RepositoryError::Io { .. } => ActionError::internal(error),
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for RegistryRole {
+    fn name(&self) -> &str {
+        "registry"
+    }
+
+    async fn mount(&self, ctx: &mut MountContext) -> Result<(), MountError> {
+        let pool = workflow::schema::compile_proto_pool(REGISTRY_PROTO_FILE, REGISTRY_PROTO)
+            .map_err(MountError)?;
+        let message = |name: &str| surface_message(&pool, &format!("protomolt.registry.v1.{name}"));
+        let repository = Arc::new(
+            FileWorkflowRepository::open(&self.config.workflows_dir)
+                .await
+                .map_err(|e| {
+                    MountError(format!(
+                        "opening the workflows directory (registry.workflows_dir): {e}"
+                    ))
+                })?,
+        );
+        let runner = Arc::new(Runner::new());
+        ctx.provide::<Arc<dyn WorkflowRepository>>(repository.clone());
+        ctx.provide::<Arc<Runner>>(runner.clone());
+
+        let store = repository.clone();
+        ctx.add_action(Action::new(
+            "put-workflow",
+            "Compile, verify and store a workflow under its own name (files in the registry's directory).",
+            "registry:write",
+            message("PutWorkflowRequest")?,
+            message("PutWorkflowResponse")?,
+            move |request: ActionRequest| {
+                let store = store.clone();
+                async move {
+                    let envelope = request.get("workflow").cloned().unwrap_or(Value::Null);
+                    let (name, created) = store.put(envelope).await.map_err(repository_error)?;
+                    Ok(json!({ "ok": true, "name": name, "created": created }))
+                }
+            },
+        ));
+
+        let store = repository.clone();
+        ctx.add_action(Action::new(
+            "get-workflow",
+            "Read one stored workflow by name.",
+            "registry:read",
+            message("GetWorkflowRequest")?,
+            message("GetWorkflowResponse")?,
+            move |request: ActionRequest| {
+                let store = store.clone();
+                async move {
+                    let name = request.str("name");
+                    check_name(name).map_err(|e| ActionError::invalid(format!("name: {e}")))?;
+                    Ok(match store.resolve(name) {
+                        Some(stored) => json!({ "ok": true, "workflow": stored.envelope, "source": stored.source.label() }),
+                        None => json!({ "ok": false, "error": format!("no workflow named '{name}'") }),
+                    })
+                }
+            },
+        ));
+
+        let store = repository.clone();
+        ctx.add_action(Action::new(
+            "list-workflows",
+            "List every stored workflow: name, source (file or contributing role) and step count.",
+            "registry:read",
+            message("ListWorkflowsRequest")?,
+            message("ListWorkflowsResponse")?,
+            move |_request: ActionRequest| {
+                let store = store.clone();
+                async move {
+                    let workflows: Vec<Value> = store
+                        .list()
+                        .into_iter()
+                        .map(|s| json!({ "name": s.name, "source": s.source.label(), "steps": s.steps }))
+                        .collect();
+                    Ok(json!({ "workflows": workflows }))
+                }
+            },
+        ));
+
+        let store: Arc<dyn WorkflowRepository> = repository;
+        ctx.add_action(Action::new(
+            "run-workflow",
+            "Run a workflow synchronously (inline, or stored by name) and answer its output and every step's checkpoint.",
+            "workflow:run",
+            message("RunWorkflowRequest")?,
+            message("RunWorkflowResponse")?,
+            move |request: ActionRequest| {
+                let (store, runner) = (store.clone(), runner.clone());
+                async move { run_workflow(store.as_ref(), &runner, &request).await }
+            },
+        ));
+        Ok(())
+    }
+}
+
+/// The envelope a request names: inline `workflow`, or stored `workflowName`.
+pub fn requested_envelope(
+    store: &dyn WorkflowRepository,
+    request: &ActionRequest,
+) -> Result<Value, ActionError> {
+    if let Some(inline) = request.get("workflow") {
+        return Ok(inline.clone());
+    }
+    let name = request.str("workflowName");
+    store
+        .resolve(name)
+        .map(|stored| stored.envelope)
+        .ok_or_else(|| {
+            ActionError::invalid(format!(
+                "workflowName: no stored workflow named '{name}' (list-workflows shows them)"
+            ))
+        })
+}
+
+async fn run_workflow(
+    store: &dyn WorkflowRepository,
+    runner: &Runner,
+    request: &ActionRequest,
+) -> ActionResult {
+    let envelope = requested_envelope(store, request)?;
+    let compiled = CompiledWorkflow::compile(&envelope).map_err(|f| findings_error(&f))?;
+    let input = compiled
+        .parse_input(request.get("input").unwrap_or(&json!({})))
+        .map_err(|e| ActionError::invalid(format!("input: {e}")))?;
+    Ok(match runner.run(&compiled, &input).await {
+        Ok(outcome) => json!({
+            "ok": true,
+            "output": outcome.output_json(),
+            "steps": outcome.steps.iter().map(Checkpoint::to_json).collect::<Vec<_>>(),
+        }),
+        Err(RunError::WouldPark) => {
+            json!({ "ok": false, "error": RunError::WouldPark.to_string() })
+        }
+        Err(RunError::Failed(failure)) => {
+            json!({ "ok": false, "failedStep": failure.step, "error": failure.to_string() })
+        }
+    })
+}

@@ -1,0 +1,276 @@
+//! The `WorkflowRepository` extension point: stored workflows by name.
+//!
+//! The registry keeps workflows as files, one `NAME.json` each in its configured
+//! directory, loaded at start-up and written atomically (a temporary file renamed
+//! into place). Co-mounted roles contribute workflows in memory; those cannot be
+//! replaced by `put-workflow`. Names are `[a-z0-9][a-z0-9._-]{0,199}`, so a name is
+//! always a safe file name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use serde_json::Value;
+use workflow::{CompiledWorkflow, Findings};
+
+/// Where a stored workflow comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkflowSource {
+    /// A file in the registry's directory.
+    File,
+    /// Contributed in memory by the named role.
+    Role(String),
+}
+
+impl WorkflowSource {
+    /// `file`, or the contributing role's name.
+    pub fn label(&self) -> &str {
+        match self {
+            WorkflowSource::File => "file",
+            WorkflowSource::Role(role) => role,
+        }
+    }
+}
+
+/// A stored workflow.
+#[derive(Debug, Clone)]
+pub struct StoredWorkflow {
+    /// Its name (also its envelope's `name`).
+    pub name: String,
+    /// The envelope, as stored.
+    pub envelope: Value,
+    /// Where it comes from.
+    pub source: WorkflowSource,
+    /// How many steps it declares.
+    pub steps: usize,
+}
+
+/// Why a workflow could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum RepositoryError {
+    /// The envelope does not compile.
+    #[error(transparent)]
+    Findings(#[from] Findings),
+    /// The name cannot be a stored workflow's name.
+    #[error("workflow name '{name}' {reason}")]
+    InvalidName {
+        /// The offending name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A role contributed a workflow of that name.
+    #[error("workflow '{name}' is contributed by the {role} role and cannot be replaced")]
+    Contributed {
+        /// The name.
+        name: String,
+        /// The contributing role.
+        role: String,
+    },
+    /// The directory or a file could not be read or written.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// Which path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Resolves stored workflows by name; the registry role provides it to co-mounted roles.
+pub trait WorkflowRepository: Send + Sync {
+    /// The workflow stored under `name`.
+    fn resolve(&self, name: &str) -> Option<StoredWorkflow>;
+    /// Every stored workflow, by name.
+    fn list(&self) -> Vec<StoredWorkflow>;
+    /// Adds a workflow a role ships, in memory; it must compile.
+    fn contribute(&self, role: &str, envelope: Value) -> Result<String, RepositoryError>;
+}
+
+/// Checks a stored workflow's name: `[a-z0-9][a-z0-9._-]{0,199}`.
+pub fn check_name(name: &str) -> Result<(), RepositoryError> {
+    let invalid = |reason: &str| RepositoryError::InvalidName {
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err(invalid("is empty")),
+        Some(c) if !(c.is_ascii_lowercase() || c.is_ascii_digit()) => {
+            return Err(invalid("must start with a lower-case letter or a digit"));
+        }
+        _ => {}
+    }
+    if name.len() > 200 {
+        return Err(invalid("is longer than 200 characters"));
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(invalid("may contain only a-z, 0-9, '.', '_' and '-'"));
+    }
+    Ok(())
+}
+
+fn compile_named(envelope: &Value) -> Result<(String, usize), RepositoryError> {
+    let compiled = CompiledWorkflow::compile(envelope)?;
+    check_name(&compiled.name)?;
+    Ok((compiled.name.clone(), compiled.steps.len()))
+}
+
+/// The registry's store: files plus contributions.
+pub struct FileWorkflowRepository {
+    dir: PathBuf,
+    entries: RwLock<BTreeMap<String, StoredWorkflow>>,
+}
+
+impl FileWorkflowRepository {
+    /// Opens (creating when missing) `dir` and loads every `NAME.json` in it. A file
+    /// that is not a valid workflow is skipped with a warning, not fatal.
+    pub async fn open(dir: &Path) -> Result<FileWorkflowRepository, RepositoryError> {
+        let io = |action, source| RepositoryError::Io {
+            action,
+            path: dir.to_owned(),
+            source,
+        };
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| io("creating", e))?;
+        let mut entries = BTreeMap::new();
+        let mut listing = tokio::fs::read_dir(dir)
+            .await
+            .map_err(|e| io("reading", e))?;
+        while let Some(entry) = listing.next_entry().await.map_err(|e| io("reading", e))? {
+            let path = entry.path();
+            let Some(stem) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".json"))
+            else {
+                continue;
+            };
+            let loaded = async {
+                let bytes = tokio::fs::read(&path).await.map_err(|e| e.to_string())?;
+                let envelope: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+                let (name, steps) = compile_named(&envelope).map_err(|e| e.to_string())?;
+                if name != stem {
+                    return Err(format!("its workflow is named '{name}', not '{stem}'"));
+                }
+                Ok(StoredWorkflow {
+                    name,
+                    envelope,
+                    source: WorkflowSource::File,
+                    steps,
+                })
+            };
+            match loaded.await {
+                Ok(stored) => {
+                    entries.insert(stored.name.clone(), stored);
+                }
+                Err(reason) => {
+                    tracing::warn!(path = %path.display(), %reason, "skipping a stored workflow that does not load")
+                }
+            }
+        }
+        Ok(FileWorkflowRepository {
+            dir: dir.to_owned(),
+            entries: RwLock::new(entries),
+        })
+    }
+
+    /// Compiles, verifies and stores `envelope` under its own name; returns the name
+    /// and whether it was new.
+    pub async fn put(&self, envelope: Value) -> Result<(String, bool), RepositoryError> {
+        let (name, steps) = compile_named(&envelope)?;
+        if let Some(WorkflowSource::Role(role)) = self.resolve(&name).map(|s| s.source) {
+            return Err(RepositoryError::Contributed { name, role });
+        }
+        let path = self.dir.join(format!("{name}.json"));
+        let temporary = self.dir.join(format!(".{name}.json.tmp"));
+        let bytes = serde_json::to_vec_pretty(&envelope).map_err(|e| RepositoryError::Io {
+            action: "encoding",
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        tokio::fs::write(&temporary, bytes)
+            .await
+            .map_err(|source| RepositoryError::Io {
+                action: "writing",
+                path: temporary.clone(),
+                source,
+            })?;
+        tokio::fs::rename(&temporary, &path)
+            .await
+            .map_err(|source| RepositoryError::Io {
+                action: "renaming into",
+                path: path.clone(),
+                source,
+            })?;
+        let stored = StoredWorkflow {
+            name: name.clone(),
+            envelope,
+            source: WorkflowSource::File,
+            steps,
+        };
+        let created = self.write_entries().insert(name.clone(), stored).is_none();
+        Ok((name, created))
+    }
+
+    fn write_entries(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, StoredWorkflow>> {
+        // A poisoned lock means a panic mid-insert; the map itself is still consistent.
+        self.entries.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read_entries(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, StoredWorkflow>> {
+        self.entries.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl WorkflowRepository for FileWorkflowRepository {
+    fn resolve(&self, name: &str) -> Option<StoredWorkflow> {
+        self.read_entries().get(name).cloned()
+    }
+
+    fn list(&self) -> Vec<StoredWorkflow> {
+        self.read_entries().values().cloned().collect()
+    }
+
+    fn contribute(&self, role: &str, envelope: Value) -> Result<String, RepositoryError> {
+        let (name, steps) = compile_named(&envelope)?;
+        let stored = StoredWorkflow {
+            name: name.clone(),
+            envelope,
+            source: WorkflowSource::Role(role.to_owned()),
+            steps,
+        };
+        self.write_entries().insert(name.clone(), stored);
+        Ok(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_name;
+
+    #[test]
+    fn names_are_safe_file_names() {
+        for good in ["embed-text", "a", "0.v2_x", &"a".repeat(200)] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Embed",
+            "-x",
+            ".hidden",
+            "../etc/passwd",
+            "a/b",
+            "a b",
+            "é",
+            &"a".repeat(201),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

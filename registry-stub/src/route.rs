@@ -1,0 +1,146 @@
+//! The shared actions route.
+//!
+//! - `GET /v1/actions`: the catalog: every verb's name, description, scope, and the
+//!   JSON Schemas of its request and response.
+//! - `POST /v1/actions/{verb}`: a JSON body (proto3 JSON, camelCase; an empty body
+//!   is `{}`), answered with JSON.
+//!
+//! Handlers stay thin: the route authenticates, finds the verb, checks the scope,
+//! parses the body as the verb's request message and checks its rules, and maps every
+//! error to `{"code", "message"}` with its HTTP status, in this one place.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::action::{Action, ActionError, Code};
+use crate::auth::AuthConfig;
+use crate::schema::json_schema;
+
+/// Largest request body accepted (envelopes carry descriptor sets).
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Every mounted verb, by name.
+pub struct Catalog {
+    actions: BTreeMap<String, Action>,
+}
+
+impl Catalog {
+    /// A catalog of `actions` (names are unique: the node checked).
+    pub fn new(actions: Vec<Action>) -> Self {
+        Catalog {
+            actions: actions.into_iter().map(|a| (a.name.clone(), a)).collect(),
+        }
+    }
+
+    /// The verb called `name`.
+    pub fn get(&self, name: &str) -> Option<&Action> {
+        self.actions.get(name)
+    }
+
+    /// The catalog as JSON.
+    pub fn describe(&self) -> Value {
+        let actions: Vec<Value> = self
+            .actions
+            .values()
+            .map(|a| {
+                json!({
+                    "name": a.name,
+                    "description": a.description,
+                    "scope": a.scope,
+                    "request": json_schema(&a.request),
+                    "response": json_schema(&a.response),
+                })
+            })
+            .collect();
+        json!({ "actions": actions })
+    }
+}
+
+#[derive(Clone)]
+struct RouteState {
+    catalog: Arc<Catalog>,
+    auth: Option<Arc<AuthConfig>>,
+}
+
+/// The actions route over `catalog`, requiring tokens when `auth` is set.
+pub fn actions_router(catalog: Arc<Catalog>, auth: Option<Arc<AuthConfig>>) -> Router {
+    Router::new()
+        .route("/v1/actions", get(list_actions))
+        .route("/v1/actions/{verb}", post(call_action))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(RouteState { catalog, auth })
+}
+
+fn error_response(error: &ActionError) -> Response {
+    (error.code.status(), axum::Json(error.body())).into_response()
+}
+
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+async fn list_actions(State(state): State<RouteState>, headers: HeaderMap) -> Response {
+    if let Some(auth) = &state.auth
+        && let Err(error) = auth.authenticate(authorization(&headers))
+    {
+        return error_response(&error);
+    }
+    (StatusCode::OK, axum::Json(state.catalog.describe())).into_response()
+}
+
+async fn call_action(
+    State(state): State<RouteState>,
+    Path(verb): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = std::time::Instant::now();
+    let answer = dispatch(&state, &verb, &headers, &body).await;
+    let status = match &answer {
+        Ok(_) => StatusCode::OK,
+        Err(e) => e.code.status(),
+    };
+    tracing::debug!(%verb, status = status.as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "action");
+    match answer {
+        Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
+        Err(error) => error_response(&error),
+    }
+}
+
+async fn dispatch(
+    state: &RouteState,
+    verb: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ActionError> {
+    let token = match &state.auth {
+        Some(auth) => Some(auth.authenticate(authorization(headers))?),
+        None => None,
+    };
+    let action = state.catalog.get(verb).ok_or_else(|| {
+        ActionError::new(
+            Code::NotFound,
+            format!("unknown verb '{verb}': GET /v1/actions lists the verbs"),
+        )
+    })?;
+    if let Some(token) = token {
+        token.authorize(&action.scope, verb)?;
+    }
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ActionError::invalid(format!("the body is not valid JSON: {e}")))?
+    };
+    action.call(body).await
+}
