@@ -1,19 +1,91 @@
-//! `protomolt-node`: the example node host. It mounts the roles its configuration
-//! enables (registry, parse, jobs) and serves the shared actions route.
+//! `protomolt-node`: the example node host.
 //!
-//! Until the host framework lands it only answers `--version`.
+//! It reads a TOML node config (`--config`, every value overridable from the
+//! environment as `PROTOMOLT_<SECTION>__<KEY>`, e.g. `PROTOMOLT_NODE__BIND`), mounts
+//! the roles the config enables (`[node].roles`), serves the shared actions route,
+//! logs with `tracing` (JSON with `--log-format json`), and shuts down gracefully on
+//! SIGINT or SIGTERM. `protomolt-node demo` runs the demo.
 
-fn main() {
-    let wants_version = std::env::args()
-        .skip(1)
-        .any(|arg| arg == "--version" || arg == "-V");
-    if wants_version {
-        println!("protomolt-node {}", env!("CARGO_PKG_VERSION"));
-    } else {
-        eprintln!(
-            "protomolt-node {}: the node host lands with the host-framework issue; try --version",
-            env!("CARGO_PKG_VERSION")
-        );
-        std::process::exit(2);
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod config;
+mod demo;
+mod node;
+mod parse;
+
+/// The ProtoMolt example node.
+#[derive(Debug, Parser)]
+#[command(name = "protomolt-node", version, about)]
+struct Cli {
+    /// The node's TOML config; without it, the defaults (and the environment) apply.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Log as text lines or as JSON objects.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the node (the default).
+    Run,
+    /// Check the config and print it as the node sees it.
+    CheckConfig,
+    /// Start the demo: fixture gRPC services, stored workflows, one run, then serve.
+    Demo {
+        /// Run the example and exit instead of serving.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let config = match config::HostConfig::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("protomolt-node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => node::run(config).await,
+        Command::CheckConfig => {
+            println!("{config:#?}");
+            Ok(())
+        }
+        Command::Demo { once } => demo::run(config, once).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("protomolt-node: {e}");
+            ExitCode::from(2)
+        }
     }
 }
