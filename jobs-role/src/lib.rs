@@ -12,19 +12,30 @@
 //! submit ─► row (QUEUED) ─► claim ─► engine ─► checkpoint ─► settle ─► outbox ─► relay ─► Kafka
 //! ```
 //!
-//! | module     | concept                                                        |
-//! |------------|----------------------------------------------------------------|
-//! | [`status`] | the job state machine: statuses and their legal transitions    |
-//! | [`store`]  | PostgreSQL: migrations and every SQL statement the role runs   |
+//! | module      | concept                                                              |
+//! |-------------|----------------------------------------------------------------------|
+//! | [`status`]  | the job state machine: statuses and their legal transitions          |
+//! | [`store`]   | PostgreSQL: migrations, every SQL statement, fencing, the outbox     |
+//! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
+//! | [`worker`]  | claim loops, segments with lease renewal, settling, the sweeper      |
+//! | [`actions`] | the four verbs: submit-workflow, get-job, list-jobs, complete-step   |
+//! | [`module`]  | `JobsModule`, the role a node mounts                                 |
+//! | [`config`]  | the `[jobs]` section                                                 |
 //!
-//! The worker, the verbs, the relay and the request consumer land in their own
-//! modules as they are built; none of them builds SQL, they ask the store.
+//! No module but [`store`] builds SQL; the worker and the verbs ask the store.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod actions;
+pub mod config;
+pub mod module;
 pub mod status;
 pub mod store;
+pub mod submit;
+pub mod worker;
 
+pub use config::JobsConfig;
+pub use module::JobsModule;
 pub use status::JobStatus;
-pub use store::StoreError;
+pub use store::{Store, StoreError};

@@ -10,6 +10,8 @@
 // A testkit: failing loudly with the reason is its whole job.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod jobs;
+
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;

@@ -1,12 +1,29 @@
 //! The store: the only module that talks to PostgreSQL.
 //!
-//! Schema changes are the plain SQL files under `migrations/` at the workspace
-//! root, embedded at build time and applied with refinery at start-up. Every
-//! statement the role runs is a named constant in [`sql`].
+//! Schema changes are the plain SQL files under `migrations/` at the workspace root,
+//! embedded at build time and applied with refinery at start-up. Every statement is a
+//! named constant in [`sql`]. Every commit point (accept, checkpoint, park, terminal
+//! state) writes its outbox row in the same transaction as the job change, so an event
+//! can never drift from the state it describes.
+//!
+//! Writes after a claim are fenced by `(job_id, lease_owner, attempt)` while the row is
+//! RUNNING: when the fence matches nothing the claim was lost, the transaction is rolled
+//! back, and the caller gets [`StoreError::LostClaim`] with nothing committed.
 
+pub mod events;
 pub mod sql;
 
-use tokio_postgres::Client;
+use std::time::Duration;
+
+use deadpool_postgres::{Pool, Runtime};
+use jobs_proto::v1::workflow_run_event::Type;
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Transaction};
+use uuid::Uuid;
+
+use crate::status::{JobStatus, UnknownStatus};
+use events::EventFacts;
 
 mod embedded {
     refinery::embed_migrations!("../migrations");
@@ -21,10 +38,48 @@ pub enum StoreError {
     /// A statement failed.
     #[error("database error: {0}")]
     Database(#[from] tokio_postgres::Error),
+    /// No connection could be had from the pool.
+    #[error("no database connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// The pool could not be built from the configured URL.
+    #[error("jobs.database_url is unusable: {0}")]
+    Config(String),
+    /// The fence matched nothing: another worker holds this job now.
+    #[error("the claim on job {job_id} (attempt {attempt}) was lost; nothing was committed")]
+    LostClaim {
+        /// The job.
+        job_id: Uuid,
+        /// The attempt whose claim was lost.
+        attempt: i32,
+    },
+    /// The job id exists with a different workflow or input.
+    #[error("job {0} already exists with a different workflow or input; use a new jobId")]
+    Conflict(Uuid),
+    /// The event for a commit point breaks the wire contract (a defect, not data).
+    #[error("the event breaks the wire contract: {0}")]
+    Event(#[from] jobs_proto::ContractError),
+    /// A row holds a status outside the state machine.
+    #[error(transparent)]
+    UnknownStatus(#[from] UnknownStatus),
+    /// The store was asked for a transition the state machine forbids.
+    #[error("illegal transition {from} -> {to}")]
+    IllegalTransition {
+        /// The current status.
+        from: JobStatus,
+        /// The requested status.
+        to: JobStatus,
+    },
 }
 
-/// Applies every pending migration. Safe to call from many nodes at once: an advisory
-/// lock serialises them, and applying an up-to-date schema is a no-op.
+impl StoreError {
+    /// True when the claim was lost (another worker resumed the job).
+    pub fn is_lost_claim(&self) -> bool {
+        matches!(self, StoreError::LostClaim { .. })
+    }
+}
+
+/// Applies every pending migration on `client`. Safe to call from many nodes at once:
+/// an advisory lock serialises them, and applying an up-to-date schema is a no-op.
 pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     client.execute(sql::LOCK_MIGRATIONS, &[]).await?;
     let applied = embedded::migrations::runner()
@@ -36,4 +91,691 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     applied?;
     released?;
     Ok(())
+}
+
+/// A job to insert.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// Client-generated (or minted) id; also the idempotency key.
+    pub job_id: Uuid,
+    /// The workflow's name.
+    pub workflow_name: String,
+    /// The envelope snapshot.
+    pub definition: Value,
+    /// The input snapshot.
+    pub input: Value,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+}
+
+/// What an insert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inserted {
+    /// False when the job already existed with the same submission.
+    pub created: bool,
+    /// The job's current status.
+    pub status: JobStatus,
+}
+
+/// A worker's hold on a job: what every fenced write carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The job.
+    pub job_id: Uuid,
+    /// The claim loop holding it (`worker_id/loop-n`).
+    pub owner: String,
+    /// The attempt this claim is.
+    pub attempt: i32,
+    /// The job's workflow (for events).
+    pub workflow_name: String,
+}
+
+/// A claimed job, as the worker needs it.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    /// The hold.
+    pub claim: Claim,
+    /// The workflow snapshot.
+    pub definition: Value,
+    /// The input snapshot.
+    pub input: Value,
+    /// The stored checkpoint array.
+    pub checkpoints: Value,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+}
+
+/// How a settle ends a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement<'a> {
+    /// COMPLETED with the output and the one-line verdict.
+    Completed {
+        /// proto3 JSON of the output.
+        result: &'a Value,
+        /// `N steps, output <type>`.
+        verdict: &'a str,
+    },
+    /// WAITING on an external step.
+    Waiting {
+        /// The step.
+        step: &'a str,
+    },
+    /// FAILED: a validation verdict or a non-retryable error.
+    Failed {
+        /// The error, prefixed with its kind.
+        error: &'a str,
+        /// The violations of a validation verdict.
+        verdict: Option<&'a str>,
+    },
+    /// DEAD: retries exhausted.
+    Dead {
+        /// The last error, verbatim.
+        error: &'a str,
+    },
+    /// QUEUED again after a retryable failure, claimable after `delay`.
+    Retry {
+        /// The backoff.
+        delay: Duration,
+        /// The error that caused it.
+        error: &'a str,
+    },
+    /// QUEUED again without burning the attempt, claimable after `delay`.
+    Release {
+        /// When another worker may take it.
+        delay: Duration,
+    },
+}
+
+impl Settlement<'_> {
+    fn status(&self) -> JobStatus {
+        match self {
+            Settlement::Completed { .. } => JobStatus::Completed,
+            Settlement::Waiting { .. } => JobStatus::Waiting,
+            Settlement::Failed { .. } => JobStatus::Failed,
+            Settlement::Dead { .. } => JobStatus::Dead,
+            Settlement::Retry { .. } | Settlement::Release { .. } => JobStatus::Queued,
+        }
+    }
+}
+
+/// The answer to a parked step.
+#[derive(Debug, Clone)]
+pub enum ParkedAnswer {
+    /// Append this checkpoint entry and requeue.
+    Accept {
+        /// The checkpoint (`{name, skipped: false, response}`).
+        checkpoint: Value,
+    },
+    /// The response broke its step's rules: the job fails with this verdict.
+    Reject {
+        /// The error, prefixed with its kind.
+        error: String,
+        /// The violations.
+        verdict: String,
+    },
+}
+
+/// What `complete_parked_step` decided, atomically under the row lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParkedCompletion {
+    /// The answer was applied: the job is QUEUED again (or FAILED on a rejection).
+    Completed {
+        /// The status after.
+        status: JobStatus,
+    },
+    /// The step was answered before: nothing was appended.
+    AlreadyDone {
+        /// The job's current status.
+        status: JobStatus,
+    },
+    /// The job is not parked on that step.
+    WrongState {
+        /// The job's current status.
+        status: JobStatus,
+        /// The step it is parked on, if any.
+        outstanding_step: Option<String>,
+    },
+    /// No such job.
+    NotFound,
+}
+
+/// Filters of `list-jobs`.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only this status.
+    pub status: Option<JobStatus>,
+    /// Only this workflow.
+    pub workflow_name: Option<String>,
+    /// At most this many.
+    pub limit: i64,
+    /// Skip this many.
+    pub offset: i64,
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Jobs requeued with their attempts kept.
+    pub requeued: usize,
+    /// Jobs whose last attempt's lease expired: DEAD.
+    pub dead: usize,
+}
+
+/// One outbox row.
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    /// The event id.
+    pub event_id: Uuid,
+    /// `ACCEPTED`, `STEP_CHECKPOINT`, ...
+    pub event_type: String,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+    /// `PENDING`, `PUBLISHED` or `FAILED`.
+    pub status: String,
+}
+
+/// The jobs store over a connection pool.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    database_url: String,
+}
+
+impl Store {
+    /// Builds the pool and applies the migrations.
+    pub async fn connect(database_url: &str, max_connections: usize) -> Result<Store, StoreError> {
+        let mut config = deadpool_postgres::Config::new();
+        config.url = Some(database_url.to_owned());
+        config.pool = Some(deadpool_postgres::PoolConfig::new(max_connections));
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1), NoTls)
+            .map_err(|e| StoreError::Config(e.to_string()))?;
+        let mut client = pool.get().await?;
+        migrate(&mut client).await?;
+        Ok(Store {
+            pool,
+            database_url: database_url.to_owned(),
+        })
+    }
+
+    /// Opens a dedicated connection subscribed to [`sql::QUEUED_CHANNEL`]; the caller
+    /// polls the returned connection for notifications.
+    pub async fn listen_for_work(
+        &self,
+    ) -> Result<
+        (
+            Client,
+            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        ),
+        StoreError,
+    > {
+        let (client, connection) = tokio_postgres::connect(&self.database_url, NoTls).await?;
+        Ok((client, connection))
+    }
+
+    /// Inserts a job with its ACCEPTED event, or recognises a resubmission of the same
+    /// job (same id, same workflow and input: `created: false`); the same id with a
+    /// different submission is [`StoreError::Conflict`].
+    pub async fn insert_job(&self, job: &NewJob) -> Result<Inserted, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let inserted = tx
+            .query_opt(
+                sql::INSERT_JOB,
+                &[
+                    &job.job_id,
+                    &job.workflow_name,
+                    &job.definition,
+                    &job.input,
+                    &job.max_attempts,
+                ],
+            )
+            .await?;
+        if inserted.is_none() {
+            tx.rollback().await?;
+            return self
+                .existing_submission(job.job_id, &job.definition, &job.input)
+                .await;
+        }
+        let facts = EventFacts {
+            job_id: job.job_id,
+            workflow_name: &job.workflow_name,
+            kind: Type::Accepted,
+            step: None,
+            attempt: 0,
+            verdict: None,
+            error: None,
+            status: JobStatus::Queued,
+        };
+        insert_event(&tx, &facts).await?;
+        tx.execute(sql::NOTIFY_QUEUED, &[&job.job_id.to_string()])
+            .await?;
+        tx.commit().await?;
+        Ok(Inserted {
+            created: true,
+            status: JobStatus::Queued,
+        })
+    }
+
+    /// Inserts a job that is FAILED from the start (a submission that could not be
+    /// accepted, recorded loudly), with its FAILED event; idempotent on the id.
+    pub async fn insert_failed_job(
+        &self,
+        job: &NewJob,
+        error: &str,
+    ) -> Result<Inserted, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let inserted = tx
+            .query_opt(
+                sql::INSERT_FAILED_JOB,
+                &[
+                    &job.job_id,
+                    &job.workflow_name,
+                    &job.definition,
+                    &job.input,
+                    &error,
+                ],
+            )
+            .await?;
+        let Some(_) = inserted else {
+            tx.rollback().await?;
+            let status = self
+                .status_of(job.job_id)
+                .await?
+                .unwrap_or(JobStatus::Failed);
+            return Ok(Inserted {
+                created: false,
+                status,
+            });
+        };
+        let facts = EventFacts {
+            job_id: job.job_id,
+            workflow_name: &job.workflow_name,
+            kind: Type::Failed,
+            step: None,
+            attempt: 0,
+            verdict: None,
+            error: Some(error),
+            status: JobStatus::Failed,
+        };
+        insert_event(&tx, &facts).await?;
+        tx.commit().await?;
+        Ok(Inserted {
+            created: true,
+            status: JobStatus::Failed,
+        })
+    }
+
+    async fn existing_submission(
+        &self,
+        job_id: Uuid,
+        definition: &Value,
+        input: &Value,
+    ) -> Result<Inserted, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(sql::SAME_SUBMISSION, &[&job_id, definition, input])
+            .await?;
+        let same: bool = row.get("same");
+        let status: String = row.get("status");
+        if same {
+            Ok(Inserted {
+                created: false,
+                status: status.parse()?,
+            })
+        } else {
+            Err(StoreError::Conflict(job_id))
+        }
+    }
+
+    async fn status_of(&self, job_id: Uuid) -> Result<Option<JobStatus>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_opt(sql::GET_JOB, &[&job_id]).await?;
+        match row.map(|r| r.get::<_, Value>(0)) {
+            Some(job) => Ok(Some(job["status"].as_str().unwrap_or_default().parse()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims the oldest eligible job for `owner`, or `None` when nothing is claimable.
+    pub async fn claim_next_job(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let client = self.pool.get().await?;
+        let Some(row) = client
+            .query_opt(sql::CLAIM_NEXT_JOB, &[&owner, &millis(lease)])
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ClaimedJob {
+            claim: Claim {
+                job_id: row.get("job_id"),
+                owner: owner.to_owned(),
+                attempt: row.get("attempt"),
+                workflow_name: row.get("workflow_name"),
+            },
+            definition: row.get("workflow_definition"),
+            input: row.get("input"),
+            checkpoints: row.get("checkpoints"),
+            max_attempts: row.get("max_attempts"),
+        }))
+    }
+
+    /// Runs one fenced write, with its event and wake-up, in one transaction.
+    async fn fenced(
+        &self,
+        claim: &Claim,
+        statement: &str,
+        extra: &[&(dyn ToSql + Sync)],
+        event: Option<EventFacts<'_>>,
+        wake: bool,
+    ) -> Result<(), StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            vec![&claim.job_id, &claim.owner, &claim.attempt];
+        params.extend_from_slice(extra);
+        if tx.execute(statement, &params).await? == 0 {
+            tx.rollback().await?;
+            return Err(StoreError::LostClaim {
+                job_id: claim.job_id,
+                attempt: claim.attempt,
+            });
+        }
+        if let Some(event) = event {
+            insert_event(&tx, &event).await?;
+        }
+        if wake {
+            tx.execute(sql::NOTIFY_QUEUED, &[&claim.job_id.to_string()])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Extends the lease of a running claim.
+    pub async fn renew_lease(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+        self.fenced(claim, sql::RENEW_LEASE, &[&millis(lease)], None, false)
+            .await
+    }
+
+    /// Appends one checkpoint with its STEP_CHECKPOINT event.
+    pub async fn append_checkpoint(
+        &self,
+        claim: &Claim,
+        step: &str,
+        checkpoint: &Value,
+    ) -> Result<(), StoreError> {
+        let event = EventFacts {
+            job_id: claim.job_id,
+            workflow_name: &claim.workflow_name,
+            kind: Type::StepCheckpoint,
+            step: Some(step),
+            attempt: claim.attempt,
+            verdict: None,
+            error: None,
+            status: JobStatus::Running,
+        };
+        self.fenced(
+            claim,
+            sql::APPEND_CHECKPOINT,
+            &[checkpoint],
+            Some(event),
+            false,
+        )
+        .await
+    }
+
+    /// Ends a claim: completed, parked, failed, dead, retried or released, each with
+    /// its event (none for retries and releases: those are row changes, not commit
+    /// points).
+    pub async fn settle(
+        &self,
+        claim: &Claim,
+        settlement: Settlement<'_>,
+    ) -> Result<(), StoreError> {
+        let to = settlement.status();
+        if !JobStatus::Running.can_become(to) {
+            return Err(StoreError::IllegalTransition {
+                from: JobStatus::Running,
+                to,
+            });
+        }
+        let facts = |kind, step, verdict, error| EventFacts {
+            job_id: claim.job_id,
+            workflow_name: &claim.workflow_name,
+            kind,
+            step,
+            attempt: claim.attempt,
+            verdict,
+            error,
+            status: to,
+        };
+        match settlement {
+            Settlement::Completed { result, verdict } => {
+                let event = facts(Type::Completed, None, Some(verdict), None);
+                self.fenced(
+                    claim,
+                    sql::SETTLE_COMPLETED,
+                    &[result, &verdict],
+                    Some(event),
+                    false,
+                )
+                .await
+            }
+            Settlement::Waiting { step } => {
+                let event = facts(Type::Waiting, Some(step), None, None);
+                self.fenced(claim, sql::SETTLE_WAITING, &[&step], Some(event), false)
+                    .await
+            }
+            Settlement::Failed { error, verdict } => {
+                let event = facts(Type::Failed, None, verdict, Some(error));
+                self.fenced(
+                    claim,
+                    sql::SETTLE_FAILED,
+                    &[&error, &verdict],
+                    Some(event),
+                    false,
+                )
+                .await
+            }
+            Settlement::Dead { error } => {
+                let event = facts(Type::Dead, None, None, Some(error));
+                self.fenced(claim, sql::SETTLE_DEAD, &[&error], Some(event), false)
+                    .await
+            }
+            Settlement::Retry { delay, error } => {
+                self.fenced(
+                    claim,
+                    sql::SETTLE_RETRY,
+                    &[&millis(delay), &error],
+                    None,
+                    delay.is_zero(),
+                )
+                .await
+            }
+            Settlement::Release { delay } => {
+                self.fenced(
+                    claim,
+                    sql::RELEASE_CLAIM,
+                    &[&millis(delay)],
+                    None,
+                    delay.is_zero(),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Requeues RUNNING jobs whose lease passed (attempts kept); a job on its last
+    /// attempt lands DEAD with its event.
+    pub async fn sweep_expired_leases(&self, batch: i64) -> Result<SweepReport, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx.query(sql::SWEEP_EXPIRED_LEASES, &[&batch]).await?;
+        let mut report = SweepReport::default();
+        for row in &rows {
+            let status: JobStatus = row.get::<_, String>("status").parse()?;
+            let job_id: Uuid = row.get("job_id");
+            if status == JobStatus::Dead {
+                let name: String = row.get("workflow_name");
+                let error: Option<String> = row.get("error");
+                let event = EventFacts {
+                    job_id,
+                    workflow_name: &name,
+                    kind: Type::Dead,
+                    step: None,
+                    attempt: row.get("attempt"),
+                    verdict: None,
+                    error: error.as_deref(),
+                    status,
+                };
+                insert_event(&tx, &event).await?;
+                report.dead += 1;
+            } else {
+                tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
+                    .await?;
+                report.requeued += 1;
+            }
+        }
+        tx.commit().await?;
+        Ok(report)
+    }
+
+    /// Answers a parked step under the row lock: the gate runs again here, so racing
+    /// callers get one `Completed` and the rest `AlreadyDone` or `WrongState`.
+    /// `step_index` is the step's position in the job's workflow.
+    pub async fn complete_parked_step(
+        &self,
+        job_id: Uuid,
+        step_name: &str,
+        step_index: usize,
+        answer: &ParkedAnswer,
+    ) -> Result<ParkedCompletion, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let Some(row) = tx.query_opt(sql::LOCK_JOB, &[&job_id]).await? else {
+            return Ok(ParkedCompletion::NotFound);
+        };
+        let status: JobStatus = row.get::<_, String>("status").parse()?;
+        let outstanding: Option<String> = row.get("outstanding_step");
+        let checkpoints: Value = row.get("checkpoints");
+        let answered = checkpoints.as_array().is_some_and(|c| c.len() > step_index);
+        if status != JobStatus::Waiting || outstanding.as_deref() != Some(step_name) {
+            tx.rollback().await?;
+            return Ok(if answered {
+                ParkedCompletion::AlreadyDone { status }
+            } else {
+                ParkedCompletion::WrongState {
+                    status,
+                    outstanding_step: outstanding,
+                }
+            });
+        }
+        let workflow_name: String = row.get("workflow_name");
+        let attempt: i32 = row.get("attempt");
+        let status = match answer {
+            ParkedAnswer::Accept { checkpoint } => {
+                tx.execute(sql::ACCEPT_PARKED_STEP, &[&job_id, checkpoint])
+                    .await?;
+                let event = EventFacts {
+                    job_id,
+                    workflow_name: &workflow_name,
+                    kind: Type::StepCheckpoint,
+                    step: Some(step_name),
+                    attempt,
+                    verdict: None,
+                    error: None,
+                    status: JobStatus::Queued,
+                };
+                insert_event(&tx, &event).await?;
+                tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
+                    .await?;
+                JobStatus::Queued
+            }
+            ParkedAnswer::Reject { error, verdict } => {
+                tx.execute(sql::REJECT_PARKED_STEP, &[&job_id, error, verdict])
+                    .await?;
+                let event = EventFacts {
+                    job_id,
+                    workflow_name: &workflow_name,
+                    kind: Type::Failed,
+                    step: Some(step_name),
+                    attempt,
+                    verdict: Some(verdict),
+                    error: Some(error),
+                    status: JobStatus::Failed,
+                };
+                insert_event(&tx, &event).await?;
+                JobStatus::Failed
+            }
+        };
+        tx.commit().await?;
+        Ok(ParkedCompletion::Completed { status })
+    }
+
+    /// One job, every column (snake_case keys, as stored), or `None`.
+    pub async fn get_job(&self, job_id: Uuid) -> Result<Option<Value>, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_opt(sql::GET_JOB, &[&job_id])
+            .await?
+            .map(|row| row.get(0)))
+    }
+
+    /// Job summaries newest first.
+    pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Value>, StoreError> {
+        let client = self.pool.get().await?;
+        let status = filter.status.map(JobStatus::as_str);
+        let rows = client
+            .query(
+                sql::LIST_JOBS,
+                &[
+                    &status,
+                    &filter.workflow_name,
+                    &filter.limit,
+                    &filter.offset,
+                ],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// A job's outbox rows, in order.
+    pub async fn job_events(&self, job_id: Uuid) -> Result<Vec<OutboxRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client.query(sql::JOB_EVENTS, &[&job_id]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| OutboxRow {
+                event_id: row.get("event_id"),
+                event_type: row.get("event_type"),
+                payload: row.get("payload"),
+                status: row.get("status"),
+            })
+            .collect())
+    }
+}
+
+async fn insert_event(tx: &Transaction<'_>, facts: &EventFacts<'_>) -> Result<(), StoreError> {
+    let (event_id, payload) = events::encode(facts)?;
+    tx.execute(
+        sql::INSERT_EVENT,
+        &[
+            &event_id,
+            &facts.job_id,
+            &events::type_name(facts.kind),
+            &payload,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

@@ -1,4 +1,9 @@
 //! Every SQL statement of the jobs role, named. Nothing else in the workspace builds SQL.
+//!
+//! Worker writes after a claim are **fenced**: they carry `$1` job id, `$2` lease
+//! owner and `$3` attempt, and match only while the row is still RUNNING under that
+//! same claim. A write that matches no row means the claim was lost (swept and
+//! re-claimed elsewhere); the store then commits nothing.
 
 /// Serialises migrations across nodes starting together (session-level advisory lock;
 /// the key is the ASCII bytes of "pmjobs").
@@ -7,20 +12,173 @@ pub const LOCK_MIGRATIONS: &str = "SELECT pg_advisory_lock(123615239430771)";
 /// Releases [`LOCK_MIGRATIONS`].
 pub const UNLOCK_MIGRATIONS: &str = "SELECT pg_advisory_unlock(123615239430771)";
 
+/// The channel submissions and requeues notify and idle claim loops listen on.
+pub const QUEUED_CHANNEL: &str = "protomolt_jobs_queued";
+
+/// Subscribes a connection to [`QUEUED_CHANNEL`].
+pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
+
+/// Wakes idle claim loops when the transaction commits. `$1` job id (text).
+pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
+
+/// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
+/// definition, `$4` input, `$5` max attempts.
+pub const INSERT_JOB: &str = "\
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING status";
+
+/// Inserts a job that failed before it could run (for example a broker-native request
+/// naming an unknown workflow), unless its id exists. `$1` job id, `$2` workflow name,
+/// `$3` definition, `$4` input, `$5` error.
+pub const INSERT_FAILED_JOB: &str = "\
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at)
+VALUES ($1, $2, $3, $4, 'FAILED', $5, now())
+ON CONFLICT (job_id) DO NOTHING
+RETURNING status";
+
+/// What an existing job was submitted with, to tell a resubmission from a conflict.
+/// `$1` job id, `$2` definition, `$3` input.
+pub const SAME_SUBMISSION: &str = "\
+SELECT workflow_definition = $2::jsonb AND input = $3::jsonb AS same, status
+  FROM workflow_run WHERE job_id = $1";
+
+/// Writes one outbox row. `$1` event id, `$2` job id, `$3` event type, `$4` payload.
+pub const INSERT_EVENT: &str = "\
+INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload) VALUES ($1, $2, $3, $4)";
+
 /// The whole claim in one statement: the sub-select finds the oldest eligible QUEUED
 /// row and locks it, skipping rows other workers hold; the update flips it to RUNNING
-/// under that lock, stamps the lease and increments `attempt`.
+/// under that lock, stamps the lease and increments `attempt`. A row whose attempts
+/// are spent is never claimed (the sweeper and the settle paths land those DEAD).
 ///
-/// Parameters: `$1` lease owner (worker id), `$2` lease length in milliseconds.
+/// Parameters: `$1` lease owner, `$2` lease length in milliseconds.
 pub const CLAIM_NEXT_JOB: &str = "\
 UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
        attempt = attempt + 1, updated_at = now()
  WHERE job_id = (SELECT job_id FROM workflow_run
-                  WHERE status = 'QUEUED' AND run_after <= now()
+                  WHERE status = 'QUEUED' AND run_after <= now() AND attempt < max_attempts
                   ORDER BY created_at
                   FOR UPDATE SKIP LOCKED
                   LIMIT 1)
-RETURNING job_id, workflow_name, workflow_definition, input, attempt, max_attempts,
-          checkpoints, lease_until";
+RETURNING job_id, workflow_name, workflow_definition, input, attempt, max_attempts, checkpoints";
+
+/// The fence every post-claim write ends with.
+macro_rules! fenced {
+    ($update:literal) => {
+        concat!(
+            $update,
+            "\n WHERE job_id = $1 AND status = 'RUNNING' AND lease_owner = $2 AND attempt = $3"
+        )
+    };
+}
+
+/// Extends the lease. `$4` lease length in milliseconds.
+pub const RENEW_LEASE: &str = fenced!(
+    "UPDATE workflow_run SET lease_until = now() + $4::bigint * interval '1 millisecond', updated_at = now()"
+);
+
+/// Appends one checkpoint. `$4` the checkpoint entry (a JSON object).
+pub const APPEND_CHECKPOINT: &str = fenced!(
+    "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), updated_at = now()"
+);
+
+/// Settles COMPLETED. `$4` result, `$5` verdict.
+pub const SETTLE_COMPLETED: &str = fenced!(
+    "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
+       lease_owner = NULL, lease_until = NULL, finished_at = now(), updated_at = now()"
+);
+
+/// Parks WAITING on an external step. `$4` the step.
+pub const SETTLE_WAITING: &str = fenced!(
+    "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4,
+       lease_owner = NULL, lease_until = NULL, updated_at = now()"
+);
+
+/// Settles FAILED. `$4` error, `$5` verdict (the violations of a validation verdict).
+pub const SETTLE_FAILED: &str = fenced!(
+    "UPDATE workflow_run SET status = 'FAILED', error = $4, verdict = $5,
+       lease_owner = NULL, lease_until = NULL, finished_at = now(), updated_at = now()"
+);
+
+/// Settles DEAD. `$4` the last error, verbatim.
+pub const SETTLE_DEAD: &str = fenced!(
+    "UPDATE workflow_run SET status = 'DEAD', error = $4,
+       lease_owner = NULL, lease_until = NULL, finished_at = now(), updated_at = now()"
+);
+
+/// Requeues after a retryable failure. `$4` backoff in milliseconds, `$5` the error.
+pub const SETTLE_RETRY: &str = fenced!(
+    "UPDATE workflow_run SET status = 'QUEUED', error = $5,
+       run_after = now() + $4::bigint * interval '1 millisecond',
+       lease_owner = NULL, lease_until = NULL, updated_at = now()"
+);
+
+/// Gives a claim back without burning its attempt (shutdown, or a store failure
+/// while checkpointing). `$4` delay in milliseconds.
+pub const RELEASE_CLAIM: &str = fenced!(
+    "UPDATE workflow_run SET status = 'QUEUED', attempt = attempt - 1,
+       run_after = now() + $4::bigint * interval '1 millisecond',
+       lease_owner = NULL, lease_until = NULL, updated_at = now()"
+);
+
+/// Requeues RUNNING rows whose lease has passed (their worker went quiet), keeping the
+/// attempts they used; a row whose attempts are spent lands DEAD instead. `$1` the
+/// most rows to sweep at once.
+pub const SWEEP_EXPIRED_LEASES: &str = "\
+UPDATE workflow_run w
+   SET status = CASE WHEN w.attempt >= w.max_attempts THEN 'DEAD' ELSE 'QUEUED' END,
+       error = CASE WHEN w.attempt >= w.max_attempts
+                    THEN 'LEASE: the lease of attempt ' || w.attempt || ' expired (worker ' || w.lease_owner
+                         || ' went quiet) and no attempts are left'
+                    ELSE w.error END,
+       finished_at = CASE WHEN w.attempt >= w.max_attempts THEN now() ELSE NULL END,
+       run_after = now(), lease_owner = NULL, lease_until = NULL, updated_at = now()
+ WHERE w.job_id IN (SELECT job_id FROM workflow_run
+                     WHERE status = 'RUNNING' AND lease_until < now()
+                     ORDER BY lease_until
+                     FOR UPDATE SKIP LOCKED
+                     LIMIT $1)
+RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error";
+
+/// Locks a job for `complete-step`. `$1` job id.
+pub const LOCK_JOB: &str = "\
+SELECT status, outstanding_step, workflow_name, workflow_definition, checkpoints, attempt
+  FROM workflow_run WHERE job_id = $1 FOR UPDATE";
+
+/// Appends the supplied checkpoint of the parked step and requeues. `$1` job id,
+/// `$2` the checkpoint entry.
+pub const ACCEPT_PARKED_STEP: &str = "\
+UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb), status = 'QUEUED',
+       outstanding_step = NULL, run_after = now(), updated_at = now()
+ WHERE job_id = $1 AND status = 'WAITING'";
+
+/// Fails a parked job whose supplied response broke its rules (a verdict). `$1` job
+/// id, `$2` error, `$3` verdict.
+pub const REJECT_PARKED_STEP: &str = "\
+UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding_step = NULL,
+       finished_at = now(), updated_at = now()
+ WHERE job_id = $1 AND status = 'WAITING'";
+
+/// One job, every column, as JSON. `$1` job id.
+pub const GET_JOB: &str = "SELECT row_to_json(w) FROM workflow_run w WHERE job_id = $1";
+
+/// Job summaries newest first. `$1` status or NULL, `$2` workflow name or NULL,
+/// `$3` limit, `$4` offset.
+pub const LIST_JOBS: &str = "\
+SELECT json_build_object(
+         'jobId', job_id, 'workflowName', workflow_name, 'status', status,
+         'attempt', attempt, 'maxAttempts', max_attempts, 'outstandingStep', outstanding_step,
+         'verdict', verdict, 'error', error, 'runAfter', run_after,
+         'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at)
+  FROM workflow_run
+ WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
+ ORDER BY created_at DESC, job_id DESC
+ LIMIT $3 OFFSET $4";
+
+/// A job's outbox rows in order (operators and tests). `$1` job id.
+pub const JOB_EVENTS: &str = "\
+SELECT event_id, event_type, payload, status FROM workflow_run_events_outbox WHERE job_id = $1 ORDER BY seq";

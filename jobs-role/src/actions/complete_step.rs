@@ -1,0 +1,169 @@
+//! `complete-step {jobId, stepName, response}`: answers a parked external step.
+//!
+//! The gate runs twice by design: fail-fast here, then again under the row lock in the
+//! store, so racing callers get the same answers. Here: the job must exist, the step
+//! must be an external step of the job's workflow (400 otherwise), the job must be
+//! WAITING on exactly that step, and the response must parse as the step's output
+//! type (400 otherwise). With `validate`, a response breaking its rules fails the job
+//! as a verdict. Redelivery answers `ALREADY_DONE` and appends nothing.
+//!
+//! | answer                                              | meaning                                 |
+//! |-----------------------------------------------------|-----------------------------------------|
+//! | `{ok: true, outcome: "COMPLETED", status: "QUEUED"}`  | accepted; the job runs on               |
+//! | `{ok: true, outcome: "ALREADY_DONE", status}`        | answered before; nothing appended       |
+//! | `{ok: false, outcome: "WRONG_STATE", status, outstandingStep, error}` | not parked on that step |
+//! | `{ok: false, outcome: "REJECTED", status: "FAILED", error, violations}` | the verdict          |
+//! | `{ok: false, error: "no workflow run <id>"}`         | no such job                             |
+
+use std::sync::Arc;
+
+use registry_stub::{ActionError, ActionRequest};
+use serde_json::{Value, json};
+use uuid::Uuid;
+use workflow::compile::{decode_json, encode_json};
+use workflow::{Checkpoint, CompiledWorkflow};
+
+use super::{JobsState, store_error};
+use crate::status::JobStatus;
+use crate::store::{ParkedAnswer, ParkedCompletion};
+
+/// Handles one call.
+pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let job_id = Uuid::parse_str(request.str("jobId"))
+        .map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
+    let step_name = request.str("stepName");
+    let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
+        return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
+    };
+    let compiled = CompiledWorkflow::compile(&job["workflow_definition"]).map_err(|findings| {
+        ActionError::invalid(format!(
+            "job {job_id}: its stored workflow no longer compiles: {findings}"
+        ))
+    })?;
+    let Some(step) = compiled.step(step_name) else {
+        let steps: Vec<&str> = compiled.steps.iter().map(|s| s.name.as_str()).collect();
+        return Err(ActionError::invalid(format!(
+            "stepName: workflow '{}' has no step '{step_name}' (its steps: {})",
+            compiled.name,
+            steps.join(", ")
+        )));
+    };
+    if !step.is_external() {
+        return Err(ActionError::invalid(format!(
+            "stepName: step '{step_name}' is called by the engine, not completed externally"
+        )));
+    }
+
+    // Fail fast on the state; the store decides again under the lock.
+    let status: JobStatus = job["status"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .map_err(ActionError::internal)?;
+    let outstanding = job["outstanding_step"].as_str();
+    let answered = job["checkpoints"]
+        .as_array()
+        .is_some_and(|c| c.len() > step.index);
+    if status != JobStatus::Waiting || outstanding != Some(step_name) {
+        let decided = if answered {
+            ParkedCompletion::AlreadyDone { status }
+        } else {
+            ParkedCompletion::WrongState {
+                status,
+                outstanding_step: outstanding.map(str::to_owned),
+            }
+        };
+        return Ok(answer(decided, step_name, None));
+    }
+
+    let supplied = request
+        .get("response")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let response = decode_json(&step.output_type(), &supplied)
+        .map_err(|e| ActionError::invalid(format!("response: {e}")))?;
+    let violations = if step.validate {
+        compiled
+            .violations(&response)
+            .map_err(ActionError::internal)?
+    } else {
+        Vec::new()
+    };
+    let (decision, rejected) = if violations.is_empty() {
+        let checkpoint = Checkpoint {
+            name: step.name.clone(),
+            skipped: false,
+            response: Some(encode_json(&response)),
+        };
+        (
+            ParkedAnswer::Accept {
+                checkpoint: checkpoint.to_json(),
+            },
+            None,
+        )
+    } else {
+        let listed = violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let error = format!(
+            "VALIDATION: step '{step_name}': the supplied response breaks the rules of {}: {listed}",
+            step.output_type().full_name()
+        );
+        (
+            ParkedAnswer::Reject {
+                error,
+                verdict: listed,
+            },
+            Some(violations),
+        )
+    };
+    let decided = state
+        .store
+        .complete_parked_step(job_id, step_name, step.index, &decision)
+        .await
+        .map_err(store_error)?;
+    let mut body = answer(decided, step_name, Some(&decision));
+    if let (Some(violations), Some("REJECTED")) = (rejected, body["outcome"].as_str()) {
+        body["violations"] = violations
+            .iter()
+            .map(|v| json!({ "field": v.field_path, "rule": v.rule_id, "message": v.message }))
+            .collect();
+    }
+    Ok(body)
+}
+
+fn answer(decided: ParkedCompletion, step_name: &str, decision: Option<&ParkedAnswer>) -> Value {
+    match decided {
+        ParkedCompletion::Completed {
+            status: JobStatus::Failed,
+        } => {
+            let error = match decision {
+                Some(ParkedAnswer::Reject { error, .. }) => error.clone(),
+                _ => "the supplied response was rejected".to_owned(),
+            };
+            json!({ "ok": false, "outcome": "REJECTED", "status": "FAILED", "error": error })
+        }
+        ParkedCompletion::Completed { status } => {
+            json!({ "ok": true, "outcome": "COMPLETED", "status": status.as_str() })
+        }
+        ParkedCompletion::AlreadyDone { status } => {
+            json!({ "ok": true, "outcome": "ALREADY_DONE", "status": status.as_str() })
+        }
+        ParkedCompletion::WrongState {
+            status,
+            outstanding_step,
+        } => json!({
+            "ok": false,
+            "outcome": "WRONG_STATE",
+            "status": status.as_str(),
+            "outstandingStep": outstanding_step,
+            "error": match &outstanding_step {
+                Some(parked) => format!("the job is {status} on step '{parked}', not on step '{step_name}'"),
+                None => format!("the job is {status}, not WAITING on step '{step_name}'"),
+            },
+        }),
+        ParkedCompletion::NotFound => json!({ "ok": false, "error": "no workflow run" }),
+    }
+}

@@ -1,0 +1,41 @@
+//! `list-jobs {status?, workflowName?, limit?, offset?}` → summaries newest first.
+//! A limit of 0 selects the default of 50; anything above the ceiling of 500 is
+//! clamped rather than refused, because the ceiling bounds the answer, not the request.
+
+use std::sync::Arc;
+
+use registry_stub::{ActionError, ActionRequest};
+use serde_json::{Value, json};
+
+use super::{JobsState, store_error};
+use crate::status::JobStatus;
+use crate::store::JobFilter;
+
+/// The limit when none is given.
+pub const DEFAULT_LIMIT: i64 = 50;
+/// The most summaries one answer holds.
+pub const MAX_LIMIT: i64 = 500;
+
+/// Handles one call.
+pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let status = match request.str("status") {
+        "" => None,
+        name => Some(
+            name.parse::<JobStatus>()
+                .map_err(|e| ActionError::invalid(format!("status: {e}")))?,
+        ),
+    };
+    let limit = match request.get("limit").and_then(Value::as_i64).unwrap_or(0) {
+        0 => DEFAULT_LIMIT,
+        n => n.min(MAX_LIMIT),
+    };
+    let offset = request.get("offset").and_then(Value::as_i64).unwrap_or(0);
+    let filter = JobFilter {
+        status,
+        workflow_name: Some(request.str("workflowName").to_owned()).filter(|n| !n.is_empty()),
+        limit,
+        offset,
+    };
+    let jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
+    Ok(json!({ "ok": true, "jobs": jobs, "limit": limit, "offset": offset }))
+}

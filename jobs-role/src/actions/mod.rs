@@ -1,0 +1,174 @@
+//! The four verbs on the registry's shared actions route.
+//!
+//! | verb              | scope           | module            |
+//! |-------------------|-----------------|-------------------|
+//! | `submit-workflow` | `workflow:run`  | [`submit`]        |
+//! | `get-job`         | `jobs:read`     | [`get_job`]       |
+//! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
+//! | `complete-step`   | `jobs:complete` | [`complete_step`] |
+//!
+//! A node without jobs configured still mounts all four; they answer `unavailable`.
+
+pub mod complete_step;
+pub mod get_job;
+pub mod list_jobs;
+pub mod submit;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use prost_reflect::DescriptorPool;
+use registry_stub::registry::surface_message;
+use registry_stub::{Action, ActionError, ActionRequest, MountError};
+use serde_json::{Map, Value};
+
+use crate::store::{Store, StoreError};
+use crate::submit::Submitter;
+
+/// The jobs role's surface contract.
+pub const VERBS_PROTO: &str = include_str!("../../proto/jobs_verbs.proto");
+const VERBS_PROTO_FILE: &str = "protomolt/jobs/verbs/v1/jobs_verbs.proto";
+
+/// What the verbs work with when jobs are configured.
+#[derive(Clone)]
+pub struct JobsState {
+    /// The store.
+    pub store: Store,
+    /// The submitter.
+    pub submitter: Submitter,
+}
+
+/// The four verbs, answering `unavailable` when `state` is `None`.
+pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError> {
+    let pool =
+        workflow::schema::compile_proto_pool(VERBS_PROTO_FILE, VERBS_PROTO).map_err(MountError)?;
+    Ok(vec![
+        verb(
+            &pool,
+            &state,
+            "submit-workflow",
+            "Submit a workflow as a durable asynchronous job (inline, or a stored name).",
+            "workflow:run",
+            "SubmitWorkflow",
+            submit::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "get-job",
+            "Read one run by id, with every column, its checkpoints and its verdict.",
+            "jobs:read",
+            "GetJob",
+            get_job::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "list-jobs",
+            "List runs newest first, filtered by status or workflow name (limit 0 means 50; above 500 is clamped).",
+            "jobs:read",
+            "ListJobs",
+            list_jobs::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "complete-step",
+            "Complete a run's parked external step with a validated response.",
+            "jobs:complete",
+            "CompleteStep",
+            complete_step::handle,
+        )?,
+    ])
+}
+
+fn verb<F, Fut>(
+    pool: &DescriptorPool,
+    state: &Option<Arc<JobsState>>,
+    name: &str,
+    description: &str,
+    scope: &str,
+    message: &str,
+    handler: F,
+) -> Result<Action, MountError>
+where
+    F: Fn(Arc<JobsState>, ActionRequest) -> Fut + Copy + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ActionError>> + Send + 'static,
+{
+    let request = surface_message(pool, &format!("protomolt.jobs.verbs.v1.{message}Request"))?;
+    let response = surface_message(pool, &format!("protomolt.jobs.verbs.v1.{message}Response"))?;
+    let state = state.clone();
+    let verb = name.to_owned();
+    Ok(Action::new(
+        name,
+        description,
+        scope,
+        request,
+        response,
+        move |request| {
+            let state = state.clone();
+            let verb = verb.clone();
+            async move {
+                match state {
+                    Some(state) => handler(state, request).await,
+                    None => Err(ActionError::unavailable(format!(
+                        "{verb}: jobs are not configured on this node: set [jobs].database_url and [jobs].worker_id and mount the jobs role"
+                    ))),
+                }
+            }
+        },
+    ))
+}
+
+/// Maps a store failure: an unreachable database is `unavailable`, the rest `internal`.
+pub fn store_error(error: StoreError) -> ActionError {
+    match error {
+        StoreError::Pool(_) => {
+            ActionError::unavailable(format!("the jobs database is unavailable: {error}"))
+        }
+        other => ActionError::internal(other),
+    }
+}
+
+/// Rewrites the snake_case keys of a stored row as the camelCase the wire uses.
+pub fn camel_case_keys(row: Value) -> Value {
+    match row {
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(key, value)| (camel_case(&key), value))
+                .collect::<Map<String, Value>>(),
+        ),
+        other => other,
+    }
+}
+
+fn camel_case(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_become_camel_case() {
+        let row = serde_json::json!({ "job_id": 1, "workflow_definition": {"steps_x": 1}, "status": "QUEUED" });
+        assert_eq!(
+            camel_case_keys(row),
+            serde_json::json!({ "jobId": 1, "workflowDefinition": {"steps_x": 1}, "status": "QUEUED" })
+        );
+    }
+}

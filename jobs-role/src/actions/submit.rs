@@ -1,0 +1,52 @@
+//! `submit-workflow {workflow | workflowName, input, jobId?, maxAttempts?}` →
+//! `{ok, jobId, status, created}`.
+
+use std::sync::Arc;
+
+use registry_stub::registry::findings_error;
+use registry_stub::{ActionError, ActionRequest};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{JobsState, store_error};
+use crate::store::StoreError;
+use crate::submit::{DefinitionSource, Submission, SubmitError};
+
+/// Handles one call.
+pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let source = match request.get("workflow") {
+        Some(inline) => DefinitionSource::Inline(inline.clone()),
+        None => DefinitionSource::Stored(request.str("workflowName").to_owned()),
+    };
+    let job_id = match request.str("jobId") {
+        "" => None,
+        // The request rule already checked it is a uuid.
+        id => Some(Uuid::parse_str(id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?),
+    };
+    let submission = Submission {
+        source,
+        input: request.get("input").cloned().unwrap_or_else(|| json!({})),
+        job_id,
+        max_attempts: request
+            .get("maxAttempts")
+            .and_then(Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok()),
+    };
+    match state.submitter.submit(submission).await {
+        Ok(submitted) => Ok(json!({
+            "ok": true,
+            "jobId": submitted.job_id.to_string(),
+            "status": submitted.status.as_str(),
+            "created": submitted.created,
+        })),
+        Err(SubmitError::UnknownWorkflow(name)) => Err(ActionError::invalid(format!(
+            "workflowName: no stored workflow named '{name}' (list-workflows shows them)"
+        ))),
+        Err(SubmitError::Findings(findings)) => Err(findings_error(&findings)),
+        Err(SubmitError::Input(e)) => Err(ActionError::invalid(format!("input: {e}"))),
+        Err(SubmitError::Store(StoreError::Conflict(id))) => Err(ActionError::invalid(format!(
+            "jobId: job {id} already exists with a different workflow or input; use a new jobId"
+        ))),
+        Err(SubmitError::Store(e)) => Err(store_error(e)),
+    }
+}

@@ -1,0 +1,196 @@
+//! The `[jobs]` section of the node config.
+//!
+//! Defaults follow the seed: a 5-minute lease (above p99 segment latency, because LLM
+//! steps take minutes), 3 attempts, a 5-second backoff base doubling per attempt, and
+//! at most 8 concurrent segments per target. Without `database_url` the role still
+//! mounts its verbs, and they answer `unavailable`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The `[jobs]` section.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsConfig {
+    /// PostgreSQL URL; without it the jobs verbs answer 503.
+    pub database_url: Option<String>,
+    /// Required and non-blank: every claim is stamped with it, so the row says which
+    /// worker holds a job.
+    pub worker_id: String,
+    /// Claim loops on this node; 0 makes a node that serves the verbs but runs no jobs.
+    pub worker_count: usize,
+    /// How long a claim holds a job before the sweeper may requeue it.
+    pub lease_ms: u64,
+    /// Fallback poll when no wake-up arrives (LISTEN/NOTIFY wakes idle loops at once).
+    pub poll_interval_ms: u64,
+    /// How often the sweeper looks for expired leases.
+    pub sweep_interval_ms: u64,
+    /// Attempts a job gets unless its submission says otherwise.
+    pub max_attempts_default: i32,
+    /// Retry backoff: base × 2^(attempt − 1).
+    pub backoff_base_ms: u64,
+    /// Segments in flight per target, per node.
+    pub max_concurrent_per_target: usize,
+    /// How long running segments may finish after shutdown begins before their leases
+    /// are released for another node.
+    pub shutdown_grace_ms: u64,
+    /// Connections in the pool.
+    pub max_connections: usize,
+    /// Topic the outbox relay publishes to.
+    pub events_topic: String,
+    /// Topic broker-native submissions arrive on.
+    pub requests_topic: String,
+    /// Kafka bootstrap servers; without it the Kafka lanes stay off.
+    pub kafka_bootstrap: Option<String>,
+    /// Confluent-compatible schema registry, optional.
+    pub schema_registry_url: Option<String>,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        JobsConfig {
+            database_url: None,
+            worker_id: String::new(),
+            worker_count: 4,
+            lease_ms: 300_000,
+            poll_interval_ms: 1_000,
+            sweep_interval_ms: 10_000,
+            max_attempts_default: 3,
+            backoff_base_ms: 5_000,
+            max_concurrent_per_target: 8,
+            shutdown_grace_ms: 20_000,
+            max_connections: 16,
+            events_topic: "workflow-run-events".into(),
+            requests_topic: "workflow-run-requests".into(),
+            kafka_bootstrap: None,
+            schema_registry_url: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for JobsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The database URL may carry a password: show only whether it is set.
+        f.debug_struct("JobsConfig")
+            .field("database_url", &self.database_url.as_ref().map(|_| "<set>"))
+            .field("worker_id", &self.worker_id)
+            .field("worker_count", &self.worker_count)
+            .field("lease_ms", &self.lease_ms)
+            .field("poll_interval_ms", &self.poll_interval_ms)
+            .field("max_attempts_default", &self.max_attempts_default)
+            .field("backoff_base_ms", &self.backoff_base_ms)
+            .field("max_concurrent_per_target", &self.max_concurrent_per_target)
+            .field("events_topic", &self.events_topic)
+            .field("requests_topic", &self.requests_topic)
+            .field("kafka_bootstrap", &self.kafka_bootstrap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JobsConfig {
+    /// Checks what types alone cannot; the error names the key and the fix.
+    pub fn check(&self) -> Result<(), String> {
+        if self.database_url.is_none() {
+            return Ok(());
+        }
+        if self.worker_id.trim().is_empty() {
+            return Err("jobs.worker_id is required and must not be blank: a fleet of anonymous workers cannot be debugged from the row".into());
+        }
+        if self.worker_id.chars().count() > 100 {
+            return Err("jobs.worker_id must be at most 100 characters".into());
+        }
+        let positive = [
+            ("jobs.lease_ms", self.lease_ms),
+            ("jobs.poll_interval_ms", self.poll_interval_ms),
+            ("jobs.sweep_interval_ms", self.sweep_interval_ms),
+            ("jobs.backoff_base_ms", self.backoff_base_ms),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(format!("{key} must be greater than 0"));
+            }
+        }
+        if self.max_concurrent_per_target == 0 || self.max_connections == 0 {
+            return Err(
+                "jobs.max_concurrent_per_target and jobs.max_connections must be at least 1".into(),
+            );
+        }
+        if !(1..=100).contains(&self.max_attempts_default) {
+            return Err("jobs.max_attempts_default must be from 1 to 100".into());
+        }
+        Ok(())
+    }
+
+    /// The lease as a duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// The fallback poll interval.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+
+    /// The sweep interval.
+    pub fn sweep_interval(&self) -> Duration {
+        Duration::from_millis(self.sweep_interval_ms)
+    }
+
+    /// The shutdown grace.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// The delay before attempt `attempt + 1`: base × 2^(attempt − 1), capped at a day.
+    pub fn backoff(&self, attempt: i32) -> Duration {
+        let exponent = u32::try_from(attempt.saturating_sub(1))
+            .unwrap_or(0)
+            .min(20);
+        Duration::from_millis(
+            self.backoff_base_ms
+                .saturating_mul(1u64 << exponent)
+                .min(86_400_000),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_attempt() {
+        let config = JobsConfig::default();
+        assert_eq!(config.backoff(1), Duration::from_secs(5));
+        assert_eq!(config.backoff(2), Duration::from_secs(10));
+        assert_eq!(config.backoff(3), Duration::from_secs(20));
+        assert_eq!(config.backoff(100), Duration::from_secs(86_400), "capped");
+    }
+
+    #[test]
+    fn a_configured_database_needs_a_worker_id() {
+        let mut config = JobsConfig {
+            database_url: Some("postgres://x".into()),
+            ..JobsConfig::default()
+        };
+        assert!(
+            config
+                .check()
+                .unwrap_err()
+                .contains("jobs.worker_id is required")
+        );
+        config.worker_id = "   ".into();
+        assert!(config.check().is_err());
+        config.worker_id = "node-a".into();
+        assert!(config.check().is_ok());
+        assert!(
+            JobsConfig::default().check().is_ok(),
+            "no database, nothing to check"
+        );
+        assert!(
+            !format!("{config:?}").contains("postgres://"),
+            "no secrets in Debug"
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! `JobsModule`: the jobs role a node mounts beside the registry role.
+//!
+//! It requires `registry` (stored workflow names resolve through the registry's
+//! `WorkflowRepository`, and it shares the registry's `Runner`), contributes the four
+//! verbs, and runs `worker_count` claim loops, the sweeper and the wake-up listener as
+//! background tasks. Without `[jobs].database_url` it still mounts the verbs, which
+//! then answer `unavailable`.
+
+use std::sync::Arc;
+
+use registry_stub::{MountContext, MountError, Role};
+use tokio::sync::Notify;
+use workflow::Runner;
+
+use crate::actions::{JobsState, actions};
+use crate::config::JobsConfig;
+use crate::store::Store;
+use crate::submit::Submitter;
+use crate::worker::{Worker, listen_loop, sweep_loop};
+
+/// The jobs role.
+pub struct JobsModule {
+    config: JobsConfig,
+}
+
+impl JobsModule {
+    /// A jobs role configured by the `[jobs]` section.
+    pub fn new(config: JobsConfig) -> Self {
+        JobsModule { config }
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for JobsModule {
+    fn name(&self) -> &str {
+        "jobs"
+    }
+
+    fn requires(&self) -> Vec<String> {
+        vec!["registry".into()]
+    }
+
+    async fn mount(&self, ctx: &mut MountContext) -> Result<(), MountError> {
+        let Some(database_url) = &self.config.database_url else {
+            tracing::warn!(
+                "[jobs].database_url is not set: the jobs verbs are mounted and answer unavailable"
+            );
+            for action in actions(None)? {
+                ctx.add_action(action);
+            }
+            return Ok(());
+        };
+        self.config.check().map_err(MountError)?;
+        let store = Store::connect(database_url, self.config.max_connections)
+            .await
+            .map_err(|e| MountError(format!("connecting to jobs.database_url: {e}")))?;
+        let workflows = ctx.workflows()?;
+        let runner = ctx
+            .get::<Arc<Runner>>()
+            .unwrap_or_else(|| Arc::new(Runner::new()));
+        let submitter = Submitter::new(store.clone(), workflows, self.config.max_attempts_default);
+        let state = Arc::new(JobsState {
+            store: store.clone(),
+            submitter,
+        });
+        for action in actions(Some(state.clone()))? {
+            ctx.add_action(action);
+        }
+        ctx.provide(state);
+
+        let wake = Arc::new(Notify::new());
+        let worker = Worker::new(store.clone(), runner, self.config.clone(), wake.clone());
+        let shutdown = ctx.shutdown_token();
+        for index in 0..self.config.worker_count {
+            ctx.spawn_task(
+                &format!("claim-loop-{index}"),
+                worker.clone().claim_loop(index, shutdown.clone()),
+            );
+        }
+        ctx.spawn_task(
+            "sweeper",
+            sweep_loop(
+                store.clone(),
+                self.config.sweep_interval(),
+                shutdown.clone(),
+            ),
+        );
+        ctx.spawn_task("wake-listener", listen_loop(store, wake, shutdown));
+        tracing::info!(worker_id = %self.config.worker_id, workers = self.config.worker_count, "jobs role mounted");
+        Ok(())
+    }
+}

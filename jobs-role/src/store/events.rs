@@ -1,0 +1,130 @@
+//! The outbox payload: one encoded, validated `WorkflowRunEvent` per commit point.
+
+use std::time::SystemTime;
+
+use jobs_proto::WireMessage;
+use jobs_proto::v1::WorkflowRunEvent;
+use jobs_proto::v1::workflow_run_event::Type;
+use prost_types::value::Kind;
+use uuid::Uuid;
+
+use crate::status::JobStatus;
+
+/// Longest verdict and error the contract allows; longer texts are cut, with a
+/// marker, in the event only (the row keeps them whole).
+const MAX_VERDICT_CHARS: usize = 500;
+const MAX_ERROR_CHARS: usize = 4000;
+
+/// What an event says.
+#[derive(Debug, Clone)]
+pub struct EventFacts<'a> {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its workflow.
+    pub workflow_name: &'a str,
+    /// What happened.
+    pub kind: Type,
+    /// The step it is about (checkpoint, park).
+    pub step: Option<&'a str>,
+    /// The job's attempt counter at the commit point.
+    pub attempt: i32,
+    /// The verdict (COMPLETED; also validation verdicts).
+    pub verdict: Option<&'a str>,
+    /// The error (FAILED, DEAD).
+    pub error: Option<&'a str>,
+    /// The job's status after the transition.
+    pub status: JobStatus,
+}
+
+/// The outbox type name of an event type.
+pub fn type_name(kind: Type) -> &'static str {
+    match kind {
+        Type::Unspecified => "UNSPECIFIED",
+        Type::Accepted => "ACCEPTED",
+        Type::StepCheckpoint => "STEP_CHECKPOINT",
+        Type::Waiting => "WAITING",
+        Type::Completed => "COMPLETED",
+        Type::Failed => "FAILED",
+        Type::Dead => "DEAD",
+    }
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut kept: String = text.chars().take(max - 1).collect();
+    kept.push('…');
+    kept
+}
+
+/// Builds, validates and encodes the event; returns its id (also the outbox row id)
+/// and payload.
+pub fn encode(facts: &EventFacts<'_>) -> Result<(Uuid, Vec<u8>), jobs_proto::ContractError> {
+    let event_id = Uuid::now_v7();
+    let status = prost_types::Value {
+        kind: Some(Kind::StringValue(facts.status.as_str().to_owned())),
+    };
+    let occurred_at = prost_types::Timestamp::from(SystemTime::now());
+    let event = WorkflowRunEvent {
+        event_id: event_id.to_string(),
+        job_id: facts.job_id.to_string(),
+        workflow_name: facts.workflow_name.to_owned(),
+        r#type: facts.kind as i32,
+        step: facts.step.unwrap_or_default().to_owned(),
+        attempt: facts.attempt,
+        verdict: facts
+            .verdict
+            .map(|v| cut(v, MAX_VERDICT_CHARS))
+            .unwrap_or_default(),
+        error: facts
+            .error
+            .map(|e| cut(e, MAX_ERROR_CHARS))
+            .unwrap_or_default(),
+        detail: Some(prost_types::Struct {
+            fields: [("status".to_owned(), status)].into(),
+        }),
+        occurred_at: Some(occurred_at),
+    };
+    Ok((event_id, event.encode_validated()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_errors_are_cut_to_the_contract() {
+        let error = "e".repeat(10_000);
+        let facts = EventFacts {
+            job_id: Uuid::new_v4(),
+            workflow_name: "w",
+            kind: Type::Dead,
+            step: None,
+            attempt: 3,
+            verdict: None,
+            error: Some(&error),
+            status: JobStatus::Dead,
+        };
+        let (id, payload) = encode(&facts).expect("a cut error still encodes");
+        let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
+        assert_eq!(event.event_id, id.to_string());
+        assert_eq!(event.error.chars().count(), 4000);
+        assert!(event.error.ends_with('…'));
+    }
+
+    #[test]
+    fn a_terminal_event_without_its_error_is_refused() {
+        let facts = EventFacts {
+            job_id: Uuid::new_v4(),
+            workflow_name: "w",
+            kind: Type::Failed,
+            step: None,
+            attempt: 1,
+            verdict: None,
+            error: None,
+            status: JobStatus::Failed,
+        };
+        assert!(encode(&facts).is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! Submission: strict about what it persists.
+//!
+//! The definition (inline, or a stored name resolved through the registry's
+//! `WorkflowRepository`) is compiled and verified, and the input is parsed and checked
+//! against the workflow's input type, **before** anything is written. Then the
+//! envelope and the input are snapshotted into the job row, so a workflow edited
+//! later never shifts a live job. On any failure no row is written.
+
+use std::sync::Arc;
+
+use registry_stub::WorkflowRepository;
+use serde_json::Value;
+use uuid::Uuid;
+use workflow::compile::{MessageError, encode_json};
+use workflow::{CompiledWorkflow, Findings};
+
+use crate::status::JobStatus;
+use crate::store::{NewJob, Store, StoreError};
+
+/// Where the definition comes from: exactly one source.
+#[derive(Debug, Clone)]
+pub enum DefinitionSource {
+    /// An inline envelope.
+    Inline(Value),
+    /// A stored workflow's name.
+    Stored(String),
+}
+
+/// A submission.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    /// The definition.
+    pub source: DefinitionSource,
+    /// The input (proto3 JSON of the input type).
+    pub input: Value,
+    /// The job id; minted (uuid v7) when absent.
+    pub job_id: Option<Uuid>,
+    /// Attempts allowed; the configured default when absent.
+    pub max_attempts: Option<i32>,
+}
+
+/// An accepted submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submitted {
+    /// The job's id.
+    pub job_id: Uuid,
+    /// Its status now.
+    pub status: JobStatus,
+    /// False when the same submission was made before.
+    pub created: bool,
+}
+
+/// Why a submission was refused (nothing was written).
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The named workflow is not stored.
+    #[error("no stored workflow named '{0}' (list-workflows shows them)")]
+    UnknownWorkflow(String),
+    /// The workflow does not compile.
+    #[error(transparent)]
+    Findings(#[from] Findings),
+    /// The input does not fit the workflow's input type.
+    #[error("input: {0}")]
+    Input(#[from] MessageError),
+    /// The store refused or failed (a conflicting resubmission, or a database error).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Turns submissions into job rows.
+#[derive(Clone)]
+pub struct Submitter {
+    store: Store,
+    workflows: Arc<dyn WorkflowRepository>,
+    max_attempts_default: i32,
+}
+
+impl Submitter {
+    /// A submitter writing to `store`, resolving names through `workflows`.
+    pub fn new(
+        store: Store,
+        workflows: Arc<dyn WorkflowRepository>,
+        max_attempts_default: i32,
+    ) -> Self {
+        Submitter {
+            store,
+            workflows,
+            max_attempts_default,
+        }
+    }
+
+    /// Resolves, compiles, verifies and validates, then inserts the job.
+    pub async fn submit(&self, submission: Submission) -> Result<Submitted, SubmitError> {
+        let (job, _) = self.prepare(submission)?;
+        let inserted = self.store.insert_job(&job).await?;
+        Ok(Submitted {
+            job_id: job.job_id,
+            status: inserted.status,
+            created: inserted.created,
+        })
+    }
+
+    /// Everything up to the insert: the row to write and the compiled workflow.
+    pub fn prepare(
+        &self,
+        submission: Submission,
+    ) -> Result<(NewJob, CompiledWorkflow), SubmitError> {
+        let envelope = match submission.source {
+            DefinitionSource::Inline(envelope) => envelope,
+            DefinitionSource::Stored(name) => {
+                self.workflows
+                    .resolve(&name)
+                    .ok_or(SubmitError::UnknownWorkflow(name))?
+                    .envelope
+            }
+        };
+        let compiled = CompiledWorkflow::compile(&envelope)?;
+        let input = compiled.parse_input(&submission.input)?;
+        let job = NewJob {
+            job_id: submission.job_id.unwrap_or_else(Uuid::now_v7),
+            workflow_name: compiled.name.clone(),
+            definition: envelope,
+            // The canonical proto3 JSON of the parsed input: what the worker will parse.
+            input: encode_json(&input),
+            max_attempts: submission
+                .max_attempts
+                .filter(|n| *n > 0)
+                .unwrap_or(self.max_attempts_default),
+        };
+        Ok((job, compiled))
+    }
+
+    /// The store behind this submitter.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}

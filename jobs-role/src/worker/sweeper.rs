@@ -1,0 +1,35 @@
+//! The sweeper: requeues RUNNING jobs whose lease passed (their worker crashed or went
+//! quiet), keeping their attempts, so the next claim resumes from the checkpoints. A
+//! job whose last attempt's lease passed lands DEAD.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
+
+/// Most rows one sweep moves.
+const SWEEP_BATCH: i64 = 500;
+
+/// Sweeps every `interval` until `shutdown`.
+pub async fn sweep_loop(store: Store, interval: Duration, shutdown: CancellationToken) {
+    loop {
+        match store.sweep_expired_leases(SWEEP_BATCH).await {
+            Ok(report) if report.requeued + report.dead > 0 => {
+                tracing::info!(
+                    requeued = report.requeued,
+                    dead = report.dead,
+                    "swept expired leases"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Wake-ups: one connection per node LISTENs on the queued channel and wakes every
+//! idle claim loop when a submission, a requeue or a completed step commits, so an
+//! idle fleet starts new work in milliseconds instead of at the next poll. Polling
+//! stays as the fallback (and covers the time this listener spends reconnecting).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_postgres::AsyncMessage;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{Store, sql};
+
+/// Listens until `shutdown`, reconnecting after failures.
+pub async fn listen_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
+    while !shutdown.is_cancelled() {
+        if let Err(e) = listen_once(&store, &wake, &shutdown).await {
+            tracing::warn!(error = %e, "the wake-up listener lost its connection; polling covers until it reconnects");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+}
+
+async fn listen_once(
+    store: &Store,
+    wake: &Notify,
+    shutdown: &CancellationToken,
+) -> Result<(), String> {
+    let (client, mut connection) = store.listen_for_work().await.map_err(|e| e.to_string())?;
+    let subscribe = async {
+        client
+            .batch_execute(sql::LISTEN_QUEUED)
+            .await
+            .map_err(|e| e.to_string())?;
+        // Wake everyone once subscribed: work may have arrived while we were away.
+        wake.notify_waiters();
+        // Keep the client alive as long as the connection is polled.
+        std::future::pending::<()>().await;
+        Ok::<(), String>(())
+    };
+    let poll = async {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(_))) => wake.notify_waiters(),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Err("the connection closed".to_owned()),
+            }
+        }
+    };
+    tokio::select! {
+        result = subscribe => result,
+        result = poll => result,
+        () = shutdown.cancelled() => Ok(()),
+    }
+}

@@ -1,0 +1,145 @@
+//! A jobs node for tests: the registry and jobs roles over a fresh database, with
+//! small timings, driven through the real actions route.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use jobs_role::JobsConfig;
+use jobs_role::store::Store;
+use registry_stub::config::RegistryConfig;
+use registry_stub::node::RunningNode;
+use registry_stub::{Node, RegistryRole};
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// Test timings: quick leases, polls, sweeps and backoffs, a few connections.
+pub fn test_config(database_url: &str, worker_id: &str, workers: usize) -> JobsConfig {
+    JobsConfig {
+        database_url: Some(database_url.to_owned()),
+        worker_id: worker_id.to_owned(),
+        worker_count: workers,
+        lease_ms: 5_000,
+        poll_interval_ms: 200,
+        sweep_interval_ms: 100,
+        backoff_base_ms: 100,
+        shutdown_grace_ms: 2_000,
+        max_connections: 6,
+        ..JobsConfig::default()
+    }
+}
+
+/// A running node with the registry and jobs roles.
+pub struct JobsNode {
+    /// The node (tasks running).
+    pub node: RunningNode,
+    /// The node's router.
+    pub router: Router,
+    /// A store over the same database, for assertions.
+    pub store: Store,
+    _workflows: tempfile::TempDir,
+}
+
+impl JobsNode {
+    /// Mounts and starts a node with `config`.
+    pub async fn start(config: JobsConfig) -> JobsNode {
+        let workflows = tempfile::tempdir().expect("temp dir");
+        let url = config.database_url.clone().expect("a database");
+        let node = Node::new()
+            .role(RegistryRole::new(RegistryConfig {
+                workflows_dir: workflows.path().to_owned(),
+            }))
+            .role(jobs_role::JobsModule::new(config))
+            .mount()
+            .await
+            .unwrap_or_else(|e| panic!("the node mounts: {e}"))
+            .start();
+        let router = node.router();
+        let store = Store::connect(&url, 4).await.expect("store");
+        JobsNode {
+            node,
+            router,
+            store,
+            _workflows: workflows,
+        }
+    }
+
+    /// Calls a verb; returns the status and the JSON answer.
+    pub async fn call(&self, verb: &str, body: Value) -> (StatusCode, Value) {
+        call(&self.router, verb, body).await
+    }
+
+    /// Calls a verb that must answer 200.
+    pub async fn ok(&self, verb: &str, body: Value) -> Value {
+        let (status, answer) = self.call(verb, body).await;
+        assert_eq!(status, StatusCode::OK, "{verb} answered {status}: {answer}");
+        answer
+    }
+
+    /// The job's row (snake_case columns).
+    pub async fn job(&self, job_id: &str) -> Value {
+        let id = uuid::Uuid::parse_str(job_id).expect("a uuid");
+        self.store
+            .get_job(id)
+            .await
+            .expect("get_job")
+            .expect("the job exists")
+    }
+
+    /// Waits until the job reaches `status` (panics with the row after `timeout`).
+    pub async fn wait_for_status(&self, job_id: &str, status: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let job = self.job(job_id).await;
+            if job["status"] == status {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job_id} never reached {status}: {job:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the node's tasks.
+    pub async fn stop(self) {
+        self.node.shutdown(Duration::from_secs(10)).await;
+    }
+}
+
+/// Calls a verb on `router`.
+pub async fn call(router: &Router, verb: &str, body: Value) -> (StatusCode, Value) {
+    let request = Request::post(format!("/v1/actions/{verb}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = router
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("infallible router");
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, serde_json::from_slice(&bytes).expect("JSON answer"))
+}
+
+/// Polls `check` every 20 ms until it holds, or panics with `what` after `timeout`.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
