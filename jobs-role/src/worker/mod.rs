@@ -20,6 +20,7 @@
 //! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>`, because a retried
 //! step may have done its side effect before its checkpoint landed.
 
+mod cache;
 mod limits;
 mod sweeper;
 mod wake;
@@ -50,6 +51,7 @@ pub struct Worker {
     config: JobsConfig,
     limits: TargetLimits,
     wake: Arc<Notify>,
+    compiled: cache::CompiledCache,
 }
 
 impl Worker {
@@ -67,6 +69,7 @@ impl Worker {
             config,
             limits,
             wake,
+            compiled: cache::CompiledCache::default(),
         })
     }
 
@@ -140,7 +143,7 @@ impl Worker {
     /// Compiles, replays, runs and settles; the error is the store's.
     async fn execute(&self, job: ClaimedJob) -> Result<(), StoreError> {
         let claim = &job.claim;
-        let compiled = match CompiledWorkflow::compile(&job.definition) {
+        let compiled = match self.compiled.get_or_compile(&job.definition) {
             Ok(compiled) => compiled,
             Err(findings) => {
                 let error =
@@ -173,7 +176,7 @@ impl Worker {
                     .await;
             }
         };
-        let prior = match replay_checkpoints(&compiled, &job.checkpoints) {
+        let prior = match replay_checkpoints(compiled.as_ref(), &job.checkpoints) {
             Ok(prior) => prior,
             Err(failure) => {
                 let error = failure.to_string();
@@ -214,7 +217,7 @@ impl Worker {
             outcome = segment => outcome,
             lost = self.keep_lease(claim) => return Err(lost),
         };
-        self.settle(&job, &compiled, outcome).await
+        self.settle(&job, compiled.as_ref(), outcome).await
     }
 
     /// Renews the lease every third of its length until the renewal fails; returns
