@@ -14,9 +14,12 @@ use workflow::{CompiledWorkflow, Findings};
 
 const CAPACITY: usize = 256;
 
+/// Definitions sharing a hash, each with its compiled workflow.
+type Bucket = Vec<(Value, Arc<CompiledWorkflow>)>;
+
 #[derive(Default)]
 pub(super) struct CompiledCache {
-    entries: Mutex<HashMap<u64, Vec<(Value, Arc<CompiledWorkflow>)>>>,
+    entries: Mutex<HashMap<u64, Bucket>>,
 }
 
 impl CompiledCache {
