@@ -1,4 +1,4 @@
-//! The node config: `[node]`, `[auth]`, `[registry]`, `[parse]`, loaded from TOML with
+//! The node config: `[node]`, `[auth]`, `[registry]`, `[parse]`, `[jobs]`, loaded from TOML with
 //! environment overrides (`PROTOMOLT_NODE__BIND=...`).
 
 use std::path::Path;
@@ -8,6 +8,8 @@ use figment::providers::{Env, Format, Toml};
 use registry_stub::auth::AuthConfig;
 use registry_stub::config::{NodeSection, RegistryConfig, check_bind};
 use serde::Deserialize;
+
+use jobs_role::JobsConfig;
 
 use crate::parse::ParseConfig;
 
@@ -19,10 +21,11 @@ pub struct HostConfig {
     pub auth: Option<AuthConfig>,
     pub registry: RegistryConfig,
     pub parse: ParseConfig,
+    pub jobs: JobsConfig,
 }
 
 /// The roles this host knows how to mount.
-pub const KNOWN_ROLES: &[&str] = &["registry", "parse"];
+pub const KNOWN_ROLES: &[&str] = &["registry", "parse", "jobs"];
 
 impl HostConfig {
     /// Loads the file (when given) and the environment, and checks the result; the
@@ -58,6 +61,11 @@ impl HostConfig {
                     KNOWN_ROLES.join(", ")
                 ));
             }
+        }
+        if self.node.roles.iter().any(|r| r == "jobs") {
+            self.jobs
+                .check()
+                .map_err(|e| format!("invalid config: {e}"))?;
         }
         check_bind(self.node.bind, self.auth.as_ref())
     }

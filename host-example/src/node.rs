@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use jobs_role::JobsModule;
 use registry_stub::node::RunningNode;
 use registry_stub::{Node, RegistryRole, Role};
 
@@ -20,6 +21,7 @@ fn roles(config: &HostConfig) -> Vec<Arc<dyn Role>> {
                 "parse" => Some(Arc::new(ParseRole {
                     config: config.parse.clone(),
                 })),
+                "jobs" => Some(Arc::new(JobsModule::new(config.jobs.clone()))),
                 // HostConfig::check refused unknown names already.
                 _ => None,
             }

@@ -6,7 +6,10 @@ use std::process::{Command, Output};
 fn node(args: &[&str], config: Option<&str>, env: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_protomolt-node"));
-    command.current_dir(dir.path()).env("RUST_LOG", "warn");
+    command
+        .current_dir(dir.path())
+        .env("RUST_LOG", "warn")
+        .env_remove("DATABASE_URL");
     for (key, value) in env {
         command.env(key, value);
     }
@@ -114,4 +117,35 @@ fn the_demo_runs_the_example_workflow() {
         "{stdout}"
     );
     assert!(stdout.contains("\"vector\": ["), "{stdout}");
+    assert!(
+        stdout.contains("no database"),
+        "without a database the jobs part is skipped: {stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_runs_a_job_that_parks_and_completes() {
+    let db = protomolt_e2e::TestDatabase::create().await;
+    let url = db.url.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        node(&["demo", "--once"], None, &[("DATABASE_URL", &url)])
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", stderr(&output));
+    assert!(
+        stdout.contains("the job parked on step 'review'"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"outcome\":\"COMPLETED\""), "{stdout}");
+    assert!(
+        stdout.contains("\"verdict\": \"3 steps, output jobs.test.Embedding\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"notes\": \"looks right\""), "{stdout}");
+    assert!(
+        stdout.contains("base64 characters of descriptors"),
+        "{stdout}"
+    );
 }

@@ -81,6 +81,18 @@ async fn two_steps_complete_with_checkpoints_and_events_in_order() {
     assert_eq!(answer["job"]["workflowName"], "embed-text");
     assert!(answer["job"]["workflowDefinition"]["steps"].is_array());
     assert_eq!(answer["job"]["input"], json!({ "text": "hello" }));
+    let events: Vec<&str> = answer["job"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events,
+        ["ACCEPTED", "STEP_CHECKPOINT", "STEP_CHECKPOINT", "COMPLETED"],
+        "get-job lists the outbox rows"
+    );
+    assert_eq!(answer["job"]["events"][0]["status"], "PENDING");
     for column in [
         "maxAttempts",
         "runAfter",

@@ -1,5 +1,6 @@
-//! `get-job {jobId}` → `{ok: true, job: {...every column...}}` or
-//! `{ok: false, error: "no workflow run <id>"}`.
+//! `get-job {jobId}` → `{ok: true, job: {...every column..., events: [...]}}` or
+//! `{ok: false, error: "no workflow run <id>"}`. `events` lists the job's outbox rows
+//! (`eventId`, `type`, `status`: PENDING until the relay publishes them).
 
 use std::sync::Arc;
 
@@ -13,10 +14,19 @@ use super::{JobsState, camel_case_keys, store_error};
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
     let id = request.str("jobId");
     let job_id = Uuid::parse_str(id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
-    Ok(
-        match state.store.get_job(job_id).await.map_err(store_error)? {
-            Some(row) => json!({ "ok": true, "job": camel_case_keys(row) }),
-            None => json!({ "ok": false, "error": format!("no workflow run {job_id}") }),
-        },
-    )
+    let Some(row) = state.store.get_job(job_id).await.map_err(store_error)? else {
+        return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
+    };
+    let mut job = camel_case_keys(row);
+    // The job's outbox rows, so its events can be read even with the Kafka lanes off.
+    let events: Vec<Value> = state
+        .store
+        .job_events(job_id)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .map(|e| json!({ "eventId": e.event_id.to_string(), "type": e.event_type, "status": e.status }))
+        .collect();
+    job["events"] = Value::Array(events);
+    Ok(json!({ "ok": true, "job": job }))
 }
