@@ -89,7 +89,12 @@ async fn two_steps_complete_with_checkpoints_and_events_in_order() {
         .collect();
     assert_eq!(
         events,
-        ["ACCEPTED", "STEP_CHECKPOINT", "STEP_CHECKPOINT", "COMPLETED"],
+        [
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ],
         "get-job lists the outbox rows"
     );
     assert_eq!(answer["job"]["events"][0]["status"], "PENDING");
