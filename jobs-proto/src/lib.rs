@@ -14,12 +14,14 @@
 //! malformed reaches a topic and nothing malformed leaves one unnoticed.
 //!
 //! [`FILE_DESCRIPTOR_SET`] is the encoded schema (imports included), for schema
-//! registries and for consumers that decode dynamically.
+//! registries and for consumers that decode dynamically; [`wire`] frames records for
+//! a Confluent-compatible schema registry and unframes either form.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod validation;
+pub mod wire;
 
 use std::sync::LazyLock;
 

@@ -5,6 +5,7 @@
 //! at most 8 concurrent segments per target. Without `database_url` the role still
 //! mounts its verbs, and they answer `unavailable`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -43,8 +44,23 @@ pub struct JobsConfig {
     pub requests_topic: String,
     /// Kafka bootstrap servers; without it the Kafka lanes stay off.
     pub kafka_bootstrap: Option<String>,
-    /// Confluent-compatible schema registry, optional.
+    /// Confluent-compatible schema registry, optional: with it, records use the
+    /// Confluent wire format and the contract is registered under `<topic>-value`.
     pub schema_registry_url: Option<String>,
+    /// Extra librdkafka settings for the producer and the consumer (security, sizes).
+    pub kafka_options: BTreeMap<String, String>,
+    /// Consumer group of the request consumer.
+    pub consumer_group: String,
+    /// Outbox rows one relay batch publishes.
+    pub relay_batch_size: i64,
+    /// Fallback poll of the relay (a NOTIFY from each outbox insert wakes it early).
+    pub relay_poll_interval_ms: u64,
+    /// Failed publishes after which an outbox row lands FAILED (the dead-letter queue).
+    pub relay_max_attempts: i32,
+    /// Backoff after the first failed publish of a row, doubling per attempt.
+    pub relay_backoff_base_ms: u64,
+    /// Ceiling of the relay's backoffs (also while the broker is unreachable).
+    pub relay_backoff_max_ms: u64,
 }
 
 impl Default for JobsConfig {
@@ -65,6 +81,13 @@ impl Default for JobsConfig {
             requests_topic: "workflow-run-requests".into(),
             kafka_bootstrap: None,
             schema_registry_url: None,
+            kafka_options: BTreeMap::new(),
+            consumer_group: "protomolt-jobs-worker".into(),
+            relay_batch_size: 100,
+            relay_poll_interval_ms: 500,
+            relay_max_attempts: 10,
+            relay_backoff_base_ms: 500,
+            relay_backoff_max_ms: 60_000,
         }
     }
 }
@@ -84,6 +107,8 @@ impl std::fmt::Debug for JobsConfig {
             .field("events_topic", &self.events_topic)
             .field("requests_topic", &self.requests_topic)
             .field("kafka_bootstrap", &self.kafka_bootstrap)
+            .field("schema_registry_url", &self.schema_registry_url)
+            .field("consumer_group", &self.consumer_group)
             .finish_non_exhaustive()
     }
 }
@@ -116,6 +141,15 @@ impl JobsConfig {
                 "jobs.max_concurrent_per_target and jobs.max_connections must be at least 1".into(),
             );
         }
+        if self.relay_batch_size < 1
+            || self.relay_max_attempts < 1
+            || self.relay_poll_interval_ms == 0
+        {
+            return Err("jobs.relay_batch_size, jobs.relay_max_attempts and jobs.relay_poll_interval_ms must be at least 1".into());
+        }
+        if self.consumer_group.trim().is_empty() {
+            return Err("jobs.consumer_group must not be blank".into());
+        }
         if !(1..=100).contains(&self.max_attempts_default) {
             return Err("jobs.max_attempts_default must be from 1 to 100".into());
         }
@@ -140,6 +174,18 @@ impl JobsConfig {
     /// The shutdown grace.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// The relay's delay after a row's `attempts`-th failed publish.
+    pub fn relay_backoff(&self, attempts: i32) -> Duration {
+        let exponent = u32::try_from(attempts.saturating_sub(1))
+            .unwrap_or(0)
+            .min(20);
+        Duration::from_millis(
+            self.relay_backoff_base_ms
+                .saturating_mul(1u64 << exponent)
+                .min(self.relay_backoff_max_ms),
+        )
     }
 
     /// The delay before attempt `attempt + 1`: base × 2^(attempt − 1), capped at a day.

@@ -18,6 +18,9 @@
 //! | [`store`]   | PostgreSQL: migrations, every SQL statement, fencing, the outbox     |
 //! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
 //! | [`worker`]  | claim loops, segments with lease renewal, settling, the sweeper      |
+//! | [`wake`]    | LISTEN/NOTIFY wake-ups for idle claim loops and relays              |
+//! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
+//! | [`consumer`]| the request consumer: broker-native submission, poison records      |
 //! | [`actions`] | the four verbs: submit-workflow, get-job, list-jobs, complete-step   |
 //! | [`module`]  | `JobsModule`, the role a node mounts                                 |
 //! | [`config`]  | the `[jobs]` section                                                 |
@@ -29,10 +32,13 @@
 
 pub mod actions;
 pub mod config;
+pub mod consumer;
 pub mod module;
+pub mod relay;
 pub mod status;
 pub mod store;
 pub mod submit;
+pub mod wake;
 pub mod worker;
 
 pub use config::JobsConfig;

@@ -3,8 +3,9 @@
 //! It requires `registry` (stored workflow names resolve through the registry's
 //! `WorkflowRepository`, and it shares the registry's `Runner`), contributes the four
 //! verbs, and runs `worker_count` claim loops, the sweeper and the wake-up listener as
-//! background tasks. Without `[jobs].database_url` it still mounts the verbs, which
-//! then answer `unavailable`.
+//! background tasks; with `kafka_bootstrap` also the outbox relay and the request
+//! consumer. Without `[jobs].database_url` it still mounts the verbs, which then
+//! answer `unavailable`.
 
 use std::sync::Arc;
 
@@ -14,9 +15,13 @@ use workflow::Runner;
 
 use crate::actions::{JobsState, actions};
 use crate::config::JobsConfig;
+use crate::consumer::RequestConsumer;
+use crate::relay::{Publisher, relay_loop};
 use crate::store::Store;
+use crate::store::sql;
 use crate::submit::Submitter;
-use crate::worker::{Worker, listen_loop, sweep_loop};
+use crate::wake::listen_loop;
+use crate::worker::{Worker, sweep_loop};
 
 /// The jobs role.
 pub struct JobsModule {
@@ -27,6 +32,47 @@ impl JobsModule {
     /// A jobs role configured by the `[jobs]` section.
     pub fn new(config: JobsConfig) -> Self {
         JobsModule { config }
+    }
+}
+
+impl JobsModule {
+    /// The events lane (outbox relay) and the requests lane (request consumer).
+    async fn mount_kafka_lanes(
+        &self,
+        ctx: &mut MountContext,
+        bootstrap: &str,
+        store: Store,
+        submitter: Submitter,
+    ) -> Result<(), MountError> {
+        let mut publisher =
+            Publisher::new(&self.config, bootstrap).map_err(|e| MountError(e.to_string()))?;
+        if let Some(registry) = &self.config.schema_registry_url {
+            publisher
+                .register_schema(registry)
+                .await
+                .map_err(|e| MountError(e.to_string()))?;
+        }
+        let consumer = RequestConsumer::new(&self.config, bootstrap, submitter)
+            .map_err(|e| MountError(e.to_string()))?;
+        let shutdown = ctx.shutdown_token();
+        let outbox_wake = Arc::new(Notify::new());
+        ctx.spawn_task(
+            "outbox-relay",
+            relay_loop(
+                store.clone(),
+                Arc::new(publisher),
+                self.config.clone(),
+                outbox_wake.clone(),
+                shutdown.clone(),
+            ),
+        );
+        ctx.spawn_task(
+            "outbox-listener",
+            listen_loop(store, sql::LISTEN_OUTBOX, outbox_wake, shutdown.clone()),
+        );
+        ctx.spawn_task("request-consumer", consumer.run(shutdown));
+        tracing::info!(%bootstrap, events = %self.config.events_topic, requests = %self.config.requests_topic, "Kafka lanes on");
+        Ok(())
     }
 }
 
@@ -66,7 +112,7 @@ impl Role for JobsModule {
         for action in actions(Some(state.clone()))? {
             ctx.add_action(action);
         }
-        ctx.provide(state);
+        ctx.provide(state.clone());
 
         let wake = Arc::new(Notify::new());
         let worker = Worker::new(store.clone(), runner, self.config.clone(), wake.clone());
@@ -85,7 +131,20 @@ impl Role for JobsModule {
                 shutdown.clone(),
             ),
         );
-        ctx.spawn_task("wake-listener", listen_loop(store, wake, shutdown));
+        ctx.spawn_task(
+            "wake-listener",
+            listen_loop(store.clone(), sql::LISTEN_QUEUED, wake, shutdown.clone()),
+        );
+
+        match &self.config.kafka_bootstrap {
+            Some(bootstrap) => {
+                self.mount_kafka_lanes(ctx, bootstrap, store, state.submitter.clone())
+                    .await?
+            }
+            None => tracing::info!(
+                "jobs.kafka_bootstrap is not set: the Kafka lanes are off; events wait in the outbox (get-job shows them)"
+            ),
+        }
         tracing::info!(worker_id = %self.config.worker_id, workers = self.config.worker_count, "jobs role mounted");
         Ok(())
     }

@@ -130,6 +130,11 @@ impl Submitter {
         Ok((job, compiled))
     }
 
+    /// The envelope stored under `name`, if any.
+    pub fn stored_envelope(&self, name: &str) -> Option<Value> {
+        self.workflows.resolve(name).map(|stored| stored.envelope)
+    }
+
     /// The store behind this submitter.
     pub fn store(&self) -> &Store {
         &self.store

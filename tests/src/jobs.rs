@@ -88,11 +88,19 @@ impl JobsNode {
             .expect("the job exists")
     }
 
-    /// Waits until the job reaches `status` (panics with the row after `timeout`).
+    /// Waits until the job exists and reaches `status` (panics with the row after
+    /// `timeout`).
     pub async fn wait_for_status(&self, job_id: &str, status: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
+        let id = uuid::Uuid::parse_str(job_id).expect("a uuid");
         loop {
-            let job = self.job(job_id).await;
+            // The row may not exist yet (a request still on its topic).
+            let job = self
+                .store
+                .get_job(id)
+                .await
+                .expect("get_job")
+                .unwrap_or_default();
             if job["status"] == status {
                 return job;
             }

@@ -11,6 +11,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod jobs;
+pub mod kafka;
 
 use std::time::{Duration, Instant};
 

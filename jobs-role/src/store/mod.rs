@@ -274,6 +274,74 @@ pub struct OutboxRow {
     pub status: String,
 }
 
+/// A PENDING outbox row handed to the relay.
+#[derive(Debug, Clone)]
+pub struct PendingEvent {
+    /// The event id (also the record's event_id).
+    pub event_id: Uuid,
+    /// The job: the record key.
+    pub job_id: Uuid,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+    /// Failed publishes so far.
+    pub attempts: i32,
+}
+
+/// What became of one publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// The broker acknowledged it.
+    Published,
+    /// The publish failed with this error.
+    Failed(String),
+}
+
+/// What one relay batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Rows published.
+    pub published: usize,
+    /// Rows whose publish failed and that wait for another attempt.
+    pub retrying: usize,
+    /// Rows that spent their attempts and landed FAILED.
+    pub dead_lettered: Vec<Uuid>,
+}
+
+impl DrainReport {
+    /// Rows the batch handled.
+    pub fn handled(&self) -> usize {
+        self.published + self.retrying + self.dead_lettered.len()
+    }
+}
+
+/// Backlog of the Kafka lanes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounts {
+    /// Outbox rows waiting for the relay.
+    pub pending_events: i64,
+    /// Outbox rows that spent their attempts (the dead-letter queue).
+    pub failed_events: i64,
+    /// Poison records of the request topic.
+    pub rejected_requests: i64,
+}
+
+/// A record of the request topic that could not become a job row.
+#[derive(Debug, Clone)]
+pub struct RejectedRecord<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its key, if any.
+    pub key: Option<&'a [u8]>,
+    /// Its payload, if any.
+    pub payload: Option<&'a [u8]>,
+    /// Why it was rejected.
+    pub error: &'a str,
+}
+
 /// The jobs store over a connection pool.
 #[derive(Clone)]
 pub struct Store {
@@ -761,6 +829,130 @@ impl Store {
     }
 }
 
+impl Store {
+    /// One relay batch: locks up to `batch` due PENDING rows (skipping rows other
+    /// relays hold, and all but the earliest PENDING row of each job), hands them to
+    /// `publish`, and records each outcome in the same transaction: PUBLISHED after the
+    /// broker's ack; otherwise one more attempt with `backoff(attempts)`, and FAILED
+    /// once `max_attempts` are spent. When `publish` returns `Err` (the broker is
+    /// unreachable) nothing is recorded: the rows stay PENDING, attempts untouched.
+    pub async fn drain_outbox<F, Fut, E>(
+        &self,
+        batch: i64,
+        max_attempts: i32,
+        backoff: impl Fn(i32) -> Duration,
+        publish: F,
+    ) -> Result<Result<DrainReport, E>, StoreError>
+    where
+        F: FnOnce(Vec<PendingEvent>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<PublishOutcome>, E>>,
+    {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx.query(sql::CLAIM_OUTBOX_BATCH, &[&batch]).await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(Ok(DrainReport::default()));
+        }
+        let pending: Vec<PendingEvent> = rows
+            .iter()
+            .map(|row| PendingEvent {
+                event_id: row.get("event_id"),
+                job_id: row.get("job_id"),
+                payload: row.get("payload"),
+                attempts: row.get("attempts"),
+            })
+            .collect();
+        let ids: Vec<(Uuid, i32)> = pending.iter().map(|p| (p.event_id, p.attempts)).collect();
+        let outcomes = match publish(pending).await {
+            Ok(outcomes) => outcomes,
+            Err(unreachable) => {
+                tx.rollback().await?;
+                return Ok(Err(unreachable));
+            }
+        };
+        let mut report = DrainReport::default();
+        let mut published = Vec::new();
+        for ((event_id, attempts), outcome) in ids.into_iter().zip(outcomes) {
+            match outcome {
+                PublishOutcome::Published => published.push(event_id),
+                PublishOutcome::Failed(error) => {
+                    let row = tx
+                        .query_one(
+                            sql::MARK_PUBLISH_FAILED,
+                            &[
+                                &event_id,
+                                &error,
+                                &millis(backoff(attempts + 1)),
+                                &max_attempts,
+                            ],
+                        )
+                        .await?;
+                    if row.get::<_, String>("status") == "FAILED" {
+                        report.dead_lettered.push(event_id);
+                    } else {
+                        report.retrying += 1;
+                    }
+                }
+            }
+        }
+        if !published.is_empty() {
+            tx.execute(sql::MARK_PUBLISHED, &[&published]).await?;
+        }
+        tx.commit().await?;
+        report.published = published.len();
+        Ok(Ok(report))
+    }
+
+    /// The lanes' backlog.
+    pub async fn lane_counts(&self) -> Result<LaneCounts, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_one(sql::LANE_COUNTS, &[]).await?;
+        Ok(LaneCounts {
+            pending_events: row.get("pending"),
+            failed_events: row.get("failed"),
+            rejected_requests: row.get("rejected"),
+        })
+    }
+
+    /// Keeps a poison record in the dead-letter store (once per record).
+    pub async fn reject_request(&self, record: &RejectedRecord<'_>) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                sql::INSERT_REQUEST_REJECT,
+                &[
+                    &record.topic,
+                    &record.partition,
+                    &record.offset,
+                    &record.key,
+                    &record.payload,
+                    &record.error,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// An outbox row's status, attempts and last error.
+    pub async fn outbox_row(
+        &self,
+        event_id: Uuid,
+    ) -> Result<Option<(String, i32, Option<String>)>, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_opt(sql::OUTBOX_ROW, &[&event_id])
+            .await?
+            .map(|row| {
+                (
+                    row.get("status"),
+                    row.get("attempts"),
+                    row.get("last_error"),
+                )
+            }))
+    }
+}
+
 async fn insert_event(tx: &Transaction<'_>, facts: &EventFacts<'_>) -> Result<(), StoreError> {
     let (event_id, payload) = events::encode(facts)?;
     tx.execute(
@@ -773,6 +965,8 @@ async fn insert_event(tx: &Transaction<'_>, facts: &EventFacts<'_>) -> Result<()
         ],
     )
     .await?;
+    // Wake idle relays when this transaction commits.
+    tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
     Ok(())
 }
 

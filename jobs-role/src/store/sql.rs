@@ -182,3 +182,56 @@ SELECT json_build_object(
 /// A job's outbox rows in order (operators and tests). `$1` job id.
 pub const JOB_EVENTS: &str = "\
 SELECT event_id, event_type, payload, status FROM workflow_run_events_outbox WHERE job_id = $1 ORDER BY seq";
+
+/// The channel outbox inserts notify and relays listen on.
+pub const LISTEN_OUTBOX: &str = "LISTEN protomolt_jobs_outbox";
+
+/// Wakes idle relays when the transaction that wrote an outbox row commits.
+pub const NOTIFY_OUTBOX: &str = "SELECT pg_notify('protomolt_jobs_outbox', '')";
+
+/// Locks the relay's next batch: PENDING rows due for (re)publishing, oldest first,
+/// skipping rows another relay holds. Only a job's earliest PENDING row is taken, so
+/// one job's events are published in order even with several relays. `$1` batch size.
+pub const CLAIM_OUTBOX_BATCH: &str = "\
+SELECT o.event_id, o.job_id, o.payload, o.attempts
+  FROM workflow_run_events_outbox o
+ WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
+   AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox e
+                    WHERE e.job_id = o.job_id AND e.status = 'PENDING' AND e.seq < o.seq)
+ ORDER BY o.created_at, o.seq
+ FOR UPDATE SKIP LOCKED
+ LIMIT $1";
+
+/// Marks rows the broker acknowledged. `$1` event ids.
+pub const MARK_PUBLISHED: &str = "\
+UPDATE workflow_run_events_outbox SET status = 'PUBLISHED', published_at = now()
+ WHERE event_id = ANY($1) AND status = 'PENDING'";
+
+/// Records a failed publish: one more attempt, the error, a backoff; FAILED (the
+/// dead-letter state, never picked again) once `$4` attempts are spent. `$1` event id,
+/// `$2` error, `$3` backoff in milliseconds, `$4` attempts allowed.
+pub const MARK_PUBLISH_FAILED: &str = "\
+UPDATE workflow_run_events_outbox
+   SET attempts = attempts + 1, last_error = $2,
+       next_attempt_at = now() + $3::bigint * interval '1 millisecond',
+       status = CASE WHEN attempts + 1 >= $4 THEN 'FAILED' ELSE 'PENDING' END
+ WHERE event_id = $1
+RETURNING status, attempts";
+
+/// Counts of the lanes' backlog, for metrics: PENDING and FAILED outbox rows, and
+/// rejected requests.
+pub const LANE_COUNTS: &str = "\
+SELECT (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'PENDING') AS pending,
+       (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'FAILED') AS failed,
+       (SELECT count(*) FROM workflow_run_request_rejects) AS rejected";
+
+/// Keeps a poison record of the request topic, once per record. `$1` topic, `$2`
+/// partition, `$3` offset, `$4` key, `$5` payload, `$6` error.
+pub const INSERT_REQUEST_REJECT: &str = "\
+INSERT INTO workflow_run_request_rejects (topic, partition, record_offset, record_key, payload, error)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT ON CONSTRAINT request_rejects_once_per_record DO NOTHING";
+
+/// One outbox row by id (operators and tests). `$1` event id.
+pub const OUTBOX_ROW: &str = "\
+SELECT status, attempts, last_error FROM workflow_run_events_outbox WHERE event_id = $1";

@@ -23,7 +23,6 @@
 mod cache;
 mod limits;
 mod sweeper;
-mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +38,6 @@ use workflow::{
 
 pub use limits::TargetLimits;
 pub use sweeper::sweep_loop;
-pub use wake::listen_loop;
 
 use crate::config::JobsConfig;
 use crate::store::{Claim, ClaimedJob, Settlement, Store, StoreError};

@@ -1,7 +1,10 @@
-//! Wake-ups: one connection per node LISTENs on the queued channel and wakes every
-//! idle claim loop when a submission, a requeue or a completed step commits, so an
-//! idle fleet starts new work in milliseconds instead of at the next poll. Polling
-//! stays as the fallback (and covers the time this listener spends reconnecting).
+//! Wake-ups over LISTEN/NOTIFY.
+//!
+//! One connection per listener subscribes to a channel and wakes every waiter when a
+//! notification arrives: the claim loops wait on `protomolt_jobs_queued` (submissions,
+//! requeues, answered steps), the relay on `protomolt_jobs_outbox` (every outbox row).
+//! An idle fleet so starts work in milliseconds instead of at the next poll; polling
+//! stays as the fallback and covers the time a listener spends reconnecting.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +13,19 @@ use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Store, sql};
+use crate::store::Store;
 
-/// Listens until `shutdown`, reconnecting after failures.
-pub async fn listen_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
+/// Listens with `listen` (a `LISTEN ...` statement) until `shutdown`, reconnecting
+/// after failures, and wakes `wake`'s waiters on every notification.
+pub async fn listen_loop(
+    store: Store,
+    listen: &'static str,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
     while !shutdown.is_cancelled() {
-        if let Err(e) = listen_once(&store, &wake, &shutdown).await {
-            tracing::warn!(error = %e, "the wake-up listener lost its connection; polling covers until it reconnects");
+        if let Err(e) = listen_once(&store, listen, &wake, &shutdown).await {
+            tracing::warn!(error = %e, %listen, "a wake-up listener lost its connection; polling covers until it reconnects");
         }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -27,13 +36,14 @@ pub async fn listen_loop(store: Store, wake: Arc<Notify>, shutdown: Cancellation
 
 async fn listen_once(
     store: &Store,
+    listen: &str,
     wake: &Notify,
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
     let (client, mut connection) = store.listen_for_work().await.map_err(|e| e.to_string())?;
     let subscribe = async {
         client
-            .batch_execute(sql::LISTEN_QUEUED)
+            .batch_execute(listen)
             .await
             .map_err(|e| e.to_string())?;
         // Wake everyone once subscribed: work may have arrived while we were away.

@@ -1,0 +1,321 @@
+//! The request consumer: the second door in, for clients that never speak HTTP.
+//!
+//! Producing a `WorkflowRunRequest` (`job_id`, `workflow_name`, `input`) to the requests
+//! topic is exactly submit-workflow with a stored name. A consumer in group
+//! `protomolt-jobs-worker` reads it with auto-commit off and commits each offset only
+//! after the row commits, so a crash replays the insert, which is idempotent on
+//! `job_id`. What each record becomes:
+//!
+//! | the record                                                  | becomes                                  |
+//! |-------------------------------------------------------------|------------------------------------------|
+//! | a valid request naming a stored workflow, with a valid input | a QUEUED job (or the existing one)       |
+//! | an unknown workflow name, an invalid input, a broken rule    | a FAILED row with its FAILED event       |
+//! | not a `WorkflowRunRequest`, or no usable `job_id`            | a row in `workflow_run_request_rejects`  |
+//! | a `job_id` already used for a different submission           | a row in `workflow_run_request_rejects`  |
+//!
+//! Every record is committed past once it is recorded somewhere; the consumer never
+//! dies on one bad record. A database outage pauses consumption (nothing is
+//! committed) and it resumes when the database is back.
+
+use std::time::Duration;
+
+use jobs_proto::WireMessage;
+use jobs_proto::v1::WorkflowRunRequest;
+use prost::Message as _;
+use prost_types::value::Kind;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::JobsConfig;
+use crate::relay::{LaneError, client_config};
+use crate::store::{NewJob, RejectedRecord, Store, StoreError};
+use crate::submit::{DefinitionSource, Submission, SubmitError, Submitter};
+
+/// The name stored on a FAILED row whose request carried no usable workflow name.
+pub const UNNAMED_WORKFLOW: &str = "(no valid workflow_name)";
+
+/// What a record became.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// A job was submitted (or found, when `created` is false).
+    Submitted {
+        /// The job.
+        job_id: Uuid,
+        /// False when the same request was seen before.
+        created: bool,
+    },
+    /// A FAILED row records why the request could not run.
+    FailedRow {
+        /// The job.
+        job_id: Uuid,
+        /// Why.
+        error: String,
+    },
+    /// The record went to the dead-letter store.
+    Rejected {
+        /// Why.
+        error: String,
+    },
+}
+
+/// Reads the requests topic and hands each record to a [`RequestHandler`].
+pub struct RequestConsumer {
+    consumer: StreamConsumer,
+    handler: RequestHandler,
+}
+
+/// Turns records into jobs, FAILED rows or rejects.
+#[derive(Clone)]
+pub struct RequestHandler {
+    submitter: Submitter,
+    store: Store,
+}
+
+impl RequestHandler {
+    /// A handler submitting through `submitter`.
+    pub fn new(submitter: Submitter) -> Self {
+        let store = submitter.store().clone();
+        RequestHandler { submitter, store }
+    }
+}
+
+impl RequestConsumer {
+    /// A consumer in `config.consumer_group`, subscribed to `config.requests_topic`.
+    pub fn new(
+        config: &JobsConfig,
+        bootstrap: &str,
+        submitter: Submitter,
+    ) -> Result<RequestConsumer, LaneError> {
+        let consumer: StreamConsumer = client_config(config, bootstrap)
+            .set("group.id", &config.consumer_group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .create()?;
+        consumer.subscribe(&[&config.requests_topic])?;
+        Ok(RequestConsumer {
+            consumer,
+            handler: RequestHandler::new(submitter),
+        })
+    }
+
+    /// Consumes until `shutdown`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            let received = tokio::select! {
+                received = self.consumer.recv() => received.map(|m| m.detach()),
+                () = shutdown.cancelled() => return,
+            };
+            let record = match received {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the requests topic failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+            };
+            // Keep the record until it is recorded somewhere; a database outage pauses
+            // here, without committing, and resumes when the database answers.
+            let mut pause = Duration::from_millis(200);
+            loop {
+                match self.handler.process(&record).await {
+                    Ok(disposition) => {
+                        log_disposition(&record, &disposition);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, offset = record.offset(), retry_in_ms = pause.as_millis() as u64, "the database is unavailable; request consumption pauses");
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            () = shutdown.cancelled() => return,
+                        }
+                        pause = (pause * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+            let mut position = TopicPartitionList::new();
+            let next = Offset::Offset(record.offset() + 1);
+            if let Err(e) = position
+                .add_partition_offset(record.topic(), record.partition(), next)
+                .and_then(|()| self.consumer.commit(&position, CommitMode::Async))
+            {
+                // The row is committed; a lost offset commit only means a harmless
+                // redelivery (the insert is idempotent on job_id).
+                tracing::warn!(error = %e, offset = record.offset(), "committing the offset failed; the record may be redelivered");
+            }
+        }
+    }
+}
+
+impl RequestHandler {
+    /// Turns one record into a job, a FAILED row or a reject. `Err` only when the
+    /// database could not record any of them (the caller retries, uncommitted).
+    pub async fn process(&self, record: &OwnedMessage) -> Result<Disposition, StoreError> {
+        let reject = |error: String| async move {
+            let rejected = RejectedRecord {
+                topic: record.topic(),
+                partition: record.partition(),
+                offset: record.offset(),
+                key: record.key(),
+                payload: record.payload(),
+                error: &error,
+            };
+            self.store.reject_request(&rejected).await?;
+            Ok(Disposition::Rejected { error })
+        };
+        let Some(bytes) = record.payload() else {
+            return reject("the record has no value: expected a WorkflowRunRequest".into()).await;
+        };
+        let payload = match jobs_proto::wire::unframe(bytes) {
+            Ok((_, payload)) => payload,
+            Err(e) => return reject(format!("not a WorkflowRunRequest: {e}")).await,
+        };
+        let request = match WorkflowRunRequest::decode(payload) {
+            Ok(request) => request,
+            Err(e) => return reject(format!("not a WorkflowRunRequest: {e}")).await,
+        };
+        let Ok(job_id) = Uuid::parse_str(&request.job_id) else {
+            return reject(format!(
+                "no usable job_id ('{}' is not a uuid): no job row can hold it",
+                cut(&request.job_id)
+            ))
+            .await;
+        };
+        let input = request
+            .input
+            .as_ref()
+            .map_or_else(|| Value::Object(Default::default()), struct_json);
+        let where_from = format!(
+            "request at {}/{}/{}",
+            record.topic(),
+            record.partition(),
+            record.offset()
+        );
+
+        if let Err(e) = request.validate() {
+            let error = format!("VALIDATION: the {where_from} breaks its rules: {e}");
+            return self
+                .failed_row(job_id, &request.workflow_name, Value::Null, input, error)
+                .await;
+        }
+        let submission = Submission {
+            source: DefinitionSource::Stored(request.workflow_name.clone()),
+            input: input.clone(),
+            job_id: Some(job_id),
+            max_attempts: None,
+        };
+        match self.submitter.submit(submission).await {
+            Ok(submitted) => Ok(Disposition::Submitted {
+                job_id,
+                created: submitted.created,
+            }),
+            Err(SubmitError::UnknownWorkflow(name)) => {
+                let error = format!("WORKFLOW: no stored workflow named '{name}' ({where_from})");
+                self.failed_row(job_id, &name, Value::Null, input, error)
+                    .await
+            }
+            Err(SubmitError::Findings(findings)) => {
+                let error = format!(
+                    "WORKFLOW: the stored workflow '{}' does not compile ({where_from}): {findings}",
+                    request.workflow_name
+                );
+                self.failed_row(job_id, &request.workflow_name, Value::Null, input, error)
+                    .await
+            }
+            Err(SubmitError::Input(e)) => {
+                let definition = self
+                    .submitter
+                    .stored_envelope(&request.workflow_name)
+                    .unwrap_or(Value::Null);
+                let error = format!("VALIDATION: input: {e} ({where_from})");
+                self.failed_row(job_id, &request.workflow_name, definition, input, error)
+                    .await
+            }
+            Err(SubmitError::Store(StoreError::Conflict(id))) => {
+                reject(format!(
+                    "job {id} already exists with a different workflow or input ({where_from})"
+                ))
+                .await
+            }
+            Err(SubmitError::Store(e)) => Err(e),
+        }
+    }
+
+    async fn failed_row(
+        &self,
+        job_id: Uuid,
+        workflow_name: &str,
+        definition: Value,
+        input: Value,
+        error: String,
+    ) -> Result<Disposition, StoreError> {
+        let name_fits = (1..=200).contains(&workflow_name.chars().count());
+        let job = NewJob {
+            job_id,
+            workflow_name: if name_fits {
+                workflow_name.to_owned()
+            } else {
+                UNNAMED_WORKFLOW.to_owned()
+            },
+            definition,
+            input,
+            max_attempts: 1,
+        };
+        self.store.insert_failed_job(&job, &error).await?;
+        Ok(Disposition::FailedRow { job_id, error })
+    }
+}
+
+fn log_disposition(record: &OwnedMessage, disposition: &Disposition) {
+    let (partition, offset) = (record.partition(), record.offset());
+    match disposition {
+        Disposition::Submitted { job_id, created } => {
+            tracing::debug!(%job_id, created, partition, offset, "request submitted")
+        }
+        Disposition::FailedRow { job_id, error } => {
+            tracing::warn!(%job_id, %error, partition, offset, "request recorded as a FAILED job")
+        }
+        Disposition::Rejected { error } => {
+            tracing::warn!(%error, partition, offset, "request dead-lettered to workflow_run_request_rejects")
+        }
+    }
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+/// A `google.protobuf.Struct` as JSON.
+pub fn struct_json(value: &prost_types::Struct) -> Value {
+    Value::Object(
+        value
+            .fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(value: &prost_types::Value) -> Value {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        // Struct numbers are doubles; whole ones become JSON integers so they parse
+        // into integer fields.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 => {
+            Value::from(*n as i64)
+        }
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => struct_json(s),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
+    }
+}

@@ -1,0 +1,239 @@
+//! The outbox relay: the events lane.
+//!
+//! A background task of the jobs role drains `workflow_run_events_outbox` in batches
+//! (oldest first, `FOR UPDATE SKIP LOCKED`, only each job's earliest PENDING row so a
+//! job's events stay in order even with several relays), publishes each row to the
+//! events topic keyed by `job_id` (one job's events stay in one partition), and marks
+//! it PUBLISHED only after the broker acks (`acks=all`, idempotence on). A crash between
+//! the ack and the mark republishes the row on restart with the same `event_id`:
+//! delivery is at-least-once, consumers dedupe on `event_id`.
+//!
+//! A failed publish counts an attempt, records `last_error` and backs the row off
+//! (doubling, capped); at `relay_max_attempts` (10) the row lands FAILED and is never
+//! picked again: that row is the dead-letter queue. Before publishing a batch the
+//! relay checks that the broker answers; while it does not, rows wait PENDING with
+//! their attempts untouched, the relay backs off instead of spinning, and they drain
+//! when the broker is back. Published rows are retained.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::JobsConfig;
+use crate::store::{PendingEvent, PublishOutcome, Store};
+
+/// Why a Kafka lane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    /// The Kafka client refused its configuration.
+    #[error(
+        "the Kafka client refused its configuration (jobs.kafka_bootstrap / jobs.kafka_options): {0}"
+    )]
+    Kafka(#[from] KafkaError),
+    /// The schema registry did not register the contract.
+    #[error("registering the event schema with jobs.schema_registry_url failed: {0}")]
+    Registry(String),
+}
+
+/// The broker did not answer; nothing was published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerUnreachable;
+
+/// The client settings both lanes share: the bootstrap servers and `kafka_options`.
+pub fn client_config(config: &JobsConfig, bootstrap: &str) -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", bootstrap);
+    for (key, value) in &config.kafka_options {
+        client.set(key, value);
+    }
+    client
+}
+
+/// Publishes outbox rows to the events topic.
+pub struct Publisher {
+    producer: FutureProducer,
+    topic: String,
+    schema_id: Option<u32>,
+}
+
+impl Publisher {
+    /// A producer with `acks=all` and idempotence on.
+    pub fn new(config: &JobsConfig, bootstrap: &str) -> Result<Publisher, LaneError> {
+        let producer: FutureProducer = client_config(config, bootstrap)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            // Bounds how long one publish may wait for the broker before it counts as
+            // failed; an unreachable broker is caught before publishing.
+            .set("message.timeout.ms", "15000")
+            .create()?;
+        Ok(Publisher {
+            producer,
+            topic: config.events_topic.clone(),
+            schema_id: None,
+        })
+    }
+
+    /// Registers the contract under `<topic>-value` with a Confluent-compatible schema
+    /// registry; from then on records use the Confluent wire format.
+    pub async fn register_schema(&mut self, registry_url: &str) -> Result<u32, LaneError> {
+        let subject = format!("{}-value", self.topic);
+        let url = format!(
+            "{}/subjects/{subject}/versions",
+            registry_url.trim_end_matches('/')
+        );
+        let body = json!({ "schemaType": "PROTOBUF", "schema": jobs_proto::wire::CONTRACT_PROTO });
+        let response = reqwest::Client::new()
+            .post(&url)
+            .header("content-type", "application/vnd.schemaregistry.v1+json")
+            .json(&body)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| LaneError::Registry(format!("POST {url}: {e}")))?;
+        let status = response.status();
+        let answer: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|e| LaneError::Registry(format!("POST {url} answered {status}: {e}")))?;
+        let id = answer["id"]
+            .as_u64()
+            .and_then(|id| u32::try_from(id).ok())
+            .ok_or_else(|| {
+                LaneError::Registry(format!(
+                    "POST {url} answered {status} without an id: {answer}"
+                ))
+            })?;
+        tracing::info!(%subject, schema_id = id, "registered the event schema");
+        self.schema_id = Some(id);
+        Ok(id)
+    }
+
+    /// The schema id records are framed with, when a registry is used.
+    pub fn schema_id(&self) -> Option<u32> {
+        self.schema_id
+    }
+
+    /// True when the broker answers a metadata request for the events topic.
+    async fn reachable(&self) -> bool {
+        let producer = self.producer.clone();
+        let topic = self.topic.clone();
+        // Metadata requests block: keep them off the runtime.
+        tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(3))
+                .map(|metadata| {
+                    metadata
+                        .topics()
+                        .iter()
+                        .any(|t| t.name() == topic && t.error().is_none())
+                })
+                .unwrap_or(false)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Publishes `events` and waits for every ack; the outcomes are in order.
+    pub async fn publish(
+        &self,
+        events: Vec<PendingEvent>,
+    ) -> Result<Vec<PublishOutcome>, BrokerUnreachable> {
+        if !self.reachable().await {
+            return Err(BrokerUnreachable);
+        }
+        let mut in_flight = Vec::with_capacity(events.len());
+        for event in &events {
+            let key = event.job_id.to_string();
+            let payload = match self.schema_id {
+                Some(id) => jobs_proto::wire::frame(id, &event.payload),
+                None => event.payload.clone(),
+            };
+            let record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
+            in_flight.push(
+                self.producer
+                    .send_result(record)
+                    .map_err(|(e, _)| e.to_string()),
+            );
+        }
+        let mut outcomes = Vec::with_capacity(in_flight.len());
+        for sent in in_flight {
+            outcomes.push(match sent {
+                Err(refused) => PublishOutcome::Failed(refused),
+                Ok(delivery) => match delivery.await {
+                    Ok(Ok(_)) => PublishOutcome::Published,
+                    Ok(Err((e, _))) => PublishOutcome::Failed(e.to_string()),
+                    Err(_) => PublishOutcome::Failed("the producer dropped the delivery".into()),
+                },
+            });
+        }
+        Ok(outcomes)
+    }
+}
+
+/// Drains the outbox until `shutdown`, woken early by outbox NOTIFYs.
+pub async fn relay_loop(
+    store: Store,
+    publisher: Arc<Publisher>,
+    config: JobsConfig,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let poll = Duration::from_millis(config.relay_poll_interval_ms);
+    let mut unreachable_for = 0;
+    while !shutdown.is_cancelled() {
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let drained = store
+            .drain_outbox(
+                config.relay_batch_size,
+                config.relay_max_attempts,
+                |attempts| config.relay_backoff(attempts),
+                |events| publisher.publish(events),
+            )
+            .await;
+        let wait = match drained {
+            Ok(Ok(report)) => {
+                unreachable_for = 0;
+                for event_id in &report.dead_lettered {
+                    tracing::warn!(%event_id, attempts = config.relay_max_attempts, "an outbox row spent its publish attempts and landed FAILED (dead-lettered)");
+                }
+                if report.handled() > 0 {
+                    tracing::debug!(
+                        published = report.published,
+                        retrying = report.retrying,
+                        dead = report.dead_lettered.len(),
+                        "relay batch"
+                    );
+                    continue;
+                }
+                poll
+            }
+            Ok(Err(BrokerUnreachable)) => {
+                unreachable_for += 1;
+                let backoff = config.relay_backoff(unreachable_for);
+                tracing::warn!(topic = %config.events_topic, retry_in_ms = backoff.as_millis() as u64, "the broker does not answer; outbox rows wait PENDING");
+                backoff
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the relay could not read the outbox; retrying");
+                poll
+            }
+        };
+        tokio::select! {
+            () = &mut woken, if unreachable_for == 0 => {}
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+    // Give queued deliveries a moment to complete before the producer is dropped.
+    let producer = publisher.producer.clone();
+    let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
+}

@@ -1,0 +1,101 @@
+//! Kafka helpers for the lane tests: a jobs config with its own topics and group,
+//! a producer, and a reader that collects what a topic holds.
+
+use std::time::{Duration, Instant};
+
+use jobs_role::JobsConfig;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::{create_topic, kafka_bootstrap, unique_topic};
+
+/// A record as read back.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The key.
+    pub key: Option<Vec<u8>>,
+    /// The value.
+    pub payload: Vec<u8>,
+    /// Partition and offset.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+}
+
+/// `config` with the Kafka lanes on: fresh events and requests topics, its own
+/// consumer group, quick relay backoffs.
+pub async fn with_lanes(mut config: JobsConfig) -> JobsConfig {
+    config.kafka_bootstrap = Some(kafka_bootstrap());
+    config.events_topic = unique_topic("events");
+    config.requests_topic = unique_topic("requests");
+    config.consumer_group = format!("group-{}", uuid::Uuid::new_v4().simple());
+    config.relay_poll_interval_ms = 100;
+    config.relay_backoff_base_ms = 50;
+    config.relay_backoff_max_ms = 1_000;
+    create_topic(&config.events_topic, 3).await;
+    create_topic(&config.requests_topic, 1).await;
+    config
+}
+
+/// A producer with acks=all.
+pub fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("acks", "all")
+        .create()
+        .expect("producer")
+}
+
+/// Produces one record and waits for its ack.
+pub async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload),
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
+}
+
+/// Reads `topic` from the beginning until `done` holds for what was read, or panics
+/// after `timeout`.
+pub async fn read_until(
+    topic: &str,
+    timeout: Duration,
+    done: impl Fn(&[Record]) -> bool,
+) -> Vec<Record> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set(
+            "group.id",
+            format!("reader-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let deadline = Instant::now() + timeout;
+    let mut records = Vec::new();
+    while !done(&records) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "timed out reading {topic}: {} records so far",
+            records.len()
+        );
+        if let Ok(Ok(message)) =
+            tokio::time::timeout(left.min(Duration::from_secs(1)), consumer.recv()).await
+        {
+            records.push(Record {
+                key: message.key().map(<[u8]>::to_vec),
+                payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                partition: message.partition(),
+                offset: message.offset(),
+            });
+        }
+    }
+    records
+}

@@ -1,0 +1,479 @@
+//! The Kafka lanes against the real broker: the outbox relay (events topic) and the
+//! request consumer (requests topic), with librdkafka.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use jobs_proto::WireMessage;
+use jobs_proto::v1::workflow_run_event::Type;
+use jobs_proto::v1::{WorkflowRunEvent, WorkflowRunRequest};
+use jobs_role::consumer::RequestHandler;
+use jobs_role::store::NewJob;
+use jobs_role::submit::Submitter;
+use prost::Message as _;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::kafka::{produce, producer, read_until, with_lanes};
+use serde_json::json;
+use workflow::testkit::{FixtureServer, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn events_of(records: &[protomolt_e2e::kafka::Record]) -> Vec<WorkflowRunEvent> {
+    records
+        .iter()
+        .map(|r| {
+            let (_, payload) = jobs_proto::wire::unframe(&r.payload).expect("unframes");
+            WorkflowRunEvent::decode_validated(payload).expect("a valid event")
+        })
+        .collect()
+}
+
+async fn all_published(node: &JobsNode) -> bool {
+    node.store.lane_counts().await.unwrap().pending_events == 0
+}
+
+#[tokio::test]
+async fn a_jobs_lifecycle_arrives_in_order_keyed_by_job_id() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    let topic = config.events_topic.clone();
+    let node = JobsNode::start(config).await;
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "k" } }),
+        )
+        .await;
+    let job_id = answer["jobId"].as_str().unwrap().to_owned();
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+
+    let records = read_until(&topic, WAIT, |r| r.len() >= 4).await;
+    assert_eq!(records.len(), 4);
+    assert!(
+        records
+            .iter()
+            .all(|r| r.key.as_deref() == Some(job_id.as_bytes())),
+        "keyed by job_id"
+    );
+    assert!(
+        records.iter().all(|r| r.partition == records[0].partition),
+        "one partition per job"
+    );
+    let events = events_of(&records);
+    let types: Vec<Type> = events.iter().map(|e| e.r#type()).collect();
+    assert_eq!(
+        types,
+        [
+            Type::Accepted,
+            Type::StepCheckpoint,
+            Type::StepCheckpoint,
+            Type::Completed
+        ]
+    );
+    assert_eq!(events[3].verdict, "2 steps, output jobs.test.Embedding");
+    assert_eq!(events[1].step, "tokenize");
+
+    let id = uuid::Uuid::parse_str(&job_id).unwrap();
+    eventually("every outbox row to be PUBLISHED", WAIT, || {
+        all_published(&node)
+    })
+    .await;
+    let rows = node.store.job_events(id).await.unwrap();
+    let row_ids: Vec<String> = rows.iter().map(|r| r.event_id.to_string()).collect();
+    let event_ids: Vec<String> = events.iter().map(|e| e.event_id.clone()).collect();
+    assert_eq!(
+        event_ids, row_ids,
+        "event_id is the outbox row id, in order"
+    );
+    assert!(rows.iter().all(|r| r.status == "PUBLISHED"));
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let mut config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    // Records above 2000 bytes are refused by the producer itself.
+    config
+        .kafka_options
+        .insert("message.max.bytes".into(), "2000".into());
+    config.relay_backoff_base_ms = 10;
+    config.relay_backoff_max_ms = 40;
+    let topic = config.events_topic.clone();
+    let node = JobsNode::start(config).await;
+
+    // A job whose second outbox row is too large to publish.
+    let job = NewJob {
+        job_id: uuid::Uuid::now_v7(),
+        workflow_name: "big".into(),
+        definition: json!({}),
+        input: json!({}),
+        max_attempts: 1,
+    };
+    let client = db.connect().await;
+    client
+        .execute(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error)
+             VALUES ($1::text::uuid, 'big', '{}', '{}', 'FAILED', 'x')",
+            &[&job.job_id.to_string()],
+        )
+        .await
+        .unwrap();
+    let big_event = uuid::Uuid::now_v7();
+    client
+        .execute(
+            "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload)
+             VALUES ($1::text::uuid, $2::text::uuid, 'FAILED', $3)",
+            &[
+                &big_event.to_string(),
+                &job.job_id.to_string(),
+                &vec![7u8; 5000],
+            ],
+        )
+        .await
+        .unwrap();
+
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "ok" } }),
+        )
+        .await;
+    let job_id = answer["jobId"].as_str().unwrap().to_owned();
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    let records = read_until(&topic, WAIT, |r| r.len() >= 4).await;
+    assert_eq!(events_of(&records).len(), 4, "the good job's events flow");
+
+    eventually("the big row to land FAILED", WAIT, || async {
+        node.store
+            .outbox_row(big_event)
+            .await
+            .unwrap()
+            .is_some_and(|(status, _, _)| status == "FAILED")
+    })
+    .await;
+    let (status, attempts, error) = node.store.outbox_row(big_event).await.unwrap().unwrap();
+    assert_eq!((status.as_str(), attempts), ("FAILED", 10));
+    assert!(
+        error.unwrap_or_default().to_lowercase().contains("size"),
+        "the last error is recorded"
+    );
+    // Never picked again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        node.store.outbox_row(big_event).await.unwrap().unwrap().1,
+        10
+    );
+    assert_eq!(node.store.lane_counts().await.unwrap().failed_events, 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn two_relays_publish_every_row_exactly_once() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 2)).await;
+    let topic = config.events_topic.clone();
+    let mut config_b = config.clone();
+    config_b.worker_id = "node-b".into();
+    let a = JobsNode::start(config).await;
+    let b = JobsNode::start(config_b).await;
+    for i in 0..40 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        node.ok("submit-workflow", json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": format!("{i}") } }))
+            .await;
+    }
+    eventually(
+        "every job to complete and every row to publish",
+        WAIT,
+        || async {
+            let counts = a.store.lane_counts().await.unwrap();
+            let done = db
+                .connect()
+                .await
+                .query_one(
+                    "SELECT count(*) FROM workflow_run WHERE status = 'COMPLETED'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0);
+            done == 40 && counts.pending_events == 0
+        },
+    )
+    .await;
+    let records = read_until(&topic, WAIT, |r| r.len() >= 160).await;
+    // Give a duplicate, if any, the time to show up.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let records = read_until(&topic, WAIT, |r| r.len() >= records.len()).await;
+    let events = events_of(&records);
+    let distinct: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(events.len(), 160, "no row published twice");
+    assert_eq!(distinct.len(), 160);
+    a.stop().await;
+    b.stop().await;
+}
+
+fn request(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> {
+    let input = prost_types::Struct {
+        fields: [(
+            "text".to_owned(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue(text.into())),
+            },
+        )]
+        .into(),
+    };
+    WorkflowRunRequest {
+        job_id: job_id.into(),
+        workflow_name: workflow_name.into(),
+        input: Some(input),
+    }
+    .encode_to_vec()
+}
+
+#[tokio::test]
+async fn a_produced_request_runs_once_and_its_events_reach_the_topic() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    let (requests, events) = (config.requests_topic.clone(), config.events_topic.clone());
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let producer = producer();
+    produce(
+        &producer,
+        &requests,
+        &job_id,
+        &request(&job_id, "embed-text", "via kafka"),
+    )
+    .await;
+    produce(
+        &producer,
+        &requests,
+        &job_id,
+        &request(&job_id, "embed-text", "via kafka"),
+    )
+    .await;
+    let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(job["result"]["sourceText"], "via kafka");
+
+    let records = read_until(&events, WAIT, |r| r.len() >= 4).await;
+    assert!(events_of(&records).iter().all(|e| e.job_id == job_id));
+    eventually("the duplicate request to be consumed", WAIT, || async {
+        // The duplicate yields no second job and no second ACCEPTED event.
+        let id = uuid::Uuid::parse_str(&job_id).unwrap();
+        node.store
+            .job_events(id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.event_type == "ACCEPTED")
+            .count()
+            == 1
+    })
+    .await;
+    let rows: i64 = db
+        .connect()
+        .await
+        .query_one("SELECT count(*) FROM workflow_run", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    let (requests, events) = (config.requests_topic.clone(), config.events_topic.clone());
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+    let producer = producer();
+
+    let unknown = uuid::Uuid::new_v4().to_string();
+    produce(
+        &producer,
+        &requests,
+        &unknown,
+        &request(&unknown, "no-such-flow", "x"),
+    )
+    .await;
+    produce(
+        &producer,
+        &requests,
+        "junk",
+        &[0xde, 0xad, 0xbe, 0xef, 0xff, 0x13, 0x37],
+    )
+    .await;
+    produce(
+        &producer,
+        &requests,
+        "no-id",
+        &request("not-a-uuid", "embed-text", "x"),
+    )
+    .await;
+    let good = uuid::Uuid::new_v4().to_string();
+    produce(
+        &producer,
+        &requests,
+        &good,
+        &request(&good, "embed-text", "after the junk"),
+    )
+    .await;
+
+    let job = node.wait_for_status(&unknown, "FAILED", WAIT).await;
+    assert!(
+        job["error"]
+            .as_str()
+            .unwrap()
+            .contains("no stored workflow named 'no-such-flow'"),
+        "{job}"
+    );
+    node.wait_for_status(&good, "COMPLETED", WAIT).await;
+
+    let client = db.connect().await;
+    let rejects = client
+        .query(
+            "SELECT record_offset, error FROM workflow_run_request_rejects ORDER BY record_offset",
+            &[],
+        )
+        .await
+        .unwrap();
+    let offsets: Vec<i64> = rejects.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        offsets,
+        [1, 2],
+        "the junk and the id-less records, with their offsets"
+    );
+    assert!(
+        rejects[0]
+            .get::<_, String>(1)
+            .starts_with("not a WorkflowRunRequest")
+    );
+    assert!(
+        rejects[1]
+            .get::<_, String>(1)
+            .starts_with("no usable job_id")
+    );
+    assert_eq!(node.store.lane_counts().await.unwrap().rejected_requests, 2);
+
+    let records = read_until(&events, WAIT, |r| {
+        events_of(r)
+            .iter()
+            .any(|e| e.job_id == unknown && e.r#type() == Type::Failed)
+    })
+    .await;
+    let failed = events_of(&records)
+        .into_iter()
+        .find(|e| e.job_id == unknown)
+        .unwrap();
+    assert!(
+        failed.error.contains("no-such-flow"),
+        "the FAILED event names the name: {}",
+        failed.error
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_consumer_killed_between_row_and_offset_commit_yields_one_job() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    let requests = config.requests_topic.clone();
+
+    // A first consumer of the group reads the record and commits the row, then dies
+    // before committing the offset.
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    idle.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+    let job_id = uuid::Uuid::new_v4().to_string();
+    produce(
+        &producer(),
+        &requests,
+        &job_id,
+        &request(&job_id, "embed-text", "twice"),
+    )
+    .await;
+    let record = {
+        use rdkafka::consumer::{Consumer, StreamConsumer};
+        let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", protomolt_e2e::kafka_bootstrap())
+            .set("group.id", &config.consumer_group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        consumer.subscribe(&[&requests]).unwrap();
+        let message = tokio::time::timeout(WAIT, consumer.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        message.detach()
+    };
+    let workflows = idle
+        .node
+        .get::<std::sync::Arc<dyn registry_stub::WorkflowRepository>>()
+        .unwrap();
+    let handler = RequestHandler::new(Submitter::new(idle.store.clone(), workflows.clone(), 3));
+    let first = handler.process(&record).await.unwrap();
+    assert!(
+        matches!(
+            first,
+            jobs_role::consumer::Disposition::Submitted { created: true, .. }
+        ),
+        "{first:?}"
+    );
+    idle.stop().await;
+
+    // The node's consumer gets the record again: the insert is idempotent.
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    eventually("the redelivered record to be consumed", WAIT, || async {
+        db.connect()
+            .await
+            .query_one(
+                "SELECT count(*) FROM workflow_run_events_outbox WHERE event_type = 'ACCEPTED'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+    })
+    .await;
+    let rows: i64 = db
+        .connect()
+        .await
+        .query_one("SELECT count(*) FROM workflow_run", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "one job");
+    node.stop().await;
+}
