@@ -1,0 +1,174 @@
+//! A broker outage: the relay keeps the events PENDING while the broker is down and
+//! delivers every one of them once it is back. This test stops and restarts the
+//! shared broker through the set-up script, so it lives alone in its own test binary
+//! (cargo runs test binaries one after another).
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::Duration;
+
+use jobs_proto::WireMessage;
+use jobs_proto::v1::WorkflowRunEvent;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::kafka::{read_until, with_lanes};
+use serde_json::json;
+use workflow::testkit::{FixtureServer, two_step_workflow};
+
+const JOBS: usize = 200;
+
+fn broker(action: &str) {
+    let dev = std::env::var("PROTOMOLT_DEV")
+        .expect("PROTOMOLT_DEV is not set: this test stops and restarts the broker through ./dev; run it with ./dev test");
+    let status = Command::new(&dev)
+        .args(["broker", action])
+        .status()
+        .expect("./dev broker runs");
+    assert!(status.success(), "./dev broker {action} failed");
+}
+
+/// Stops the broker; restarts it when ended, or when dropped (a failed assertion
+/// must not leave the broker down for the tests after this one).
+struct Outage {
+    ended: bool,
+}
+
+impl Outage {
+    async fn begin() -> Outage {
+        tokio::task::spawn_blocking(|| broker("stop"))
+            .await
+            .unwrap();
+        Outage { ended: false }
+    }
+
+    async fn end(mut self) {
+        self.ended = true;
+        tokio::task::spawn_blocking(|| broker("start"))
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.ended {
+            broker("start");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_wait_out_a_broker_outage_and_all_arrive() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 4)).await;
+    let topic = config.events_topic.clone();
+    let node = JobsNode::start(config).await;
+
+    // Warm up: one job's events published before the outage.
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "warm" } }),
+        )
+        .await;
+    node.wait_for_status(
+        answer["jobId"].as_str().unwrap(),
+        "COMPLETED",
+        Duration::from_secs(60),
+    )
+    .await;
+    eventually(
+        "the warm-up events to publish",
+        Duration::from_secs(60),
+        || async { node.store.lane_counts().await.unwrap().pending_events == 0 },
+    )
+    .await;
+
+    let outage = Outage::begin().await;
+    for i in 0..JOBS {
+        node.ok("submit-workflow", json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": format!("{i}") } }))
+            .await;
+    }
+    let client = db.connect().await;
+    eventually(
+        "every job to complete during the outage",
+        Duration::from_secs(300),
+        || async {
+            client
+                .query_one(
+                    "SELECT count(*) FROM workflow_run WHERE status = 'COMPLETED'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == JOBS as i64 + 1
+        },
+    )
+    .await;
+    let counts = node.store.lane_counts().await.unwrap();
+    assert_eq!(
+        counts.pending_events,
+        4 * JOBS as i64,
+        "every event of the outage waits PENDING"
+    );
+    assert_eq!(
+        counts.failed_events, 0,
+        "nothing was dead-lettered by the outage"
+    );
+    let attempted: i64 = client
+        .query_one(
+            "SELECT count(*) FROM workflow_run_events_outbox WHERE attempts > 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        attempted, 0,
+        "no publish was attempted against a broker that does not answer"
+    );
+    outage.end().await;
+
+    eventually(
+        "every PENDING row to publish after the outage",
+        Duration::from_secs(300),
+        || async { node.store.lane_counts().await.unwrap().pending_events == 0 },
+    )
+    .await;
+    let rows: Vec<String> = db
+        .connect()
+        .await
+        .query("SELECT event_id::text FROM workflow_run_events_outbox", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows.len(), 4 * (JOBS + 1));
+    let records = read_until(&topic, Duration::from_secs(120), |records| {
+        // Plain decoding here (this runs per record read); every event is validated below.
+        let distinct: HashSet<String> = records
+            .iter()
+            .filter_map(|r| <WorkflowRunEvent as prost::Message>::decode(r.payload.as_slice()).ok())
+            .map(|e| e.event_id)
+            .collect();
+        distinct.len() >= rows.len()
+    })
+    .await;
+    let distinct: HashSet<String> = records
+        .iter()
+        .map(|r| {
+            WorkflowRunEvent::decode_validated(&r.payload)
+                .unwrap()
+                .event_id
+        })
+        .collect();
+    assert_eq!(
+        distinct,
+        rows.into_iter().collect::<HashSet<_>>(),
+        "none lost; duplicates only by event_id"
+    );
+    node.stop().await;
+}
