@@ -107,6 +107,19 @@ pub async fn run(mut config: HostConfig, once: bool) -> Result<(), String> {
         config.jobs.database_url = std::env::var("DATABASE_URL").ok();
     }
     let jobs = config.jobs.database_url.is_some();
+    if config.jobs.kafka_bootstrap.is_none() {
+        config.jobs.kafka_bootstrap = std::env::var("KAFKA_BOOTSTRAP").ok();
+    }
+    match &config.jobs.kafka_bootstrap {
+        Some(bootstrap) if jobs => println!(
+            "Kafka lanes on: events go to {} on {bootstrap}",
+            config.jobs.events_topic
+        ),
+        _ if jobs => {
+            println!("Kafka lanes off (no broker): events wait in the outbox; get-job lists them")
+        }
+        _ => {}
+    }
     if jobs {
         if config.jobs.worker_id.trim().is_empty() {
             config.jobs.worker_id = "demo-node".into();

@@ -9,7 +9,8 @@ fn node(args: &[&str], config: Option<&str>, env: &[(&str, &str)]) -> Output {
     command
         .current_dir(dir.path())
         .env("RUST_LOG", "warn")
-        .env_remove("DATABASE_URL");
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP");
     for (key, value) in env {
         command.env(key, value);
     }

@@ -477,3 +477,60 @@ async fn a_consumer_killed_between_row_and_offset_commit_yields_one_job() {
     assert_eq!(rows, 1, "one job");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_database_outage_pauses_request_consumption_until_it_is_back() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    let requests = config.requests_topic.clone();
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+
+    // The outage: this database refuses connections and its sessions are cut.
+    let admin = protomolt_e2e::connect(&protomolt_e2e::database_url()).await;
+    let name: String = db
+        .connect()
+        .await
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+        .await
+        .unwrap();
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+            &[&name],
+        )
+        .await
+        .unwrap();
+
+    let job_id = uuid::Uuid::new_v4().to_string();
+    produce(
+        &producer(),
+        &requests,
+        &job_id,
+        &request(&job_id, "embed-text", "patience"),
+    )
+    .await;
+    // Let the consumer meet the outage (it keeps the record, uncommitted, and retries).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+        .await
+        .unwrap();
+    let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(
+        job["result"]["sourceText"], "patience",
+        "consumption resumed with the same record"
+    );
+    node.stop().await;
+}
