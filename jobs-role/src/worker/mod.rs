@@ -138,6 +138,15 @@ impl Worker {
         }
     }
 
+    /// Fails a job whose stored state no longer fits its workflow: loud, no retry.
+    async fn fail_loud(&self, claim: &Claim, error: String) -> Result<(), StoreError> {
+        let failed = Settlement::Failed {
+            error: &error,
+            verdict: None,
+        };
+        self.store.settle(claim, failed).await
+    }
+
     /// Compiles, replays, runs and settles; the error is the store's.
     async fn execute(&self, job: ClaimedJob) -> Result<(), StoreError> {
         let claim = &job.claim;
@@ -146,49 +155,19 @@ impl Worker {
             Err(findings) => {
                 let error =
                     format!("WORKFLOW: the stored definition no longer compiles: {findings}");
-                return self
-                    .store
-                    .settle(
-                        claim,
-                        Settlement::Failed {
-                            error: &error,
-                            verdict: None,
-                        },
-                    )
-                    .await;
+                return self.fail_loud(claim, error).await;
             }
         };
         let input = match compiled.parse_input(&job.input) {
             Ok(input) => input,
             Err(e) => {
                 let error = format!("WORKFLOW: the stored input no longer parses: {e}");
-                return self
-                    .store
-                    .settle(
-                        claim,
-                        Settlement::Failed {
-                            error: &error,
-                            verdict: None,
-                        },
-                    )
-                    .await;
+                return self.fail_loud(claim, error).await;
             }
         };
         let prior = match replay_checkpoints(compiled.as_ref(), &job.checkpoints) {
             Ok(prior) => prior,
-            Err(failure) => {
-                let error = failure.to_string();
-                return self
-                    .store
-                    .settle(
-                        claim,
-                        Settlement::Failed {
-                            error: &error,
-                            verdict: None,
-                        },
-                    )
-                    .await;
-            }
+            Err(failure) => return self.fail_loud(claim, failure.to_string()).await,
         };
         let next_target = compiled
             .steps
