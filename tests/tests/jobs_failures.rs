@@ -31,7 +31,7 @@ async fn retryable_failures_back_off_then_land_dead_with_the_error_verbatim() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let mut config = test_config(&db.url, "node-a", 1);
-    config.backoff_base_ms = 300;
+    config.backoff_base_ms = 500;
     let node = JobsNode::start(config).await;
     let job_id = submit(
         &node,
@@ -41,8 +41,8 @@ async fn retryable_failures_back_off_then_land_dead_with_the_error_verbatim() {
     .await;
 
     // After attempt 1 the row waits in QUEUED with run_after pushed by the base
-    // backoff (300 ms); after attempt 2 by twice that.
-    for (attempt, backoff_ms) in [(1, 300), (2, 600)] {
+    // backoff (500 ms); after attempt 2 by twice that.
+    for (attempt, backoff_ms) in [(1, 500), (2, 1000)] {
         let client = db.connect().await;
         eventually("the retry to be requeued", WAIT, || async {
             let job = node.job(&job_id).await;
@@ -238,7 +238,7 @@ fn worker(store: &Store, config: &jobs_role::JobsConfig) -> Arc<Worker> {
 async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_checkpoint() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start_with(FixtureOptions {
-        embed_delay: Some(Duration::from_millis(1500)),
+        embed_delay: Some(Duration::from_millis(2500)),
         ..Default::default()
     })
     .await;
@@ -251,7 +251,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     .await;
     let store = idle.store.clone();
     let mut config = test_config(&db.url, "crashy", 1);
-    config.lease_ms = 600;
+    config.lease_ms = 1200;
 
     // Worker A claims, checkpoints tokenize, calls embed, and dies mid-call.
     let a_shutdown = CancellationToken::new();
@@ -332,12 +332,12 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
 async fn a_step_longer_than_the_lease_completes_under_one_worker() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start_with(FixtureOptions {
-        embed_delay: Some(Duration::from_millis(1500)),
+        embed_delay: Some(Duration::from_millis(3000)),
         ..Default::default()
     })
     .await;
     let mut config = test_config(&db.url, "node-a", 2);
-    config.lease_ms = 400;
+    config.lease_ms = 1000;
     config.sweep_interval_ms = 50;
     let node = JobsNode::start(config).await;
     let job_id = submit(
