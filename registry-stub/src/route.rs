@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -102,10 +103,18 @@ async fn call_action(
     State(state): State<RouteState>,
     Path(verb): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
-    let answer = dispatch(&state, &verb, &headers, &body).await;
+    let answer = match body {
+        Ok(body) => dispatch(&state, &verb, &headers, &body).await,
+        // Too large (or unreadable): answer in the route's own error model.
+        Err(rejection) => Err(ActionError::invalid(format!(
+            "the body could not be read ({}); bodies are limited to {} MiB",
+            rejection.body_text(),
+            MAX_BODY_BYTES / (1024 * 1024)
+        ))),
+    };
     let status = match &answer {
         Ok(_) => StatusCode::OK,
         Err(e) => e.code.status(),

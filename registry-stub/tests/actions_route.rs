@@ -176,6 +176,18 @@ async fn transport_errors_have_a_code_and_a_message() {
         "wrong JSON types are refused: {body}"
     );
 
+    // An oversized body is refused in the same error model.
+    let huge = format!("{{\"name\": \"{}\"}}", "x".repeat(9 * 1024 * 1024));
+    let (status, body) = send(&router, "get-workflow", &huge, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("limited to 8 MiB"),
+        "{body}"
+    );
+
     // An empty body is an empty request.
     let (status, body) = send(&router, "list-workflows", "", None).await;
     assert_eq!((status, body), (StatusCode::OK, json!({ "workflows": [] })));
