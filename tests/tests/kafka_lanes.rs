@@ -534,3 +534,74 @@ async fn a_database_outage_pauses_request_consumption_until_it_is_back() {
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_crash_between_ack_and_mark_republishes_with_the_same_event_id() {
+    use jobs_role::relay::{BrokerUnreachable, Publisher};
+    let db = TestDatabase::create().await;
+    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
+    let topic = config.events_topic.clone();
+    // No relay runs on this node (no kafka_bootstrap): the test drives one by hand.
+    let mut quiet = config.clone();
+    quiet.kafka_bootstrap = None;
+    let node = JobsNode::start(quiet).await;
+    let job = NewJob {
+        job_id: uuid::Uuid::now_v7(),
+        workflow_name: "w".into(),
+        definition: json!({}),
+        input: json!({}),
+        max_attempts: 3,
+    };
+    node.store.insert_job(&job).await.unwrap();
+    let publisher = Publisher::new(&config, config.kafka_bootstrap.as_deref().unwrap()).unwrap();
+
+    // Published and acked, then "crashed" before the mark: the batch is rolled back.
+    let crashed = node
+        .store
+        .drain_outbox(
+            10,
+            10,
+            |_| Duration::ZERO,
+            |events| async {
+                publisher.publish(events).await?;
+                Err::<Vec<jobs_role::store::PublishOutcome>, _>(BrokerUnreachable)
+            },
+        )
+        .await
+        .unwrap();
+    assert!(crashed.is_err());
+    assert_eq!(
+        node.store.job_events(job.job_id).await.unwrap()[0].status,
+        "PENDING"
+    );
+
+    // The next relay round publishes it again and marks it.
+    let report = node
+        .store
+        .drain_outbox(
+            10,
+            10,
+            |_| Duration::ZERO,
+            |events| publisher.publish(events),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.published, 1);
+    let row = &node.store.job_events(job.job_id).await.unwrap()[0];
+    assert_eq!(row.status, "PUBLISHED");
+
+    let records = read_until(&topic, WAIT, |r| r.len() >= 2).await;
+    let events = events_of(&records);
+    assert_eq!(
+        events.len(),
+        2,
+        "at-least-once: the row was delivered twice"
+    );
+    assert_eq!(
+        events[0].event_id, events[1].event_id,
+        "with the same event_id, for consumers to dedupe"
+    );
+    assert_eq!(events[0].event_id, row.event_id.to_string());
+    node.stop().await;
+}
