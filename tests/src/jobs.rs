@@ -118,6 +118,21 @@ impl JobsNode {
     }
 }
 
+/// Queues `count` jobs of `workflow` straight into the store (inputs `job 0`,
+/// `job 1`, ...), as a backlog for a fleet to work through.
+pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
+    for i in 0..count {
+        let job = jobs_role::store::NewJob {
+            job_id: uuid::Uuid::now_v7(),
+            workflow_name: workflow["name"].as_str().unwrap_or("workflow").to_owned(),
+            definition: workflow.clone(),
+            input: serde_json::json!({ "text": format!("job {i}") }),
+            max_attempts: 3,
+        };
+        store.insert_job(&job).await.expect("insert");
+    }
+}
+
 /// Calls a verb on `router`.
 pub async fn call(router: &Router, verb: &str, body: Value) -> (StatusCode, Value) {
     let request = Request::post(format!("/v1/actions/{verb}"))

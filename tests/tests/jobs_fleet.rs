@@ -3,9 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use jobs_role::store::NewJob;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::jobs::{JobsNode, eventually, queue_jobs, test_config};
 use serde_json::json;
 use workflow::CompiledWorkflow;
 use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
@@ -20,16 +19,7 @@ async fn two_nodes_of_eight_workers_process_2000_jobs_each_exactly_once() {
 
     // Queue everything first, then let the fleet loose on it.
     let idle = JobsNode::start(test_config(&db.url, "loader", 0)).await;
-    for i in 0..JOBS {
-        let job = NewJob {
-            job_id: uuid::Uuid::now_v7(),
-            workflow_name: "embed-text".into(),
-            definition: workflow.clone(),
-            input: json!({ "text": format!("job {i}") }),
-            max_attempts: 3,
-        };
-        idle.store.insert_job(&job).await.expect("insert");
-    }
+    queue_jobs(&idle.store, &workflow, JOBS).await;
     idle.stop().await;
 
     let mut config_a = test_config(&db.url, "node-a", 8);

@@ -217,6 +217,35 @@ async fn two_relays_publish_every_row_exactly_once() {
     b.stop().await;
 }
 
+/// A node with the Kafka lanes on and the two-step workflow stored as `embed-text`.
+struct Stored {
+    db: TestDatabase,
+    server: FixtureServer,
+    node: JobsNode,
+    requests: String,
+    events: String,
+}
+
+async fn stored_workflow_node() -> Stored {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    let (requests, events) = (config.requests_topic.clone(), config.events_topic.clone());
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+    Stored {
+        db,
+        server,
+        node,
+        requests,
+        events,
+    }
+}
+
 fn request(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> {
     let input = prost_types::Struct {
         fields: [(
@@ -237,16 +266,13 @@ fn request(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_produced_request_runs_once_and_its_events_reach_the_topic() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
-    let (requests, events) = (config.requests_topic.clone(), config.events_topic.clone());
-    let node = JobsNode::start(config).await;
-    node.ok(
-        "put-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()) }),
-    )
-    .await;
+    let Stored {
+        db,
+        server: _server,
+        node,
+        requests,
+        events,
+    } = stored_workflow_node().await;
 
     let job_id = uuid::Uuid::new_v4().to_string();
     let producer = producer();
@@ -295,16 +321,13 @@ async fn a_produced_request_runs_once_and_its_events_reach_the_topic() {
 
 #[tokio::test]
 async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
-    let (requests, events) = (config.requests_topic.clone(), config.events_topic.clone());
-    let node = JobsNode::start(config).await;
-    node.ok(
-        "put-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()) }),
-    )
-    .await;
+    let Stored {
+        db,
+        server: _server,
+        node,
+        requests,
+        events,
+    } = stored_workflow_node().await;
     let producer = producer();
 
     let unknown = uuid::Uuid::new_v4().to_string();
@@ -480,16 +503,13 @@ async fn a_consumer_killed_between_row_and_offset_commit_yields_one_job() {
 
 #[tokio::test]
 async fn a_database_outage_pauses_request_consumption_until_it_is_back() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
-    let requests = config.requests_topic.clone();
-    let node = JobsNode::start(config).await;
-    node.ok(
-        "put-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()) }),
-    )
-    .await;
+    let Stored {
+        db,
+        server: _server,
+        node,
+        requests,
+        ..
+    } = stored_workflow_node().await;
 
     // The outage: this database refuses connections and its sessions are cut.
     let admin = protomolt_e2e::connect(&protomolt_e2e::database_url()).await;

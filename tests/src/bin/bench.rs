@@ -13,9 +13,8 @@
 
 use std::time::{Duration, Instant};
 
-use jobs_role::store::NewJob;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::jobs::{JobsNode, eventually, queue_jobs, test_config};
 use serde_json::json;
 use workflow::testkit::{FixtureServer, two_step_workflow};
 
@@ -31,16 +30,7 @@ async fn main() {
 
     let loader = JobsNode::start(test_config(&db.url, "loader", 0)).await;
     let queued = Instant::now();
-    for i in 0..jobs {
-        let job = NewJob {
-            job_id: uuid::Uuid::now_v7(),
-            workflow_name: "embed-text".into(),
-            definition: workflow.clone(),
-            input: json!({ "text": format!("job {i}") }),
-            max_attempts: 3,
-        };
-        loader.store.insert_job(&job).await.expect("insert");
-    }
+    queue_jobs(&loader.store, &workflow, jobs).await;
     let insert_rate = jobs as f64 / queued.elapsed().as_secs_f64();
     loader.stop().await;
 
