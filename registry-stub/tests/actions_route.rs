@@ -64,6 +64,16 @@ async fn send(router: &Router, verb: &str, body: &str, token: Option<&str>) -> (
     (status, json)
 }
 
+/// `run-workflow` of an inline workflow.
+async fn run_inline(router: &Router, workflow: Value, input: Value) -> (StatusCode, Value) {
+    call(
+        router,
+        "run-workflow",
+        json!({ "workflow": workflow, "input": input }),
+    )
+    .await
+}
+
 async fn call(router: &Router, verb: &str, body: Value) -> (StatusCode, Value) {
     send(router, verb, &body.to_string(), None).await
 }
@@ -291,10 +301,10 @@ async fn run_workflow_answers_the_embedding_from_real_servers() {
     let server = FixtureServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let router = router(dir.path(), None).await;
-    let (status, body) = call(
+    let (status, body) = run_inline(
         &router,
-        "run-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "hello" } }),
+        two_step_workflow(&server.target()),
+        json!({ "text": "hello" }),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -310,10 +320,10 @@ async fn run_workflow_answers_the_embedding_from_real_servers() {
     );
 
     // A failing step is a result, not a transport error.
-    let (status, body) = call(
+    let (status, body) = run_inline(
         &router,
-        "run-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "x", "fail": true } }),
+        two_step_workflow(&server.target()),
+        json!({ "text": "x", "fail": true }),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -323,10 +333,10 @@ async fn run_workflow_answers_the_embedding_from_real_servers() {
     );
 
     // A bad input names the field.
-    let (status, body) = call(
+    let (status, body) = run_inline(
         &router,
-        "run-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()), "input": { "txt": "x" } }),
+        two_step_workflow(&server.target()),
+        json!({ "txt": "x" }),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -342,10 +352,10 @@ async fn run_workflow_refuses_an_external_step_with_the_engines_sentence() {
     let server = FixtureServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let router = router(dir.path(), None).await;
-    let (status, body) = call(
+    let (status, body) = run_inline(
         &router,
-        "run-workflow",
-        json!({ "workflow": three_step_workflow(&server.target()), "input": { "text": "hi" } }),
+        three_step_workflow(&server.target()),
+        json!({ "text": "hi" }),
     )
     .await;
     assert_eq!(status, StatusCode::OK);

@@ -7,8 +7,8 @@ use axum::Router;
 use axum::body::Body;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use jobs_role::JobsConfig;
 use jobs_role::store::Store;
+use jobs_role::{JobStatus, JobsConfig};
 use registry_stub::config::RegistryConfig;
 use registry_stub::node::RunningNode;
 use registry_stub::{Node, RegistryRole};
@@ -110,6 +110,26 @@ impl JobsNode {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Submits `workflow` with `input` through the verb; returns the job id.
+    pub async fn submit(&self, workflow: &Value, input: Value) -> String {
+        let answer = self
+            .ok(
+                "submit-workflow",
+                serde_json::json!({ "workflow": workflow, "input": input }),
+            )
+            .await;
+        answer["jobId"].as_str().expect("a job id").to_owned()
+    }
+
+    /// Waits until `count` jobs are in `status`.
+    pub async fn wait_for_count(&self, status: JobStatus, count: i64, timeout: Duration) {
+        let what = format!("{count} jobs to be {status}");
+        eventually(&what, timeout, || async {
+            self.store.count_jobs(status).await.expect("count") == count
+        })
+        .await;
     }
 
     /// Stops the node's tasks.

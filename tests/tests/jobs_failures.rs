@@ -16,16 +16,6 @@ use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-async fn submit(node: &JobsNode, workflow: Value, input: Value) -> String {
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": workflow, "input": input }),
-        )
-        .await;
-    answer["jobId"].as_str().unwrap().to_owned()
-}
-
 #[tokio::test]
 async fn retryable_failures_back_off_then_land_dead_with_the_error_verbatim() {
     let db = TestDatabase::create().await;
@@ -33,12 +23,12 @@ async fn retryable_failures_back_off_then_land_dead_with_the_error_verbatim() {
     let mut config = test_config(&db.url, "node-a", 1);
     config.backoff_base_ms = 500;
     let node = JobsNode::start(config).await;
-    let job_id = submit(
-        &node,
-        two_step_workflow(&server.target()),
-        json!({ "text": "x", "fail": true }),
-    )
-    .await;
+    let job_id = node
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "x", "fail": true }),
+        )
+        .await;
 
     // After attempt 1 the row waits in QUEUED with run_after pushed by the base
     // backoff (500 ms); after attempt 2 by twice that.
@@ -115,7 +105,9 @@ async fn a_validation_verdict_fails_on_the_first_attempt() {
     let node = JobsNode::start(test_config(&db.url, "node-a", 1)).await;
     let mut workflow = two_step_workflow(&server.target());
     workflow["steps"][0]["validate"] = json!(true);
-    let job_id = submit(&node, workflow, json!({ "text": "a".repeat(65) })).await;
+    let job_id = node
+        .submit(&workflow, json!({ "text": "a".repeat(65) }))
+        .await;
     let job = node.wait_for_status(&job_id, "FAILED", WAIT).await;
     assert_eq!(job["attempt"], 1, "a verdict is not retried");
     assert!(
@@ -195,7 +187,9 @@ async fn corrupted_rows_fail_loud_naming_the_cause() {
     let client = db.connect().await;
     let mut jobs = Vec::new();
     for (what, column, value, _) in &corruptions {
-        let job_id = submit(&idle, two_step_workflow(&target), json!({ "text": "x" })).await;
+        let job_id = idle
+            .submit(&two_step_workflow(&target), json!({ "text": "x" }))
+            .await;
         let statement =
             format!("UPDATE workflow_run SET {column} = $1 WHERE job_id = $2::text::uuid");
         client
@@ -243,12 +237,12 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     })
     .await;
     let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
-    let job_id = submit(
-        &idle,
-        two_step_workflow(&server.target()),
-        json!({ "text": "crash" }),
-    )
-    .await;
+    let job_id = idle
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "crash" }),
+        )
+        .await;
     let store = idle.store.clone();
     let mut config = test_config(&db.url, "crashy", 1);
     config.lease_ms = 1200;
@@ -340,12 +334,12 @@ async fn a_step_longer_than_the_lease_completes_under_one_worker() {
     config.lease_ms = 1000;
     config.sweep_interval_ms = 50;
     let node = JobsNode::start(config).await;
-    let job_id = submit(
-        &node,
-        two_step_workflow(&server.target()),
-        json!({ "text": "slow" }),
-    )
-    .await;
+    let job_id = node
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "slow" }),
+        )
+        .await;
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(job["attempt"], 1, "renewal kept the lease: never swept");
     assert_eq!(server.stats.embed_calls(), 1, "no second execution");
@@ -357,12 +351,9 @@ async fn every_step_call_carries_the_job_metadata() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "node-a", 1)).await;
-    let job_id = submit(
-        &node,
-        two_step_workflow(&server.target()),
-        json!({ "text": "m" }),
-    )
-    .await;
+    let job_id = node
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "m" }))
+        .await;
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     let calls = server.stats.calls();
     assert_eq!(calls.len(), 2);

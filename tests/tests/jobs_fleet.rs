@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use jobs_role::JobStatus;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, eventually, queue_jobs, test_config};
 use serde_json::json;
@@ -29,23 +30,9 @@ async fn two_nodes_of_eight_workers_process_2000_jobs_each_exactly_once() {
     let a = JobsNode::start(config_a).await;
     let b = JobsNode::start(config_b).await;
 
+    a.wait_for_count(JobStatus::Completed, JOBS as i64, Duration::from_secs(600))
+        .await;
     let client = db.connect().await;
-    eventually(
-        "every job to complete",
-        Duration::from_secs(600),
-        || async {
-            let done: i64 = client
-                .query_one(
-                    "SELECT count(*) FROM workflow_run WHERE status = 'COMPLETED'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            done == JOBS as i64
-        },
-    )
-    .await;
 
     let row = client
         .query_one(
@@ -94,10 +81,11 @@ async fn the_per_target_cap_bounds_calls_in_flight() {
     let node = JobsNode::start(config).await;
     let mut ids = Vec::new();
     for i in 0..16 {
-        let answer = node
-            .ok("submit-workflow", json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": format!("{i}") } }))
-            .await;
-        ids.push(answer["jobId"].as_str().unwrap().to_owned());
+        let workflow = two_step_workflow(&server.target());
+        ids.push(
+            node.submit(&workflow, json!({ "text": format!("{i}") }))
+                .await,
+        );
     }
     for id in &ids {
         node.wait_for_status(id, "COMPLETED", Duration::from_secs(60))
@@ -122,13 +110,12 @@ async fn an_idle_node_starts_a_submitted_job_before_the_poll_could_fire() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let submitted = Instant::now();
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "now" } }),
+    let job_id = node
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "now" }),
         )
         .await;
-    let job_id = answer["jobId"].as_str().unwrap().to_owned();
     eventually("the job to start", Duration::from_secs(10), || async {
         server.stats.tokenize_calls() == 1
     })
@@ -154,13 +141,12 @@ async fn shutdown_releases_running_jobs_without_burning_an_attempt() {
     let mut config = test_config(&db.url, "node-a", 1);
     config.shutdown_grace_ms = 200;
     let node = JobsNode::start(config).await;
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "bye" } }),
+    let job_id = node
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "bye" }),
         )
         .await;
-    let job_id = answer["jobId"].as_str().unwrap().to_owned();
     eventually("embed to be called", Duration::from_secs(10), || async {
         server.stats.embed_calls() == 1
     })

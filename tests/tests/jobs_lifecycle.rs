@@ -119,13 +119,12 @@ async fn three_steps_park_and_complete_step_resumes_without_recalling_tokenize()
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "node-a", 2)).await;
 
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": three_step_workflow(&server.target()), "input": { "text": "hi" } }),
+    let job_id = node
+        .submit(
+            &three_step_workflow(&server.target()),
+            json!({ "text": "hi" }),
         )
         .await;
-    let job_id = answer["jobId"].as_str().unwrap().to_owned();
     let job = node.wait_for_status(&job_id, "WAITING", WAIT).await;
     assert_eq!(job["outstanding_step"], "review");
     assert_eq!(job["checkpoints"].as_array().unwrap().len(), 1);
@@ -187,13 +186,12 @@ async fn complete_step_gates_state_step_and_response() {
     let server = FixtureServer::start().await;
     // No claim loops: submitted jobs stay QUEUED.
     let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
-    let answer = idle
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": three_step_workflow(&server.target()), "input": { "text": "hi" } }),
+    let queued = idle
+        .submit(
+            &three_step_workflow(&server.target()),
+            json!({ "text": "hi" }),
         )
         .await;
-    let queued = answer["jobId"].as_str().unwrap().to_owned();
     let answer = idle
         .ok(
             "complete-step",
@@ -300,13 +298,12 @@ async fn fifty_concurrent_completions_yield_exactly_one() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "node-a", 1)).await;
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": three_step_workflow(&server.target()), "input": { "text": "x" } }),
+    let job_id = node
+        .submit(
+            &three_step_workflow(&server.target()),
+            json!({ "text": "x" }),
         )
         .await;
-    let job_id = answer["jobId"].as_str().unwrap().to_owned();
     node.wait_for_status(&job_id, "WAITING", WAIT).await;
 
     let calls = (0..50).map(|i| {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use jobs_proto::WireMessage;
 use jobs_proto::v1::workflow_run_event::Type;
 use jobs_proto::v1::{WorkflowRunEvent, WorkflowRunRequest};
+use jobs_role::JobStatus;
 use jobs_role::consumer::RequestHandler;
 use jobs_role::store::NewJob;
 use jobs_role::submit::Submitter;
@@ -40,13 +41,9 @@ async fn a_jobs_lifecycle_arrives_in_order_keyed_by_job_id() {
     let config = with_lanes(test_config(&db.url, "node-a", 1)).await;
     let topic = config.events_topic.clone();
     let node = JobsNode::start(config).await;
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "k" } }),
-        )
+    let job_id = node
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "k" }))
         .await;
-    let job_id = answer["jobId"].as_str().unwrap().to_owned();
     node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
 
     let records = read_until(&topic, WAIT, |r| r.len() >= 4).await;
@@ -136,13 +133,12 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         .await
         .unwrap();
 
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "ok" } }),
+    let job_id = node
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "ok" }),
         )
         .await;
-    let job_id = answer["jobId"].as_str().unwrap().to_owned();
     node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     let records = read_until(&topic, WAIT, |r| r.len() >= 4).await;
     assert_eq!(events_of(&records).len(), 4, "the good job's events flow");
@@ -183,24 +179,18 @@ async fn two_relays_publish_every_row_exactly_once() {
     let b = JobsNode::start(config_b).await;
     for i in 0..40 {
         let node = if i % 2 == 0 { &a } else { &b };
-        node.ok("submit-workflow", json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": format!("{i}") } }))
-            .await;
+        node.submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": format!("{i}") }),
+        )
+        .await;
     }
     eventually(
         "every job to complete and every row to publish",
         WAIT,
         || async {
             let counts = a.store.lane_counts().await.unwrap();
-            let done = db
-                .connect()
-                .await
-                .query_one(
-                    "SELECT count(*) FROM workflow_run WHERE status = 'COMPLETED'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get::<_, i64>(0);
+            let done = a.store.count_jobs(JobStatus::Completed).await.unwrap();
             done == 40 && counts.pending_events == 0
         },
     )

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jobs_proto::WireMessage;
 use jobs_proto::v1::WorkflowRunEvent;
+use jobs_role::JobStatus;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
 use protomolt_e2e::kafka::{read_until, with_lanes};
@@ -66,18 +67,14 @@ async fn events_wait_out_a_broker_outage_and_all_arrive() {
     let node = JobsNode::start(config).await;
 
     // Warm up: one job's events published before the outage.
-    let answer = node
-        .ok(
-            "submit-workflow",
-            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "warm" } }),
+    let warm = node
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "warm" }),
         )
         .await;
-    node.wait_for_status(
-        answer["jobId"].as_str().unwrap(),
-        "COMPLETED",
-        Duration::from_secs(60),
-    )
-    .await;
+    node.wait_for_status(&warm, "COMPLETED", Duration::from_secs(60))
+        .await;
     eventually(
         "the warm-up events to publish",
         Duration::from_secs(60),
@@ -87,24 +84,16 @@ async fn events_wait_out_a_broker_outage_and_all_arrive() {
 
     let outage = Outage::begin().await;
     for i in 0..JOBS {
-        node.ok("submit-workflow", json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": format!("{i}") } }))
-            .await;
+        node.submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": format!("{i}") }),
+        )
+        .await;
     }
-    let client = db.connect().await;
-    eventually(
-        "every job to complete during the outage",
+    node.wait_for_count(
+        JobStatus::Completed,
+        JOBS as i64 + 1,
         Duration::from_secs(300),
-        || async {
-            client
-                .query_one(
-                    "SELECT count(*) FROM workflow_run WHERE status = 'COMPLETED'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get::<_, i64>(0)
-                == JOBS as i64 + 1
-        },
     )
     .await;
     let counts = node.store.lane_counts().await.unwrap();
@@ -117,7 +106,9 @@ async fn events_wait_out_a_broker_outage_and_all_arrive() {
         counts.failed_events, 0,
         "nothing was dead-lettered by the outage"
     );
-    let attempted: i64 = client
+    let attempted: i64 = db
+        .connect()
+        .await
         .query_one(
             "SELECT count(*) FROM workflow_run_events_outbox WHERE attempts > 0",
             &[],

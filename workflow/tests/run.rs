@@ -37,6 +37,21 @@ impl CheckpointSink for Recorder {
     }
 }
 
+/// Runs a segment that must complete; returns the output and every checkpoint.
+async fn completed(
+    runner: &Runner,
+    wf: &CompiledWorkflow,
+    input: &DynamicMessage,
+    prior: Vec<workflow::ReplayedCheckpoint>,
+    sink: &mut Recorder,
+    metadata: &dyn workflow::CallMetadata,
+) -> (DynamicMessage, Vec<Checkpoint>) {
+    match runner.run_segment(wf, input, prior, sink, metadata).await {
+        Ok(SegmentOutcome::Completed { output, steps }) => (output, steps),
+        other => panic!("expected completion, got {other:?}"),
+    }
+}
+
 fn compile(envelope: &Value) -> CompiledWorkflow {
     CompiledWorkflow::compile(envelope).unwrap_or_else(|findings| panic!("{findings}"))
 }
@@ -62,19 +77,15 @@ async fn two_steps_complete_with_checkpoints_recorded_before_the_next_call() {
     let wf = compile(&two_step_workflow(&server.target()));
     let mut recorder = Recorder::new(probe);
 
-    let outcome = Runner::new()
-        .run_segment(
-            &wf,
-            &input(&wf, "hello", false),
-            Vec::new(),
-            &mut recorder,
-            &NoMetadata,
-        )
-        .await
-        .expect("completes");
-    let SegmentOutcome::Completed { output, steps } = outcome else {
-        panic!("expected completion")
-    };
+    let (output, steps) = completed(
+        &Runner::new(),
+        &wf,
+        &input(&wf, "hello", false),
+        Vec::new(),
+        &mut recorder,
+        &NoMetadata,
+    )
+    .await;
     assert_eq!(output.descriptor().full_name(), "jobs.test.Embedding");
     assert_eq!(
         output_json(&output),
@@ -116,13 +127,7 @@ async fn three_steps_park_at_review_and_resume_without_recalling_tokenize() {
     let mut stored: Vec<Value> = steps.iter().map(Checkpoint::to_json).collect();
     stored.push(json!({ "name": "review", "skipped": false, "response": { "notes": "looks right", "score": 7 } }));
     let prior = replay_checkpoints(&wf, &Value::Array(stored)).expect("replays");
-    let outcome = runner
-        .run_segment(&wf, &input, prior, &mut recorder, &NoMetadata)
-        .await
-        .expect("completes");
-    let SegmentOutcome::Completed { output, steps } = outcome else {
-        panic!("expected completion")
-    };
+    let (output, steps) = completed(&runner, &wf, &input, prior, &mut recorder, &NoMetadata).await;
     assert_eq!(
         output_json(&output),
         json!({ "sourceText": "hi", "vector": [0.2, 1.0], "notes": "looks right" })
@@ -166,19 +171,15 @@ async fn a_false_gate_skips_the_step_and_the_workflow_completes() {
         ),
     ));
     let mut recorder = Recorder::new(Arc::default());
-    let outcome = Runner::new()
-        .run_segment(
-            &wf,
-            &input(&wf, "", false),
-            Vec::new(),
-            &mut recorder,
-            &NoMetadata,
-        )
-        .await
-        .expect("completes");
-    let SegmentOutcome::Completed { output, steps } = outcome else {
-        panic!("expected completion")
-    };
+    let (output, steps) = completed(
+        &Runner::new(),
+        &wf,
+        &input(&wf, "", false),
+        Vec::new(),
+        &mut recorder,
+        &NoMetadata,
+    )
+    .await;
     assert_eq!(
         steps[1],
         Checkpoint {

@@ -904,6 +904,15 @@ impl Store {
         Ok(Ok(report))
     }
 
+    /// How many jobs are in `status`.
+    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_one(sql::COUNT_JOBS_IN_STATUS, &[&status.as_str()])
+            .await?
+            .get(0))
+    }
+
     /// The lanes' backlog.
     pub async fn lane_counts(&self) -> Result<LaneCounts, StoreError> {
         let client = self.pool.get().await?;

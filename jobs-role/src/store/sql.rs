@@ -235,3 +235,6 @@ ON CONFLICT ON CONSTRAINT request_rejects_once_per_record DO NOTHING";
 /// One outbox row by id (operators and tests). `$1` event id.
 pub const OUTBOX_ROW: &str = "\
 SELECT status, attempts, last_error FROM workflow_run_events_outbox WHERE event_id = $1";
+
+/// How many jobs are in a status (operators, metrics, tests). `$1` status.
+pub const COUNT_JOBS_IN_STATUS: &str = "SELECT count(*) FROM workflow_run WHERE status = $1";

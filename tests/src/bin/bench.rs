@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use jobs_role::JobStatus;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, eventually, queue_jobs, test_config};
 use serde_json::json;
@@ -39,23 +40,8 @@ async fn main() {
     config.poll_interval_ms = 1_000;
     let node = JobsNode::start(config).await;
     let started = Instant::now();
-    let client = db.connect().await;
-    eventually(
-        "every job to complete",
-        Duration::from_secs(3600),
-        || async {
-            client
-                .query_one(
-                    "SELECT count(*) FROM workflow_run WHERE status = 'COMPLETED'",
-                    &[],
-                )
-                .await
-                .expect("count")
-                .get::<_, i64>(0)
-                == jobs as i64
-        },
-    )
-    .await;
+    node.wait_for_count(JobStatus::Completed, jobs as i64, Duration::from_secs(3600))
+        .await;
     let elapsed = started.elapsed();
 
     let mut pickups = Vec::new();
