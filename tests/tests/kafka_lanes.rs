@@ -236,6 +236,23 @@ async fn stored_workflow_node() -> Stored {
     }
 }
 
+/// Produces a `WorkflowRunRequest` keyed by its job id.
+async fn send_request(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    job_id: &str,
+    workflow_name: &str,
+    text: &str,
+) {
+    produce(
+        producer,
+        topic,
+        job_id,
+        &request(job_id, workflow_name, text),
+    )
+    .await;
+}
+
 fn request(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> {
     let input = prost_types::Struct {
         fields: [(
@@ -266,20 +283,8 @@ async fn a_produced_request_runs_once_and_its_events_reach_the_topic() {
 
     let job_id = uuid::Uuid::new_v4().to_string();
     let producer = producer();
-    produce(
-        &producer,
-        &requests,
-        &job_id,
-        &request(&job_id, "embed-text", "via kafka"),
-    )
-    .await;
-    produce(
-        &producer,
-        &requests,
-        &job_id,
-        &request(&job_id, "embed-text", "via kafka"),
-    )
-    .await;
+    send_request(&producer, &requests, &job_id, "embed-text", "via kafka").await;
+    send_request(&producer, &requests, &job_id, "embed-text", "via kafka").await;
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(job["result"]["sourceText"], "via kafka");
 
@@ -321,13 +326,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
     let producer = producer();
 
     let unknown = uuid::Uuid::new_v4().to_string();
-    produce(
-        &producer,
-        &requests,
-        &unknown,
-        &request(&unknown, "no-such-flow", "x"),
-    )
-    .await;
+    send_request(&producer, &requests, &unknown, "no-such-flow", "x").await;
     produce(
         &producer,
         &requests,
@@ -343,13 +342,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
     )
     .await;
     let good = uuid::Uuid::new_v4().to_string();
-    produce(
-        &producer,
-        &requests,
-        &good,
-        &request(&good, "embed-text", "after the junk"),
-    )
-    .await;
+    send_request(&producer, &requests, &good, "embed-text", "after the junk").await;
 
     let job = node.wait_for_status(&unknown, "FAILED", WAIT).await;
     assert!(
@@ -421,13 +414,7 @@ async fn a_consumer_killed_between_row_and_offset_commit_yields_one_job() {
     )
     .await;
     let job_id = uuid::Uuid::new_v4().to_string();
-    produce(
-        &producer(),
-        &requests,
-        &job_id,
-        &request(&job_id, "embed-text", "twice"),
-    )
-    .await;
+    send_request(&producer(), &requests, &job_id, "embed-text", "twice").await;
     let record = {
         use rdkafka::consumer::{Consumer, StreamConsumer};
         let consumer: StreamConsumer = rdkafka::ClientConfig::new()
@@ -523,13 +510,7 @@ async fn a_database_outage_pauses_request_consumption_until_it_is_back() {
         .unwrap();
 
     let job_id = uuid::Uuid::new_v4().to_string();
-    produce(
-        &producer(),
-        &requests,
-        &job_id,
-        &request(&job_id, "embed-text", "patience"),
-    )
-    .await;
+    send_request(&producer(), &requests, &job_id, "embed-text", "patience").await;
     // Let the consumer meet the outage (it keeps the record, uncommitted, and retries).
     tokio::time::sleep(Duration::from_secs(2)).await;
 

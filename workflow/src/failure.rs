@@ -11,6 +11,9 @@ use prost_protovalidate_types::MessageConstraintsExt;
 use prost_reflect::MessageDescriptor;
 
 /// One broken `buf.validate` rule of a step's response.
+///
+/// The engine's own type, deliberately: the engine knows nothing of the jobs wire
+/// contract, whose `jobs_proto::Violation` has the same shape for the same reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
     /// Dotted path of the offending field; empty for a message-level rule.
