@@ -38,6 +38,9 @@ pub struct JobsConfig {
     pub shutdown_grace_ms: u64,
     /// Connections in the pool.
     pub max_connections: usize,
+    /// Claims a job may give back in a row without progress (shutdowns, transient
+    /// store failures while checkpointing) before it lands DEAD with the reason.
+    pub max_releases: i32,
     /// Topic the outbox relay publishes to.
     pub events_topic: String,
     /// Topic broker-native submissions arrive on.
@@ -77,6 +80,7 @@ impl Default for JobsConfig {
             max_concurrent_per_target: 8,
             shutdown_grace_ms: 20_000,
             max_connections: 16,
+            max_releases: 10,
             events_topic: "workflow-run-events".into(),
             requests_topic: "workflow-run-requests".into(),
             kafka_bootstrap: None,
@@ -104,6 +108,7 @@ impl std::fmt::Debug for JobsConfig {
             .field("max_attempts_default", &self.max_attempts_default)
             .field("backoff_base_ms", &self.backoff_base_ms)
             .field("max_concurrent_per_target", &self.max_concurrent_per_target)
+            .field("max_releases", &self.max_releases)
             .field("events_topic", &self.events_topic)
             .field("requests_topic", &self.requests_topic)
             .field("kafka_bootstrap", &self.kafka_bootstrap)
@@ -152,6 +157,9 @@ impl JobsConfig {
         }
         if !(1..=100).contains(&self.max_attempts_default) {
             return Err("jobs.max_attempts_default must be from 1 to 100".into());
+        }
+        if self.max_releases < 1 {
+            return Err("jobs.max_releases must be at least 1".into());
         }
         Ok(())
     }

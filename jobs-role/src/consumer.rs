@@ -12,10 +12,13 @@
 //! | an unknown workflow name, an invalid input, a broken rule    | a FAILED row with its FAILED event       |
 //! | not a `WorkflowRunRequest`, or no usable `job_id`            | a row in `workflow_run_request_rejects`  |
 //! | a `job_id` already used for a different submission           | a row in `workflow_run_request_rejects`  |
+//! | values PostgreSQL refuses (a NUL in the input, say)          | a row in `workflow_run_request_rejects`  |
 //!
 //! Every record is committed past once it is recorded somewhere; the consumer never
 //! dies on one bad record. A database outage pauses consumption (nothing is
-//! committed) and it resumes when the database is back.
+//! committed) and it resumes when the database is back. A data error (PostgreSQL
+//! refusing a value) is never mistaken for an outage: the record is dead-lettered,
+//! so one hostile record cannot stall its partition.
 
 use std::time::Duration;
 
@@ -129,6 +132,12 @@ impl RequestConsumer {
                         log_disposition(&record, &disposition);
                         break;
                     }
+                    // Even the dead-letter row was refused: retrying cannot help, and
+                    // waiting would stall the partition. Say so loudly and move on.
+                    Err(e) if e.is_data_error() => {
+                        tracing::error!(error = %e, partition = record.partition(), offset = record.offset(), "the record could not be stored even as a reject; committing past it");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, offset = record.offset(), retry_in_ms = pause.as_millis() as u64, "the database is unavailable; request consumption pauses");
                         tokio::select! {
@@ -157,18 +166,49 @@ impl RequestHandler {
     /// Turns one record into a job, a FAILED row or a reject. `Err` only when the
     /// database could not record any of them (the caller retries, uncommitted).
     pub async fn process(&self, record: &OwnedMessage) -> Result<Disposition, StoreError> {
-        let reject = |error: String| async move {
-            let rejected = RejectedRecord {
-                topic: record.topic(),
-                partition: record.partition(),
-                offset: record.offset(),
-                key: record.key(),
-                payload: record.payload(),
-                error: &error,
-            };
-            self.store.reject_request(&rejected).await?;
-            Ok(Disposition::Rejected { error })
+        match self.record_as_job(record).await {
+            Err(StoreError::Conflict(id)) => {
+                let error = format!(
+                    "job {id} already exists with a different workflow or input (request at {}/{}/{})",
+                    record.topic(),
+                    record.partition(),
+                    record.offset()
+                );
+                self.reject(record, error).await
+            }
+            Err(refused) if refused.is_data_error() => {
+                let error = format!(
+                    "the request holds a value PostgreSQL cannot store: {refused} (request at {}/{}/{})",
+                    record.topic(),
+                    record.partition(),
+                    record.offset()
+                );
+                self.reject(record, error).await
+            }
+            recorded => recorded,
+        }
+    }
+
+    async fn reject(
+        &self,
+        record: &OwnedMessage,
+        error: String,
+    ) -> Result<Disposition, StoreError> {
+        let rejected = RejectedRecord {
+            topic: record.topic(),
+            partition: record.partition(),
+            offset: record.offset(),
+            key: record.key(),
+            payload: record.payload(),
+            error: &error,
         };
+        self.store.reject_request(&rejected).await?;
+        Ok(Disposition::Rejected { error })
+    }
+
+    /// A job or a FAILED row; conflicts and data errors are the caller's to dead-letter.
+    async fn record_as_job(&self, record: &OwnedMessage) -> Result<Disposition, StoreError> {
+        let reject = |error: String| self.reject(record, error);
         let Some(bytes) = record.payload() else {
             return reject("the record has no value: expected a WorkflowRunRequest".into()).await;
         };
@@ -237,12 +277,11 @@ impl RequestHandler {
                 self.failed_row(job_id, &request.workflow_name, definition, input, error)
                     .await
             }
-            Err(SubmitError::Store(StoreError::Conflict(id))) => {
-                reject(format!(
-                    "job {id} already exists with a different workflow or input ({where_from})"
-                ))
-                .await
-            }
+            Err(SubmitError::Unstorable(path)) => reject(format!(
+                "{}: holds a NUL character (\\u0000), which PostgreSQL cannot store ({where_from})",
+                path
+            ))
+            .await,
             Err(SubmitError::Store(e)) => Err(e),
         }
     }

@@ -17,6 +17,7 @@
 //! | [`status`]  | the job state machine: statuses and their legal transitions          |
 //! | [`store`]   | PostgreSQL: migrations, every SQL statement, fencing, the outbox     |
 //! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
+//! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
 //! | [`worker`]  | claim loops, segments with lease renewal, settling, the sweeper      |
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for idle claim loops and relays              |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
@@ -31,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
+pub mod compiled;
 pub mod config;
 pub mod consumer;
 pub mod module;

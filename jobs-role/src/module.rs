@@ -115,7 +115,13 @@ impl Role for JobsModule {
         ctx.provide(state.clone());
 
         let wake = Arc::new(Notify::new());
-        let worker = Worker::new(store.clone(), runner, self.config.clone(), wake.clone());
+        let worker = Worker::new(
+            store.clone(),
+            runner,
+            self.config.clone(),
+            wake.clone(),
+            state.submitter.compiled(),
+        );
         let shutdown = ctx.shutdown_token();
         for index in 0..self.config.worker_count {
             ctx.spawn_task(

@@ -8,18 +8,26 @@
 //! the ack and the mark republishes the row on restart with the same `event_id`:
 //! delivery is at-least-once, consumers dedupe on `event_id`.
 //!
-//! A failed publish counts an attempt, records `last_error` and backs the row off
-//! (doubling, capped); at `relay_max_attempts` (10) the row lands FAILED and is never
-//! picked again: that row is the dead-letter queue. Before publishing a batch the
-//! relay checks that the broker answers; while it does not, rows wait PENDING with
-//! their attempts untouched, the relay backs off instead of spinning, and they drain
-//! when the broker is back. Published rows are retained.
+//! Failures are told apart by what they say about the row:
+//!
+//! | the broker's answer                                                   | the row                          |
+//! |-----------------------------------------------------------------------|----------------------------------|
+//! | ack                                                                   | PUBLISHED                        |
+//! | the record is refused (too large, invalid, not authorised)            | one attempt spent, backoff; FAILED at `relay_max_attempts` (10) |
+//! | an outage: a timeout, no leader for the partition, not enough in-sync replicas, broker transport down, unknown topic | PENDING, attempts untouched; the relay backs off |
+//! | no answer to the metadata check (every partition needs a leader)       | PENDING, attempts untouched; the relay backs off |
+//!
+//! A FAILED row is the dead-letter queue and is never picked again by the relay; the
+//! job's later rows are **held** behind it (never published past it, so consumers see
+//! no gap and no reordering) until an operator redrives it
+//! ([`Store::redrive_failed_event`]); the relay logs the held count. Published rows
+//! are retained.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use serde_json::json;
 use tokio::sync::Notify;
@@ -119,7 +127,8 @@ impl Publisher {
         self.schema_id
     }
 
-    /// True when the broker answers a metadata request for the events topic.
+    /// True when the broker answers a metadata request for the events topic and every
+    /// partition of it has a leader.
     async fn reachable(&self) -> bool {
         let producer = self.producer.clone();
         let topic = self.topic.clone();
@@ -129,10 +138,14 @@ impl Publisher {
                 .client()
                 .fetch_metadata(Some(&topic), Duration::from_secs(3))
                 .map(|metadata| {
-                    metadata
-                        .topics()
-                        .iter()
-                        .any(|t| t.name() == topic && t.error().is_none())
+                    metadata.topics().iter().any(|t| {
+                        t.name() == topic
+                            && t.error().is_none()
+                            && !t.partitions().is_empty()
+                            && t.partitions()
+                                .iter()
+                                .all(|p| p.error().is_none() && p.leader() >= 0)
+                    })
                 })
                 .unwrap_or(false)
         })
@@ -156,24 +169,61 @@ impl Publisher {
                 None => event.payload.clone(),
             };
             let record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
-            in_flight.push(
-                self.producer
-                    .send_result(record)
-                    .map_err(|(e, _)| e.to_string()),
-            );
+            in_flight.push(self.producer.send_result(record).map_err(|(e, _)| e));
         }
         let mut outcomes = Vec::with_capacity(in_flight.len());
         for sent in in_flight {
             outcomes.push(match sent {
-                Err(refused) => PublishOutcome::Failed(refused),
+                Err(refused) => classify(&refused),
                 Ok(delivery) => match delivery.await {
                     Ok(Ok(_)) => PublishOutcome::Published,
-                    Ok(Err((e, _))) => PublishOutcome::Failed(e.to_string()),
-                    Err(_) => PublishOutcome::Failed("the producer dropped the delivery".into()),
+                    Ok(Err((e, _))) => classify(&e),
+                    // The producer went away (shutdown): the row's fault it is not.
+                    Err(_) => PublishOutcome::Outage("the producer dropped the delivery".into()),
                 },
             });
         }
         Ok(outcomes)
+    }
+}
+
+/// What a failed publish says about the row: an outage (the broker could not take any
+/// record right now; no attempt is spent) or a refusal of this record (an attempt).
+pub fn classify(error: &KafkaError) -> PublishOutcome {
+    use RDKafkaErrorCode::*;
+    let outage = matches!(
+        error.rdkafka_error_code(),
+        Some(
+            MessageTimedOut
+                | RequestTimedOut
+                | OperationTimedOut
+                | TimedOutQueue
+                | QueueFull
+                | BrokerTransportFailure
+                | AllBrokersDown
+                | BrokerNotAvailable
+                | NetworkException
+                | LeaderNotAvailable
+                | NotLeaderForPartition
+                | PreferredLeaderNotAvailable
+                | EligibleLeadersNotAvailable
+                | FencedLeaderEpoch
+                | UnknownLeaderEpoch
+                | ReplicaNotAvailable
+                | NotEnoughReplicas
+                | NotEnoughReplicasAfterAppend
+                | KafkaStorageError
+                | UnknownTopic
+                | UnknownTopicOrPartition
+                | ThrottlingQuotaExceeded
+                | PurgeQueue
+                | BrokerDestroy
+        )
+    );
+    if outage {
+        PublishOutcome::Outage(error.to_string())
+    } else {
+        PublishOutcome::Failed(error.to_string())
     }
 }
 
@@ -200,10 +250,17 @@ pub async fn relay_loop(
             )
             .await;
         let wait = match drained {
+            Ok(Ok(report)) if report.outage > 0 && report.handled() == 0 => {
+                unreachable_for += 1;
+                let backoff = config.relay_backoff(unreachable_for);
+                tracing::warn!(topic = %config.events_topic, rows = report.outage, error = report.outage_error.as_deref().unwrap_or_default(), retry_in_ms = backoff.as_millis() as u64, "the broker could not take the batch (an outage, no attempts spent); outbox rows wait PENDING");
+                backoff
+            }
             Ok(Ok(report)) => {
                 unreachable_for = 0;
                 for event_id in &report.dead_lettered {
-                    tracing::warn!(%event_id, attempts = config.relay_max_attempts, "an outbox row spent its publish attempts and landed FAILED (dead-lettered)");
+                    tracing::warn!(%event_id, attempts = config.relay_max_attempts, "an outbox row spent its publish attempts and landed FAILED (dead-lettered); the job's later events are held until it is redriven");
+                    log_held(&store).await;
                 }
                 if report.handled() > 0 {
                     tracing::debug!(
@@ -236,4 +293,17 @@ pub async fn relay_loop(
     // Give queued deliveries a moment to complete before the producer is dropped.
     let producer = publisher.producer.clone();
     let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
+}
+
+/// Says how many rows wait behind dead-lettered ones, so an operator knows to redrive.
+async fn log_held(store: &Store) {
+    match store.lane_counts().await {
+        Ok(counts) if counts.held_events > 0 => tracing::warn!(
+            failed = counts.failed_events,
+            held = counts.held_events,
+            "outbox rows are held behind FAILED rows of the same job: redrive the FAILED rows (Store::redrive_failed_event) to publish them in order"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "counting held outbox rows failed"),
+    }
 }

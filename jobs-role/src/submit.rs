@@ -2,7 +2,8 @@
 //!
 //! The definition (inline, or a stored name resolved through the registry's
 //! `WorkflowRepository`) is compiled and verified, and the input is parsed and checked
-//! against the workflow's input type, **before** anything is written. Then the
+//! against the workflow's input type, and every string is checked to be storable (no
+//! NUL, which PostgreSQL refuses in `jsonb`), **before** anything is written. Then the
 //! envelope and the input are snapshotted into the job row, so a workflow edited
 //! later never shifts a live job. On any failure no row is written.
 
@@ -14,8 +15,9 @@ use uuid::Uuid;
 use workflow::compile::{MessageError, encode_json};
 use workflow::{CompiledWorkflow, Findings};
 
+use crate::compiled::CompiledCache;
 use crate::status::JobStatus;
-use crate::store::{NewJob, Store, StoreError};
+use crate::store::{NewJob, Store, StoreError, nul_path};
 
 /// Where the definition comes from: exactly one source.
 #[derive(Debug, Clone)]
@@ -62,6 +64,9 @@ pub enum SubmitError {
     /// The input does not fit the workflow's input type.
     #[error("input: {0}")]
     Input(#[from] MessageError),
+    /// A value PostgreSQL cannot store (a NUL character) at this path.
+    #[error("{0}: holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it")]
+    Unstorable(String),
     /// The store refused or failed (a conflicting resubmission, or a database error).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -73,6 +78,7 @@ pub struct Submitter {
     store: Store,
     workflows: Arc<dyn WorkflowRepository>,
     max_attempts_default: i32,
+    compiled: Arc<CompiledCache>,
 }
 
 impl Submitter {
@@ -86,7 +92,13 @@ impl Submitter {
             store,
             workflows,
             max_attempts_default,
+            compiled: Arc::default(),
         }
+    }
+
+    /// The compiled workflows this submitter keeps; the node's worker shares them.
+    pub fn compiled(&self) -> Arc<CompiledCache> {
+        self.compiled.clone()
     }
 
     /// Resolves, compiles, verifies and validates, then inserts the job.
@@ -104,7 +116,7 @@ impl Submitter {
     pub fn prepare(
         &self,
         submission: Submission,
-    ) -> Result<(NewJob, CompiledWorkflow), SubmitError> {
+    ) -> Result<(NewJob, Arc<CompiledWorkflow>), SubmitError> {
         let envelope = match submission.source {
             DefinitionSource::Inline(envelope) => envelope,
             DefinitionSource::Stored(name) => {
@@ -114,8 +126,14 @@ impl Submitter {
                     .envelope
             }
         };
-        let compiled = CompiledWorkflow::compile(&envelope)?;
+        if let Some(path) = nul_path(&envelope, "workflow") {
+            return Err(SubmitError::Unstorable(path));
+        }
+        let compiled = self.compiled.get_or_compile(&envelope)?;
         let input = compiled.parse_input(&submission.input)?;
+        if let Some(path) = nul_path(&submission.input, "input") {
+            return Err(SubmitError::Unstorable(path));
+        }
         let job = NewJob {
             job_id: submission.job_id.unwrap_or_else(Uuid::now_v7),
             workflow_name: compiled.name.clone(),

@@ -225,6 +225,7 @@ fn worker(store: &Store, config: &jobs_role::JobsConfig) -> Arc<Worker> {
         Arc::new(Runner::new()),
         config.clone(),
         Arc::new(Notify::new()),
+        Arc::default(),
     )
 }
 
@@ -262,6 +263,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     let stale = jobs_role::store::Claim {
         job_id: uuid::Uuid::parse_str(&job_id).unwrap(),
         owner: job["lease_owner"].as_str().unwrap().to_owned(),
+        token: 1,
         attempt: 1,
         workflow_name: "embed-text".into(),
     };

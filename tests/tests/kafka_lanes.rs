@@ -596,3 +596,208 @@ async fn a_crash_between_ack_and_mark_republishes_with_the_same_event_id() {
     assert_eq!(events[0].event_id, row.event_id.to_string());
     node.stop().await;
 }
+
+#[tokio::test]
+async fn hostile_request_records_are_dead_lettered_and_their_partition_flows_on() {
+    let Stored {
+        db,
+        server: _server,
+        node,
+        requests,
+        events: _events,
+    } = stored_workflow_node().await;
+    let producer = producer();
+
+    let nul_id = format!("\u{0}{}", uuid::Uuid::new_v4());
+    produce(
+        &producer,
+        &requests,
+        "nul-id",
+        &request(&nul_id, "embed-text", "x"),
+    )
+    .await;
+    let nul_input = uuid::Uuid::new_v4().to_string();
+    send_request(&producer, &requests, &nul_input, "embed-text", "a\u{0}b").await;
+    let taken = uuid::Uuid::new_v4().to_string();
+    send_request(&producer, &requests, &taken, "embed-text", "first").await;
+    // The same id again, naming a workflow that does not exist: not a redelivery.
+    send_request(&producer, &requests, &taken, "no-such-flow", "first").await;
+    let good = uuid::Uuid::new_v4().to_string();
+    send_request(&producer, &requests, &good, "embed-text", "after them").await;
+
+    node.wait_for_status(&good, "COMPLETED", WAIT).await;
+    let job = node.wait_for_status(&taken, "COMPLETED", WAIT).await;
+    assert_eq!(
+        job["workflow_name"], "embed-text",
+        "the first request holds the id"
+    );
+    let client = db.connect().await;
+    let rejects: Vec<(i64, String)> = client
+        .query(
+            "SELECT record_offset, error FROM workflow_run_request_rejects ORDER BY record_offset",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rejects.len(), 3, "{rejects:?}");
+    assert_eq!(rejects[0].0, 0);
+    assert!(
+        rejects[0].1.starts_with("no usable job_id ('\\u0000"),
+        "{rejects:?}"
+    );
+    assert_eq!(rejects[1].0, 1);
+    assert!(
+        rejects[1]
+            .1
+            .starts_with("input.text: holds a NUL character"),
+        "{rejects:?}"
+    );
+    assert_eq!(rejects[2].0, 3);
+    assert!(
+        rejects[2]
+            .1
+            .starts_with(&format!("job {taken} already exists with a different")),
+        "{rejects:?}"
+    );
+    let id = uuid::Uuid::parse_str(&nul_input).unwrap();
+    assert!(node.store.get_job(id).await.unwrap().is_none(), "no row");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_publish_that_times_out_is_an_outage_and_spends_no_attempt() {
+    use jobs_role::relay::Publisher;
+    let db = TestDatabase::create().await;
+    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
+    let mut quiet = config.clone();
+    quiet.kafka_bootstrap = None;
+    let node = JobsNode::start(quiet).await;
+    let job = NewJob {
+        job_id: uuid::Uuid::now_v7(),
+        workflow_name: "w".into(),
+        definition: json!({}),
+        input: json!({}),
+        max_attempts: 3,
+    };
+    node.store.insert_job(&job).await.unwrap();
+    let bootstrap = config.kafka_bootstrap.clone().unwrap();
+
+    // The broker answers its metadata, but every record times out in the producer's
+    // queue: what a leaderless partition or missing replicas look like to the relay.
+    let mut timing_out = config.clone();
+    timing_out
+        .kafka_options
+        .insert("message.timeout.ms".into(), "1".into());
+    timing_out
+        .kafka_options
+        .insert("linger.ms".into(), "200".into());
+    let slow = Publisher::new(&timing_out, &bootstrap).unwrap();
+    let report = drain_once(&node.store, &slow).await;
+    assert_eq!((report.outage, report.published), (1, 0), "{report:?}");
+    assert!(
+        report.dead_lettered.is_empty(),
+        "even with one attempt allowed"
+    );
+    let row = &node.store.job_events(job.job_id).await.unwrap()[0];
+    let (status, attempts, _) = node.store.outbox_row(row.event_id).await.unwrap().unwrap();
+    assert_eq!((status.as_str(), attempts), ("PENDING", 0));
+
+    let healthy = Publisher::new(&config, &bootstrap).unwrap();
+    let report = drain_once(&node.store, &healthy).await;
+    assert_eq!(report.published, 1, "published once the outage passed");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
+    use jobs_role::relay::Publisher;
+    let db = TestDatabase::create().await;
+    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
+    let topic = config.events_topic.clone();
+    let mut quiet = config.clone();
+    quiet.kafka_bootstrap = None;
+    let node = JobsNode::start(quiet).await;
+    let job = NewJob {
+        job_id: uuid::Uuid::now_v7(),
+        workflow_name: "w".into(),
+        definition: json!({}),
+        input: json!({}),
+        max_attempts: 3,
+    };
+    node.store.insert_job(&job).await.unwrap();
+    // Two more rows of the same job: one too large to publish, one after it.
+    let client = db.connect().await;
+    let (big, after) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    for (event_id, payload) in [(big, vec![7u8; 5000]), (after, b"row3".to_vec())] {
+        client
+            .execute(
+                "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload)
+                 VALUES ($1::text::uuid, $2::text::uuid, 'STEP_CHECKPOINT', $3)",
+                &[&event_id.to_string(), &job.job_id.to_string(), &payload],
+            )
+            .await
+            .unwrap();
+    }
+    let bootstrap = config.kafka_bootstrap.clone().unwrap();
+    let mut strict = config.clone();
+    strict
+        .kafka_options
+        .insert("message.max.bytes".into(), "2000".into());
+    let strict = Publisher::new(&strict, &bootstrap).unwrap();
+    assert_eq!(
+        drain_once(&node.store, &strict).await.published,
+        1,
+        "ACCEPTED"
+    );
+    assert_eq!(
+        drain_once(&node.store, &strict).await.dead_lettered,
+        [big],
+        "one attempt allowed"
+    );
+    let held = drain_once(&node.store, &strict).await;
+    assert_eq!(
+        held.handled(),
+        0,
+        "the row after the FAILED one is held: {held:?}"
+    );
+    let counts = node.store.lane_counts().await.unwrap();
+    assert_eq!((counts.failed_events, counts.held_events), (1, 1));
+
+    // The operator fixes the cause and redrives: both rows follow, in order.
+    client
+        .execute(
+            "UPDATE workflow_run_events_outbox SET payload = 'row2' WHERE event_id = $1::text::uuid",
+            &[&big.to_string()],
+        )
+        .await
+        .unwrap();
+    assert!(node.store.redrive_failed_event(big).await.unwrap());
+    assert!(!node.store.redrive_failed_event(big).await.unwrap(), "once");
+    assert_eq!(drain_once(&node.store, &strict).await.published, 1);
+    assert_eq!(drain_once(&node.store, &strict).await.published, 1);
+    let records = read_until(&topic, WAIT, |r| r.len() >= 3).await;
+    let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
+    assert_eq!(&payloads[1..], [b"row2".as_slice(), b"row3".as_slice()]);
+    assert_eq!(node.store.lane_counts().await.unwrap().held_events, 0);
+    node.stop().await;
+}
+
+/// One relay batch by hand, one publish attempt allowed per row.
+async fn drain_once(
+    store: &jobs_role::store::Store,
+    publisher: &jobs_role::relay::Publisher,
+) -> jobs_role::store::DrainReport {
+    store
+        .drain_outbox(
+            10,
+            1,
+            |_| Duration::ZERO,
+            |events| publisher.publish(events),
+        )
+        .await
+        .expect("the outbox is readable")
+        .expect("the broker answers")
+}

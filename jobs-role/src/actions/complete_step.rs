@@ -25,7 +25,7 @@ use workflow::{Checkpoint, CompiledWorkflow};
 
 use super::{JobsState, store_error};
 use crate::status::JobStatus;
-use crate::store::{ParkedAnswer, ParkedCompletion};
+use crate::store::{ParkedAnswer, ParkedCompletion, nul_path};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -80,6 +80,11 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .get("response")
         .cloned()
         .unwrap_or_else(|| json!({}));
+    if let Some(path) = nul_path(&supplied, "response") {
+        return Err(ActionError::invalid(format!(
+            "{path}: holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
+        )));
+    }
     let response = decode_json(&step.output_type(), &supplied)
         .map_err(|e| ActionError::invalid(format!("response: {e}")))?;
     let violations = if step.validate {

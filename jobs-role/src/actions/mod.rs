@@ -120,11 +120,21 @@ where
     ))
 }
 
-/// Maps a store failure: an unreachable database is `unavailable`, the rest `internal`.
+/// Maps a store failure: a value PostgreSQL refuses is `invalid_argument` (the
+/// caller's data); an unreachable or failing database is `unavailable`, with a
+/// generic sentence and a reference to the log line that holds the driver's text
+/// (which can name hosts and database users); the rest `internal`.
 pub fn store_error(error: StoreError) -> ActionError {
     match error {
-        StoreError::Pool(_) => {
-            ActionError::unavailable(format!("the jobs database is unavailable: {error}"))
+        StoreError::Data { .. } => ActionError::invalid(format!(
+            "the request holds a value the jobs database cannot store: {error}"
+        )),
+        StoreError::Pool(_) | StoreError::Database(_) => {
+            let reference = uuid::Uuid::now_v7();
+            tracing::warn!(%reference, %error, "the jobs database is unavailable");
+            ActionError::unavailable(format!(
+                "the jobs database is unavailable; try again shortly (reference {reference} in the node's log)"
+            ))
         }
         other => ActionError::internal(other),
     }

@@ -44,6 +44,9 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         ))),
         Err(SubmitError::Findings(findings)) => Err(findings_error(&findings)),
         Err(SubmitError::Input(e)) => Err(ActionError::invalid(format!("input: {e}"))),
+        Err(unstorable @ SubmitError::Unstorable(_)) => {
+            Err(ActionError::invalid(unstorable.to_string()))
+        }
         Err(SubmitError::Store(StoreError::Conflict(id))) => Err(ActionError::invalid(format!(
             "jobId: job {id} already exists with a different workflow or input; use a new jobId"
         ))),

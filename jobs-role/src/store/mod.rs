@@ -6,16 +6,27 @@
 //! state) writes its outbox row in the same transaction as the job change, so an event
 //! can never drift from the state it describes.
 //!
-//! Writes after a claim are fenced by `(job_id, lease_owner, attempt)` while the row is
-//! RUNNING: when the fence matches nothing the claim was lost, the transaction is rolled
-//! back, and the caller gets [`StoreError::LostClaim`] with nothing committed.
+//! Writes after a claim are fenced by `(job_id, lease_owner, claims)` while the row is
+//! RUNNING (`claims` is the claim's token, which only ever grows): when the fence
+//! matches nothing the claim was lost, the transaction is rolled back, and the caller
+//! gets [`StoreError::LostClaim`] with nothing committed.
+//!
+//! Two rules keep the pool and the lanes alive under hostile input:
+//! - **one connection at a time**: no method takes a second pooled connection while it
+//!   holds one (a burst of callers would otherwise wait on each other for ever), and
+//!   waiting for a connection is bounded ([`POOL_WAIT`]), so an exhausted pool answers
+//!   [`StoreError::Pool`] instead of hanging;
+//! - **data errors are permanent**: PostgreSQL refusing a value (SQLSTATE classes 22
+//!   data exception, 23 integrity constraint, 54 program limit: a NUL in `jsonb` or
+//!   `text`, a value past a size limit) is [`StoreError::Data`], which no caller
+//!   retries; every other database error may pass and is retried.
 
 pub mod events;
 pub mod sql;
 
 use std::time::Duration;
 
-use deadpool_postgres::{Pool, Runtime};
+use deadpool_postgres::{Pool, Runtime, Timeouts};
 use jobs_proto::v1::workflow_run_event::Type;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
@@ -29,15 +40,29 @@ mod embedded {
     refinery::embed_migrations!("../migrations");
 }
 
+/// How long a caller waits for a pooled connection before the store answers
+/// [`StoreError::Pool`] (a timeout) instead of waiting for ever.
+pub const POOL_WAIT: Duration = Duration::from_secs(10);
+
 /// What went wrong talking to PostgreSQL.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// A schema migration failed to apply; the database is left at the last good version.
     #[error("applying the jobs schema migrations failed: {0}")]
     Migration(#[from] refinery::Error),
-    /// A statement failed.
+    /// A statement failed for a reason that may pass (connection lost, server
+    /// restarting, serialization): retried by every background task.
     #[error("database error: {0}")]
-    Database(#[from] tokio_postgres::Error),
+    Database(tokio_postgres::Error),
+    /// PostgreSQL refused a value (SQLSTATE class 22, 23 or 54): retrying the same
+    /// write can never succeed, so no caller retries it.
+    #[error("PostgreSQL refused the value ({sqlstate}): {message}")]
+    Data {
+        /// The SQLSTATE, e.g. `22P05` (a NUL in `jsonb`).
+        sqlstate: String,
+        /// PostgreSQL's own message (and detail), with any NUL shown as `\\u0000`.
+        message: String,
+    },
     /// No connection could be had from the pool.
     #[error("no database connection: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
@@ -71,10 +96,70 @@ pub enum StoreError {
     },
 }
 
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        match error.as_db_error() {
+            Some(db) if is_data_class(db.code().code()) => {
+                let mut message = db.message().to_owned();
+                if let Some(detail) = db.detail() {
+                    message.push_str(": ");
+                    message.push_str(detail);
+                }
+                StoreError::Data {
+                    sqlstate: db.code().code().to_owned(),
+                    message: printable(&message),
+                }
+            }
+            _ => StoreError::Database(error),
+        }
+    }
+}
+
+/// SQLSTATE classes that describe the value, not the database's health: 22 data
+/// exception, 23 integrity constraint violation, 54 program limit exceeded.
+fn is_data_class(sqlstate: &str) -> bool {
+    ["22", "23", "54"]
+        .iter()
+        .any(|class| sqlstate.starts_with(class))
+}
+
+/// The path (`root.field[2].name`) of the first string or key in `value` holding a
+/// NUL character, which PostgreSQL stores in neither `jsonb` nor `text`; `None` when
+/// the whole value is storable. Submissions and answers are checked with it before
+/// anything is written, so the caller hears which field to fix.
+pub fn nul_path(value: &Value, root: &str) -> Option<String> {
+    match value {
+        Value::String(text) if text.contains('\0') => Some(root.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path(item, &format!("{root}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            let path = format!("{root}.{}", printable(key));
+            if key.contains('\0') {
+                Some(path)
+            } else {
+                nul_path(item, &path)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// `text` with its NULs written out, so an error about a NUL can itself be stored.
+pub fn printable(text: &str) -> String {
+    text.replace('\0', "\\u0000")
+}
+
 impl StoreError {
     /// True when the claim was lost (another worker resumed the job).
     pub fn is_lost_claim(&self) -> bool {
         matches!(self, StoreError::LostClaim { .. })
+    }
+
+    /// True when PostgreSQL refused a value: retrying the same write cannot help.
+    pub fn is_data_error(&self) -> bool {
+        matches!(self, StoreError::Data { .. })
     }
 }
 
@@ -124,7 +209,10 @@ pub struct Claim {
     pub job_id: Uuid,
     /// The claim loop holding it (`worker_id/loop-n`).
     pub owner: String,
-    /// The attempt this claim is.
+    /// The fencing token: the job's `claims` after this claim. Only ever grows, so a
+    /// released or lost claim can never write again.
+    pub token: i32,
+    /// The attempt this claim is (the retry budget, for backoff, events and metadata).
     pub attempt: i32,
     /// The job's workflow (for events).
     pub workflow_name: String,
@@ -143,6 +231,8 @@ pub struct ClaimedJob {
     pub checkpoints: Value,
     /// Attempts allowed.
     pub max_attempts: i32,
+    /// Claims given back in a row without progress before this one.
+    pub releases: i32,
 }
 
 /// How a settle ends a claim.
@@ -292,8 +382,12 @@ pub struct PendingEvent {
 pub enum PublishOutcome {
     /// The broker acknowledged it.
     Published,
-    /// The publish failed with this error.
+    /// The record itself was refused (too large, invalid): counts an attempt.
     Failed(String),
+    /// The broker could not take it right now (a timeout, no leader for the
+    /// partition, not enough in-sync replicas): an outage, not the row's fault. The
+    /// row stays PENDING with its attempts untouched.
+    Outage(String),
 }
 
 /// What one relay batch did.
@@ -305,10 +399,15 @@ pub struct DrainReport {
     pub retrying: usize,
     /// Rows that spent their attempts and landed FAILED.
     pub dead_lettered: Vec<Uuid>,
+    /// Rows the broker could not take (an outage): PENDING, attempts untouched.
+    pub outage: usize,
+    /// The last outage error, when `outage > 0`.
+    pub outage_error: Option<String>,
 }
 
 impl DrainReport {
-    /// Rows the batch handled.
+    /// Rows the batch handled (published, retried or dead-lettered; not the rows an
+    /// outage left untouched).
     pub fn handled(&self) -> usize {
         self.published + self.retrying + self.dead_lettered.len()
     }
@@ -321,6 +420,9 @@ pub struct LaneCounts {
     pub pending_events: i64,
     /// Outbox rows that spent their attempts (the dead-letter queue).
     pub failed_events: i64,
+    /// PENDING rows held back because an earlier row of the same job is FAILED: they
+    /// publish once an operator redrives that row.
+    pub held_events: i64,
     /// Poison records of the request topic.
     pub rejected_requests: i64,
 }
@@ -350,11 +452,18 @@ pub struct Store {
 }
 
 impl Store {
-    /// Builds the pool and applies the migrations.
+    /// Builds the pool and applies the migrations. Waiting for a connection is
+    /// bounded by [`POOL_WAIT`], and so is opening one.
     pub async fn connect(database_url: &str, max_connections: usize) -> Result<Store, StoreError> {
         let mut config = deadpool_postgres::Config::new();
         config.url = Some(database_url.to_owned());
-        config.pool = Some(deadpool_postgres::PoolConfig::new(max_connections));
+        let mut pool = deadpool_postgres::PoolConfig::new(max_connections);
+        pool.timeouts = Timeouts {
+            wait: Some(POOL_WAIT),
+            create: Some(POOL_WAIT),
+            recycle: Some(POOL_WAIT),
+        };
+        config.pool = Some(pool);
         let pool = config
             .create_pool(Some(Runtime::Tokio1), NoTls)
             .map_err(|e| StoreError::Config(e.to_string()))?;
@@ -400,10 +509,9 @@ impl Store {
             )
             .await?;
         if inserted.is_none() {
+            let existing = existing_submission(&tx, job).await;
             tx.rollback().await?;
-            return self
-                .existing_submission(job.job_id, &job.definition, &job.input)
-                .await;
+            return existing;
         }
         let facts = EventFacts {
             job_id: job.job_id,
@@ -426,12 +534,14 @@ impl Store {
     }
 
     /// Inserts a job that is FAILED from the start (a submission that could not be
-    /// accepted, recorded loudly), with its FAILED event; idempotent on the id.
+    /// accepted, recorded loudly), with its FAILED event; idempotent on the id, and
+    /// [`StoreError::Conflict`] when the id holds a different submission.
     pub async fn insert_failed_job(
         &self,
         job: &NewJob,
         error: &str,
     ) -> Result<Inserted, StoreError> {
+        let error = &printable(error);
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let inserted = tx
@@ -447,15 +557,11 @@ impl Store {
             )
             .await?;
         let Some(_) = inserted else {
+            // The same failed submission seen again (a redelivery) is `created: false`;
+            // the id taken by a different submission is a conflict, never a silent no-op.
+            let existing = existing_submission(&tx, job).await;
             tx.rollback().await?;
-            let status = self
-                .status_of(job.job_id)
-                .await?
-                .unwrap_or(JobStatus::Failed);
-            return Ok(Inserted {
-                created: false,
-                status,
-            });
+            return existing;
         };
         let facts = EventFacts {
             job_id: job.job_id,
@@ -475,37 +581,6 @@ impl Store {
         })
     }
 
-    async fn existing_submission(
-        &self,
-        job_id: Uuid,
-        definition: &Value,
-        input: &Value,
-    ) -> Result<Inserted, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client
-            .query_one(sql::SAME_SUBMISSION, &[&job_id, definition, input])
-            .await?;
-        let same: bool = row.get("same");
-        let status: String = row.get("status");
-        if same {
-            Ok(Inserted {
-                created: false,
-                status: status.parse()?,
-            })
-        } else {
-            Err(StoreError::Conflict(job_id))
-        }
-    }
-
-    async fn status_of(&self, job_id: Uuid) -> Result<Option<JobStatus>, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client.query_opt(sql::GET_JOB, &[&job_id]).await?;
-        match row.map(|r| r.get::<_, Value>(0)) {
-            Some(job) => Ok(Some(job["status"].as_str().unwrap_or_default().parse()?)),
-            None => Ok(None),
-        }
-    }
-
     /// Claims the oldest eligible job for `owner`, or `None` when nothing is claimable.
     pub async fn claim_next_job(
         &self,
@@ -523,6 +598,7 @@ impl Store {
             claim: Claim {
                 job_id: row.get("job_id"),
                 owner: owner.to_owned(),
+                token: row.get("claims"),
                 attempt: row.get("attempt"),
                 workflow_name: row.get("workflow_name"),
             },
@@ -530,6 +606,7 @@ impl Store {
             input: row.get("input"),
             checkpoints: row.get("checkpoints"),
             max_attempts: row.get("max_attempts"),
+            releases: row.get("releases"),
         }))
     }
 
@@ -544,8 +621,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let mut params: Vec<&(dyn ToSql + Sync)> =
-            vec![&claim.job_id, &claim.owner, &claim.attempt];
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&claim.job_id, &claim.owner, &claim.token];
         params.extend_from_slice(extra);
         if tx.execute(statement, &params).await? == 0 {
             tx.rollback().await?;
@@ -640,7 +716,11 @@ impl Store {
                 self.fenced(claim, sql::SETTLE_WAITING, &[&step], Some(event), false)
                     .await
             }
+            // Errors and verdicts may quote a step target's own message: a NUL in them
+            // must not make the settlement unstorable.
             Settlement::Failed { error, verdict } => {
+                let (error, verdict) = (&printable(error), verdict.map(printable));
+                let verdict = verdict.as_deref();
                 let event = facts(Type::Failed, None, verdict, Some(error));
                 self.fenced(
                     claim,
@@ -652,11 +732,13 @@ impl Store {
                 .await
             }
             Settlement::Dead { error } => {
+                let error = &printable(error);
                 let event = facts(Type::Dead, None, None, Some(error));
                 self.fenced(claim, sql::SETTLE_DEAD, &[&error], Some(event), false)
                     .await
             }
             Settlement::Retry { delay, error } => {
+                let error = &printable(error);
                 self.fenced(
                     claim,
                     sql::SETTLE_RETRY,
@@ -766,6 +848,7 @@ impl Store {
                 JobStatus::Queued
             }
             ParkedAnswer::Reject { error, verdict } => {
+                let (error, verdict) = (&printable(error), &printable(verdict));
                 tx.execute(sql::REJECT_PARKED_STEP, &[&job_id, error, verdict])
                     .await?;
                 let event = EventFacts {
@@ -833,9 +916,11 @@ impl Store {
     /// One relay batch: locks up to `batch` due PENDING rows (skipping rows other
     /// relays hold, and all but the earliest PENDING row of each job), hands them to
     /// `publish`, and records each outcome in the same transaction: PUBLISHED after the
-    /// broker's ack; otherwise one more attempt with `backoff(attempts)`, and FAILED
-    /// once `max_attempts` are spent. When `publish` returns `Err` (the broker is
-    /// unreachable) nothing is recorded: the rows stay PENDING, attempts untouched.
+    /// broker's ack; a refused record counts one more attempt with
+    /// `backoff(attempts)`, and lands FAILED once `max_attempts` are spent; a row an
+    /// outage kept from the broker is left as it was. When `publish` returns `Err`
+    /// (the broker is unreachable) nothing is recorded: the rows stay PENDING,
+    /// attempts untouched.
     pub async fn drain_outbox<F, Fut, E>(
         &self,
         batch: i64,
@@ -876,13 +961,17 @@ impl Store {
         for ((event_id, attempts), outcome) in ids.into_iter().zip(outcomes) {
             match outcome {
                 PublishOutcome::Published => published.push(event_id),
+                PublishOutcome::Outage(error) => {
+                    report.outage += 1;
+                    report.outage_error = Some(error);
+                }
                 PublishOutcome::Failed(error) => {
                     let row = tx
                         .query_one(
                             sql::MARK_PUBLISH_FAILED,
                             &[
                                 &event_id,
-                                &error,
+                                &printable(&error),
                                 &millis(backoff(attempts + 1)),
                                 &max_attempts,
                             ],
@@ -920,6 +1009,7 @@ impl Store {
         Ok(LaneCounts {
             pending_events: row.get("pending"),
             failed_events: row.get("failed"),
+            held_events: row.get("held"),
             rejected_requests: row.get("rejected"),
         })
     }
@@ -936,11 +1026,25 @@ impl Store {
                     &record.offset,
                     &record.key,
                     &record.payload,
-                    &record.error,
+                    &printable(record.error),
                 ],
             )
             .await?;
         Ok(())
+    }
+
+    /// An operator's redrive of a FAILED (dead-lettered) outbox row: PENDING again
+    /// with a fresh budget; the job's later rows, held behind it, follow in order.
+    /// False when the row is not FAILED.
+    pub async fn redrive_failed_event(&self, event_id: Uuid) -> Result<bool, StoreError> {
+        let client = self.pool.get().await?;
+        let changed = client
+            .execute(sql::REDRIVE_FAILED_EVENT, &[&event_id])
+            .await?;
+        if changed > 0 {
+            client.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        }
+        Ok(changed > 0)
     }
 
     /// An outbox row's status, attempts and last error.
@@ -959,6 +1063,26 @@ impl Store {
                     row.get("last_error"),
                 )
             }))
+    }
+}
+
+/// Tells a resubmission (same workflow name, definition and input: `created: false`)
+/// from a conflict, on the transaction that found the id taken: never a second
+/// connection.
+async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inserted, StoreError> {
+    let row = tx
+        .query_one(
+            sql::SAME_SUBMISSION,
+            &[&job.job_id, &job.workflow_name, &job.definition, &job.input],
+        )
+        .await?;
+    if row.get::<_, bool>("same") {
+        Ok(Inserted {
+            created: false,
+            status: row.get::<_, String>("status").parse()?,
+        })
+    } else {
+        Err(StoreError::Conflict(job.job_id))
     }
 }
 

@@ -1,9 +1,14 @@
 //! Every SQL statement of the jobs role, named. Nothing else in the workspace builds SQL.
 //!
 //! Worker writes after a claim are **fenced**: they carry `$1` job id, `$2` lease
-//! owner and `$3` attempt, and match only while the row is still RUNNING under that
-//! same claim. A write that matches no row means the claim was lost (swept and
-//! re-claimed elsewhere); the store then commits nothing.
+//! owner and `$3` the claim's token (`claims`, which only ever grows), and match only
+//! while the row is still RUNNING under that same claim. A write that matches no row
+//! means the claim was lost (swept and re-claimed elsewhere, or released); the store
+//! then commits nothing.
+//!
+//! Two counters, never confused: `claims` is the fencing token (+1 per claim, never
+//! decreased); `attempt` is the retry budget (a claim counts one; a release and the
+//! answer to a parked step give it back, since neither is a failure).
 
 /// Serialises migrations across nodes starting together (session-level advisory lock;
 /// the key is the ASCII bytes of "pmjobs").
@@ -30,7 +35,8 @@ ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
 /// Inserts a job that failed before it could run (for example a broker-native request
-/// naming an unknown workflow), unless its id exists. `$1` job id, `$2` workflow name,
+/// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
+/// a redelivery from a conflict). `$1` job id, `$2` workflow name,
 /// `$3` definition, `$4` input, `$5` error.
 pub const INSERT_FAILED_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at)
@@ -39,9 +45,11 @@ ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
 /// What an existing job was submitted with, to tell a resubmission from a conflict.
-/// `$1` job id, `$2` definition, `$3` input.
+/// Runs in the inserting transaction, after the insert found the id taken (so it
+/// never needs a second connection). `$1` job id, `$2` workflow name, `$3`
+/// definition, `$4` input.
 pub const SAME_SUBMISSION: &str = "\
-SELECT workflow_definition = $2::jsonb AND input = $3::jsonb AS same, status
+SELECT workflow_name = $2 AND workflow_definition = $3::jsonb AND input = $4::jsonb AS same, status
   FROM workflow_run WHERE job_id = $1";
 
 /// Writes one outbox row. `$1` event id, `$2` job id, `$3` event type, `$4` payload.
@@ -50,28 +58,30 @@ INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload) V
 
 /// The whole claim in one statement: the sub-select finds the oldest eligible QUEUED
 /// row and locks it, skipping rows other workers hold; the update flips it to RUNNING
-/// under that lock, stamps the lease and increments `attempt`. A row whose attempts
-/// are spent is never claimed (the sweeper and the settle paths land those DEAD).
+/// under that lock, stamps the lease, takes a new fencing token (`claims`) and counts
+/// the attempt. A QUEUED row always has an attempt left (a CHECK constraint says so),
+/// so nothing claimable is ever skipped for its budget.
 ///
 /// Parameters: `$1` lease owner, `$2` lease length in milliseconds.
 pub const CLAIM_NEXT_JOB: &str = "\
 UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
-       attempt = attempt + 1, updated_at = now()
+       claims = claims + 1, attempt = attempt + 1, updated_at = now()
  WHERE job_id = (SELECT job_id FROM workflow_run
-                  WHERE status = 'QUEUED' AND run_after <= now() AND attempt < max_attempts
+                  WHERE status = 'QUEUED' AND run_after <= now()
                   ORDER BY created_at
                   FOR UPDATE SKIP LOCKED
                   LIMIT 1)
-RETURNING job_id, workflow_name, workflow_definition, input, attempt, max_attempts, checkpoints";
+RETURNING job_id, workflow_name, workflow_definition, input, claims, attempt, max_attempts,
+          releases, checkpoints";
 
 /// The fence every post-claim write ends with.
 macro_rules! fenced {
     ($update:literal) => {
         concat!(
             $update,
-            "\n WHERE job_id = $1 AND status = 'RUNNING' AND lease_owner = $2 AND attempt = $3"
+            "\n WHERE job_id = $1 AND status = 'RUNNING' AND lease_owner = $2 AND claims = $3"
         )
     };
 }
@@ -81,46 +91,50 @@ pub const RENEW_LEASE: &str = fenced!(
     "UPDATE workflow_run SET lease_until = now() + $4::bigint * interval '1 millisecond', updated_at = now()"
 );
 
-/// Appends one checkpoint. `$4` the checkpoint entry (a JSON object).
+/// Appends one checkpoint (progress: the release count starts over). `$4` the
+/// checkpoint entry (a JSON object).
 pub const APPEND_CHECKPOINT: &str = fenced!(
-    "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), updated_at = now()"
+    "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
+       updated_at = now()"
 );
 
 /// Settles COMPLETED. `$4` result, `$5` verdict.
 pub const SETTLE_COMPLETED: &str = fenced!(
     "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
-       lease_owner = NULL, lease_until = NULL, finished_at = now(), updated_at = now()"
+       lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 );
 
 /// Parks WAITING on an external step. `$4` the step.
 pub const SETTLE_WAITING: &str = fenced!(
     "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4,
-       lease_owner = NULL, lease_until = NULL, updated_at = now()"
+       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
 );
 
 /// Settles FAILED. `$4` error, `$5` verdict (the violations of a validation verdict).
 pub const SETTLE_FAILED: &str = fenced!(
     "UPDATE workflow_run SET status = 'FAILED', error = $4, verdict = $5,
-       lease_owner = NULL, lease_until = NULL, finished_at = now(), updated_at = now()"
+       lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 );
 
 /// Settles DEAD. `$4` the last error, verbatim.
 pub const SETTLE_DEAD: &str = fenced!(
     "UPDATE workflow_run SET status = 'DEAD', error = $4,
-       lease_owner = NULL, lease_until = NULL, finished_at = now(), updated_at = now()"
+       lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 );
 
 /// Requeues after a retryable failure. `$4` backoff in milliseconds, `$5` the error.
 pub const SETTLE_RETRY: &str = fenced!(
     "UPDATE workflow_run SET status = 'QUEUED', error = $5,
        run_after = now() + $4::bigint * interval '1 millisecond',
-       lease_owner = NULL, lease_until = NULL, updated_at = now()"
+       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
 );
 
-/// Gives a claim back without burning its attempt (shutdown, or a store failure
-/// while checkpointing). `$4` delay in milliseconds.
+/// Gives a claim back without burning its attempt (shutdown, or a transient store
+/// failure while checkpointing), counting the release. The fencing token is kept, so
+/// the released (owner, claims) pair can never match again. `$4` delay in
+/// milliseconds.
 pub const RELEASE_CLAIM: &str = fenced!(
-    "UPDATE workflow_run SET status = 'QUEUED', attempt = attempt - 1,
+    "UPDATE workflow_run SET status = 'QUEUED', attempt = attempt - 1, releases = releases + 1,
        run_after = now() + $4::bigint * interval '1 millisecond',
        lease_owner = NULL, lease_until = NULL, updated_at = now()"
 );
@@ -149,11 +163,13 @@ pub const LOCK_JOB: &str = "\
 SELECT status, outstanding_step, workflow_name, workflow_definition, checkpoints, attempt
   FROM workflow_run WHERE job_id = $1 FOR UPDATE";
 
-/// Appends the supplied checkpoint of the parked step and requeues. `$1` job id,
+/// Appends the supplied checkpoint of the parked step and requeues. The parked
+/// attempt is given back (a park is not a failure), so the claim that resumes the
+/// job counts it again and a job on its last attempt still resumes. `$1` job id,
 /// `$2` the checkpoint entry.
 pub const ACCEPT_PARKED_STEP: &str = "\
 UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb), status = 'QUEUED',
-       outstanding_step = NULL, run_after = now(), updated_at = now()
+       attempt = attempt - 1, outstanding_step = NULL, run_after = now(), updated_at = now()
  WHERE job_id = $1 AND status = 'WAITING'";
 
 /// Fails a parked job whose supplied response broke its rules (a verdict). `$1` job
@@ -190,17 +206,26 @@ pub const LISTEN_OUTBOX: &str = "LISTEN protomolt_jobs_outbox";
 pub const NOTIFY_OUTBOX: &str = "SELECT pg_notify('protomolt_jobs_outbox', '')";
 
 /// Locks the relay's next batch: PENDING rows due for (re)publishing, oldest first,
-/// skipping rows another relay holds. Only a job's earliest PENDING row is taken, so
-/// one job's events are published in order even with several relays. `$1` batch size.
+/// skipping rows another relay holds. Only a job's earliest unpublished row is taken,
+/// so one job's events are published in order even with several relays; and a job
+/// with a FAILED (dead-lettered) row publishes nothing more until an operator redrives
+/// that row ([`REDRIVE_FAILED_EVENT`]), so consumers never see a gap. `$1` batch size.
 pub const CLAIM_OUTBOX_BATCH: &str = "\
 SELECT o.event_id, o.job_id, o.payload, o.attempts
   FROM workflow_run_events_outbox o
  WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
    AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox e
-                    WHERE e.job_id = o.job_id AND e.status = 'PENDING' AND e.seq < o.seq)
+                    WHERE e.job_id = o.job_id AND e.status IN ('PENDING', 'FAILED') AND e.seq < o.seq)
  ORDER BY o.created_at, o.seq
  FOR UPDATE SKIP LOCKED
  LIMIT $1";
+
+/// An operator's redrive of a dead-lettered outbox row: PENDING again with a fresh
+/// budget, so it (and the job's events held behind it) publish in order. `$1` event id.
+pub const REDRIVE_FAILED_EVENT: &str = "\
+UPDATE workflow_run_events_outbox
+   SET status = 'PENDING', attempts = 0, next_attempt_at = now()
+ WHERE event_id = $1 AND status = 'FAILED'";
 
 /// Marks rows the broker acknowledged. `$1` event ids.
 pub const MARK_PUBLISHED: &str = "\
@@ -218,11 +243,15 @@ UPDATE workflow_run_events_outbox
  WHERE event_id = $1
 RETURNING status, attempts";
 
-/// Counts of the lanes' backlog, for metrics: PENDING and FAILED outbox rows, and
-/// rejected requests.
+/// Counts of the lanes' backlog, for metrics: PENDING and FAILED outbox rows, the
+/// PENDING rows held behind a FAILED row of the same job, and rejected requests.
 pub const LANE_COUNTS: &str = "\
 SELECT (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'PENDING') AS pending,
        (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'FAILED') AS failed,
+       (SELECT count(*) FROM workflow_run_events_outbox o
+         WHERE o.status = 'PENDING'
+           AND EXISTS (SELECT 1 FROM workflow_run_events_outbox f
+                        WHERE f.job_id = o.job_id AND f.status = 'FAILED' AND f.seq < o.seq)) AS held,
        (SELECT count(*) FROM workflow_run_request_rejects) AS rejected";
 
 /// Keeps a poison record of the request topic, once per record. `$1` topic, `$2`

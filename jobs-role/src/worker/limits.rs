@@ -5,11 +5,18 @@
 //! is a documented approximation: a segment may call several targets, but the
 //! inference tier's bottleneck is one box per model, and an uncapped fleet would
 //! overwhelm it.
+//!
+//! Targets come from user input, so the map is bounded: once it holds more than
+//! [`MAX_IDLE_TARGETS`] targets, every semaphore nobody holds or waits for is dropped
+//! (a fresh one has all its permits, so dropping an idle one loses nothing).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Targets kept before idle ones are dropped.
+pub const MAX_IDLE_TARGETS: usize = 1024;
 
 /// One semaphore per target.
 pub struct TargetLimits {
@@ -32,11 +39,51 @@ impl TargetLimits {
         let semaphore = {
             // A poisoned lock only means a panic mid-insert; the map is still valid.
             let mut semaphores = self.semaphores.lock().unwrap_or_else(|p| p.into_inner());
+            if semaphores.len() > MAX_IDLE_TARGETS {
+                // Only the map holds an idle semaphore: a waiter holds a clone, and a
+                // permit holds one inside its OwnedSemaphorePermit.
+                semaphores.retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
+            }
             semaphores
                 .entry(target.to_owned())
                 .or_insert_with(|| Arc::new(Semaphore::new(self.per_target)))
                 .clone()
         };
         semaphore.acquire_owned().await.ok()
+    }
+
+    /// Targets currently kept (for tests and metrics).
+    pub fn targets(&self) -> usize {
+        self.semaphores
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn idle_targets_are_dropped_and_held_ones_kept() {
+        let limits = TargetLimits::new(1);
+        let held = limits.acquire("held:1").await.expect("a permit");
+        for i in 0..MAX_IDLE_TARGETS + 10 {
+            drop(limits.acquire(&format!("t{i}:1")).await);
+        }
+        assert!(limits.targets() <= MAX_IDLE_TARGETS + 1);
+        // The held target still caps: a second permit must wait.
+        let second = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            limits.acquire("held:1"),
+        )
+        .await;
+        assert!(
+            second.is_err(),
+            "the held target's cap survived the pruning"
+        );
+        drop(held);
+        assert!(limits.acquire("held:1").await.is_some());
     }
 }

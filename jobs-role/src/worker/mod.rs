@@ -1,9 +1,10 @@
 //! The worker fleet of one node: `worker_count` claim loops, the sweeper, and the
 //! wake-up listener.
 //!
-//! Per claimed job: re-parse the snapshot, replay the checkpoints (the engine's
-//! non-trusting replay), take the per-target permit for the next unexecuted step, run
-//! a segment while renewing the lease, persist each checkpoint before the next step,
+//! Per claimed job, renewing the lease from the moment of the claim: re-parse the
+//! snapshot, replay the checkpoints (the engine's non-trusting replay), take the
+//! per-target permit for the next unexecuted step (a claim waiting for its permit
+//! keeps its lease), run a segment, persist each checkpoint before the next step,
 //! then settle:
 //!
 //! | segment outcome                                        | settles as                              |
@@ -13,14 +14,15 @@
 //! | retryable failure (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, deadline) | QUEUED after base × 2^(attempt−1), or DEAD when attempts are spent |
 //! | validation failure                                     | FAILED with the violations (a verdict)  |
 //! | gate, mapping or workflow failure; drifted snapshot    | FAILED loud                             |
-//! | store failure while checkpointing                      | QUEUED again, attempt not burned        |
+//! | PostgreSQL refuses a response or the output (a NUL, a size limit) | FAILED loud: `WORKFLOW: step 'x': its response cannot be stored: ...` |
+//! | transient store failure while checkpointing            | QUEUED again, attempt not burned        |
+//! | released `max_releases` times in a row without progress | DEAD: `RELEASED: ...`                  |
 //! | the claim was lost                                     | nothing: the new holder owns the job    |
 //!
 //! Every step call carries `x-protomolt-job-id`, `x-protomolt-step`,
 //! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>`, because a retried
 //! step may have done its side effect before its checkpoint landed.
 
-mod cache;
 mod limits;
 mod sweeper;
 
@@ -39,6 +41,7 @@ use workflow::{
 pub use limits::TargetLimits;
 pub use sweeper::sweep_loop;
 
+use crate::compiled::CompiledCache;
 use crate::config::JobsConfig;
 use crate::store::{Claim, ClaimedJob, Settlement, Store, StoreError};
 
@@ -49,16 +52,18 @@ pub struct Worker {
     config: JobsConfig,
     limits: TargetLimits,
     wake: Arc<Notify>,
-    compiled: cache::CompiledCache,
+    compiled: Arc<CompiledCache>,
 }
 
 impl Worker {
-    /// A worker over `store`, running segments with `runner`.
+    /// A worker over `store`, running segments with `runner`, sharing the node's
+    /// `compiled` workflows.
     pub fn new(
         store: Store,
         runner: Arc<Runner>,
         config: JobsConfig,
         wake: Arc<Notify>,
+        compiled: Arc<CompiledCache>,
     ) -> Arc<Worker> {
         let limits = TargetLimits::new(config.max_concurrent_per_target);
         Arc::new(Worker {
@@ -67,7 +72,7 @@ impl Worker {
             config,
             limits,
             wake,
-            compiled: cache::CompiledCache::default(),
+            compiled,
         })
     }
 
@@ -104,6 +109,7 @@ impl Worker {
     /// the grace period; after that its claim is released for another node.
     pub async fn run_job(&self, job: ClaimedJob, shutdown: &CancellationToken) {
         let claim = job.claim.clone();
+        let releases = job.releases;
         let run = self.execute(job);
         tokio::pin!(run);
         let settled = tokio::select! {
@@ -117,13 +123,7 @@ impl Worker {
             Some(result) => result,
             None => {
                 tracing::info!(job_id = %claim.job_id, "shutdown grace over: releasing the claim for another node");
-                self.store
-                    .settle(
-                        &claim,
-                        Settlement::Release {
-                            delay: Duration::ZERO,
-                        },
-                    )
+                self.release(&claim, releases, Duration::ZERO, "the node shut down")
                     .await
             }
         };
@@ -147,27 +147,67 @@ impl Worker {
         self.store.settle(claim, failed).await
     }
 
-    /// Compiles, replays, runs and settles; the error is the store's.
+    /// Gives the claim back without spending its attempt, unless the job was given
+    /// back `max_releases` times in a row without progress: then it lands DEAD with
+    /// the reason, so a job that can never make progress does not loop for ever.
+    async fn release(
+        &self,
+        claim: &Claim,
+        releases_before: i32,
+        delay: Duration,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let releases = releases_before.saturating_add(1);
+        if releases >= self.config.max_releases {
+            let error = format!(
+                "RELEASED: the claim was given back {releases} times in a row without progress (jobs.max_releases); the last time because {reason}"
+            );
+            tracing::warn!(job_id = %claim.job_id, %error, "landing the job DEAD");
+            return self
+                .store
+                .settle(claim, Settlement::Dead { error: &error })
+                .await;
+        }
+        self.store
+            .settle(claim, Settlement::Release { delay })
+            .await
+    }
+
+    /// Runs the claimed job and settles it; the lease is renewed from the claim until
+    /// the segment ends (also while the claim waits for its per-target permit). The
+    /// error is the store's.
     async fn execute(&self, job: ClaimedJob) -> Result<(), StoreError> {
+        let claim = &job.claim;
+        let ran = tokio::select! {
+            ran = self.run_segment(&job) => ran,
+            lost = self.keep_lease(claim) => return Err(lost),
+        };
+        match ran {
+            Ran::Segment { compiled, outcome } => self.settle(&job, &compiled, outcome).await,
+            Ran::Drifted(error) => self.fail_loud(claim, error).await,
+        }
+    }
+
+    /// Compiles, replays, waits for the permit and runs one segment.
+    async fn run_segment(&self, job: &ClaimedJob) -> Ran {
         let claim = &job.claim;
         let compiled = match self.compiled.get_or_compile(&job.definition) {
             Ok(compiled) => compiled,
             Err(findings) => {
-                let error =
-                    format!("WORKFLOW: the stored definition no longer compiles: {findings}");
-                return self.fail_loud(claim, error).await;
+                return Ran::Drifted(format!(
+                    "WORKFLOW: the stored definition no longer compiles: {findings}"
+                ));
             }
         };
         let input = match compiled.parse_input(&job.input) {
             Ok(input) => input,
             Err(e) => {
-                let error = format!("WORKFLOW: the stored input no longer parses: {e}");
-                return self.fail_loud(claim, error).await;
+                return Ran::Drifted(format!("WORKFLOW: the stored input no longer parses: {e}"));
             }
         };
         let prior = match replay_checkpoints(compiled.as_ref(), &job.checkpoints) {
             Ok(prior) => prior,
-            Err(failure) => return self.fail_loud(claim, failure.to_string()).await,
+            Err(failure) => return Ran::Drifted(failure.to_string()),
         };
         let next_target = compiled
             .steps
@@ -187,14 +227,11 @@ impl Worker {
             job_id: claim.job_id.to_string(),
             attempt: claim.attempt,
         };
-        let segment = self
+        let outcome = self
             .runner
-            .run_segment(&compiled, &input, prior, &mut sink, &metadata);
-        let outcome = tokio::select! {
-            outcome = segment => outcome,
-            lost = self.keep_lease(claim) => return Err(lost),
-        };
-        self.settle(&job, compiled.as_ref(), outcome).await
+            .run_segment(&compiled, &input, prior, &mut sink, &metadata)
+            .await;
+        Ran::Segment { compiled, outcome }
     }
 
     /// Renews the lease every third of its length until the renewal fails; returns
@@ -216,7 +253,25 @@ impl Worker {
         }
     }
 
+    /// Settles the segment's outcome. When PostgreSQL refuses what the settlement
+    /// writes (the output holds a NUL, say), the job fails loud instead: retrying the
+    /// same write could never succeed.
     async fn settle(
+        &self,
+        job: &ClaimedJob,
+        compiled: &CompiledWorkflow,
+        outcome: Result<SegmentOutcome, SegmentError>,
+    ) -> Result<(), StoreError> {
+        match self.settle_outcome(job, compiled, outcome).await {
+            Err(refused) if refused.is_data_error() => {
+                let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+                self.fail_loud(&job.claim, error).await
+            }
+            settled => settled,
+        }
+    }
+
+    async fn settle_outcome(
         &self,
         job: &ClaimedJob,
         compiled: &CompiledWorkflow,
@@ -250,12 +305,17 @@ impl Worker {
             Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()
             {
                 Ok(store_error) if store_error.is_lost_claim() => Err(*store_error),
+                Ok(store_error) if store_error.is_data_error() => {
+                    let error = format!(
+                        "WORKFLOW: step '{step}': its response cannot be stored: {store_error}"
+                    );
+                    self.fail_loud(claim, error).await
+                }
                 Ok(store_error) => {
                     tracing::warn!(job_id = %claim.job_id, %step, error = %store_error, "checkpointing failed; requeueing without burning the attempt");
                     let delay = self.config.backoff(claim.attempt);
-                    self.store
-                        .settle(claim, Settlement::Release { delay })
-                        .await
+                    let reason = format!("checkpointing step '{step}' failed: {store_error}");
+                    self.release(claim, job.releases, delay, &reason).await
                 }
                 Err(other) => {
                     let error = format!(
@@ -322,6 +382,17 @@ impl Worker {
             )
             .await
     }
+}
+
+/// What running a claimed job's segment came to.
+enum Ran {
+    /// The segment ran (or failed) against the compiled workflow.
+    Segment {
+        compiled: Arc<CompiledWorkflow>,
+        outcome: Result<SegmentOutcome, SegmentError>,
+    },
+    /// The stored snapshot no longer fits its workflow: fail loud with this error.
+    Drifted(String),
 }
 
 /// Persists each checkpoint, fenced, before the engine runs the next step.
