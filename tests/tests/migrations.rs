@@ -163,6 +163,18 @@ async fn every_status_of_the_state_machine_is_storable_and_nothing_else() {
 
     let err = client
         .execute(
+            "UPDATE workflow_run SET attempt = max_attempts WHERE status = 'QUEUED'",
+            &[],
+        )
+        .await
+        .expect_err("a QUEUED row without an attempt left would be stranded");
+    assert_eq!(
+        refused(err).as_deref(),
+        Some("workflow_run_queued_has_an_attempt_left")
+    );
+
+    let err = client
+        .execute(
             "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
              SELECT gen_random_uuid(), job_id, 'ACCEPTED', '\\x00', 'SENT' FROM workflow_run LIMIT 1",
             &[],
