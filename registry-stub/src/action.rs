@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use prost_protovalidate::Validator;
-use prost_reflect::{DynamicMessage, MessageDescriptor};
+use prost_reflect::{DynamicMessage, MessageDescriptor, ReflectMessage};
 use serde_json::{Value, json};
 
 /// Transport-level answer codes. Verb answers that are *results* (`{"ok": false,
@@ -112,10 +112,17 @@ impl ActionError {
 }
 
 /// A validated request, as the handler receives it.
+///
+/// The route parses bodies as proto3 JSON, which accepts each field under its JSON
+/// name (`jobId`) or its proto name (`job_id`), and numbers as JSON numbers or
+/// decimal strings (`5` or `"5"`). Handlers never see those spellings: [`Self::json`]
+/// is the canonical form, keyed by JSON name, scalars as the parser read them
+/// (numbers as numbers, enums by name). Message-typed fields (a `Struct` workflow or
+/// input) are passed as sent, so the integers in them keep every digit.
 #[derive(Debug, Clone)]
 pub struct ActionRequest {
-    /// The body as sent (proto3 JSON, camelCase), already known to match the request
-    /// message and its rules.
+    /// The body in canonical form (camelCase keys, scalars as parsed), already known
+    /// to match the request message and its rules.
     pub json: Value,
     /// The body parsed as the request message.
     pub message: DynamicMessage,
@@ -225,7 +232,7 @@ impl Action {
                 })?;
         if violations.is_empty() {
             return Ok(ActionRequest {
-                json: body,
+                json: canonical_body(&message, &body),
                 message,
             });
         }
@@ -248,6 +255,38 @@ impl Action {
         ))
         .with_details(details))
     }
+}
+
+/// The canonical form of a parsed body: every set field under its JSON name; scalar
+/// and repeated-scalar fields as the parser read them; message fields as the caller
+/// sent them (under whichever name they used).
+fn canonical_body(message: &DynamicMessage, body: &Value) -> Value {
+    let options = prost_reflect::SerializeOptions::new()
+        .stringify_64_bit_integers(false)
+        .skip_default_fields(true);
+    let mut canonical = serde_json::Map::new();
+    for field in message.descriptor().fields() {
+        let json_name = field.json_name();
+        let sent = body
+            .get(json_name)
+            .or_else(|| body.get(field.name()))
+            .filter(|v| !v.is_null());
+        let value = match field.kind() {
+            prost_reflect::Kind::Message(_) if !field.is_map() => sent.cloned(),
+            _ if message.has_field(&field) => {
+                let mut only = DynamicMessage::new(message.descriptor());
+                only.set_field(&field, message.get_field(&field).into_owned());
+                only.serialize_with_options(serde_json::value::Serializer, &options)
+                    .ok()
+                    .and_then(|mut one| one.get_mut(json_name).map(Value::take))
+            }
+            _ => None,
+        };
+        if let Some(value) = value {
+            canonical.insert(json_name.to_owned(), value);
+        }
+    }
+    Value::Object(canonical)
 }
 
 /// Rewrites a proto field path (`workflow_name`, `items[2].step_name`) with the JSON

@@ -1,6 +1,8 @@
 //! The four job verbs: unavailable without a store, strict submission, idempotency,
 //! listing, and the request rules.
 
+use std::time::Duration;
+
 use jobs_role::{JobsConfig, JobsModule};
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, call, test_config};
@@ -292,5 +294,79 @@ async fn list_jobs_filters_pages_newest_first_and_clamps() {
         answer,
         json!({ "ok": false, "error": format!("no workflow run {missing}") })
     );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn every_verb_reads_both_json_spellings_and_numbers_as_strings() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "node-a", 1)).await;
+    let mut workflow = workflow::testkit::three_step_workflow(&server.target());
+    workflow["name"] = json!("spelled");
+    node.ok("put-workflow", json!({ "workflow": workflow }))
+        .await;
+
+    // submit-workflow: proto names, and a number as a string.
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let body = json!({ "workflow_name": "spelled", "input": { "text": "hi" }, "job_id": job_id, "max_attempts": "1" });
+    let first = node.ok("submit-workflow", body.clone()).await;
+    assert_eq!(
+        first["jobId"],
+        job_id.as_str(),
+        "the id sent as job_id is the job's id"
+    );
+    assert_eq!(first["created"], true);
+    let again = node.ok("submit-workflow", body).await;
+    assert_eq!(
+        (again["jobId"].as_str(), again["created"].as_bool()),
+        (Some(job_id.as_str()), Some(false)),
+        "idempotent on job_id"
+    );
+    let camel = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflowName": "spelled", "input": { "text": "yo" }, "maxAttempts": "2" }),
+        )
+        .await;
+    let other = camel["jobId"].as_str().unwrap().to_owned();
+    assert_eq!(node.job(&job_id).await["max_attempts"], 1);
+    assert_eq!(node.job(&other).await["max_attempts"], 2);
+    assert_eq!(row_count(&db).await, 2);
+
+    // get-job by job_id.
+    let got = node.ok("get-job", json!({ "job_id": job_id })).await;
+    assert_eq!(got["job"]["jobId"], job_id.as_str());
+
+    // list-jobs: workflow_name filters, "1" limits.
+    let other_flow = two_step_workflow(&server.target());
+    node.submit(&other_flow, json!({ "text": "elsewhere" }))
+        .await;
+    let listed = node
+        .ok(
+            "list-jobs",
+            json!({ "workflow_name": "spelled", "limit": "1", "offset": "1" }),
+        )
+        .await;
+    let jobs = listed["jobs"].as_array().unwrap();
+    assert_eq!(
+        (listed["limit"].as_i64(), listed["offset"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(jobs.len(), 1, "{listed}");
+    assert_eq!(jobs[0]["workflowName"], "spelled");
+
+    // complete-step: job_id and step_name.
+    node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+        .await;
+    let answered = node
+        .ok(
+            "complete-step",
+            json!({ "job_id": job_id, "step_name": "review", "response": { "notes": "ok", "score": 2 } }),
+        )
+        .await;
+    assert_eq!(answered["outcome"], "COMPLETED", "{answered}");
+    node.wait_for_status(&job_id, "COMPLETED", Duration::from_secs(30))
+        .await;
     node.stop().await;
 }
