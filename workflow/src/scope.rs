@@ -29,6 +29,22 @@ impl Scope {
         self.roots.insert(name.to_owned(), response);
     }
 
+    /// The message of one root, if it is in scope.
+    pub fn get(&self, root: &str) -> Option<&DynamicMessage> {
+        self.roots.get(root)
+    }
+
+    /// A scope holding only `names` (those in scope), for work that must own what it
+    /// reads, such as a gate evaluated on another thread.
+    pub fn subset(&self, names: &[String]) -> Scope {
+        Scope {
+            roots: names
+                .iter()
+                .filter_map(|name| Some((name.clone(), self.roots.get(name)?.clone())))
+                .collect(),
+        }
+    }
+
     /// Every root and its message, for gates.
     pub fn roots(&self) -> impl Iterator<Item = (&str, &DynamicMessage)> {
         self.roots
