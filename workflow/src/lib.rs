@@ -24,7 +24,7 @@
 //! | [`gate`]       | `when` gates: CEL over `input` and earlier steps                       |
 //! | [`scope`]      | what a running segment can read: the input and earlier responses       |
 //! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
-//! | [`grpc`]       | dynamic unary calls over tonic, channels cached per target             |
+//! | [`grpc`]       | dynamic unary calls over tonic; a bounded LRU cache of channels        |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
 //! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
