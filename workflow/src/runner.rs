@@ -6,7 +6,7 @@
 //! [`crate::gate::GATE_TIME_LIMIT`] and what is left of the segment), builds the
 //! request with its rules, calls the target within the smaller of the step's deadline
 //! and what is left of the segment's, checks the response when the step asks for
-//! `validate`, and hands the
+//! `validate` (off the async threads too, within [`RULES_TIME_LIMIT`]), and hands the
 //! checkpoint to the caller's [`CheckpointSink`] **before** the next step runs. It
 //! stops at an external step (`Parked`), at the end (`Completed`), or at the first
 //! failure.
@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
-use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
+use crate::compile::{CompiledStep, CompiledWorkflow, RULES_TIME_LIMIT, encode_json};
 use crate::failure::{FailureKind, StepFailure};
 use crate::gate::GATE_TIME_LIMIT;
 use crate::grpc::{CallError, GrpcClient};
@@ -295,8 +295,21 @@ impl Runner {
                 ),
             })?;
         if step.validate {
+            // The check runs the type's CEL rules: off the async threads, and bounded
+            // by what is left of the segment as a call is.
+            let remaining = segment_end.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(fail(
+                    FailureKind::Deadline,
+                    format!(
+                        "the segment deadline of {} ms passed before the response could be checked",
+                        workflow.deadline.as_millis()
+                    ),
+                ));
+            }
             let violations = workflow
-                .violations(&response)
+                .violations_within(&response, RULES_TIME_LIMIT.min(remaining))
+                .await
                 .map_err(|e| fail(FailureKind::Workflow, e))?;
             if !violations.is_empty() {
                 let listed = violations

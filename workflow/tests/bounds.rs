@@ -398,3 +398,115 @@ async fn a_gate_outliving_its_time_bound_fails_the_step_without_retry() {
     );
     assert_eq!(server.stats.tokenize_calls(), 0);
 }
+
+/// One external, validated step answering `jobs.test.<output>`.
+fn validated(extra: &str, input_type: &str, output: &str) -> Value {
+    json!({
+        "name": "judged",
+        "schema": { "descriptorSetBase64": schema_base64(extra) },
+        "inputType": input_type,
+        "steps": [{ "name": "judge", "method": format!("jobs.test.Judge/{output}"),
+                    "completion": "external", "validate": true, "rules": ["text = input.text"] }],
+    })
+}
+
+fn judged_message(name: &str, expression: &str) -> String {
+    format!(
+        r#"
+        message {name} {{
+          option (buf.validate.message).cel = {{ id: "{name}.rule" expression: "{expression}" }};
+          int32 score = 1;
+          repeated int32 marks = 2;
+        }}
+        service Judge {{ rpc {name}(Text) returns ({name}); }}
+        "#
+    )
+}
+
+#[test]
+fn a_message_cel_rule_beyond_the_bounds_is_a_finding() {
+    let deep = judged_message(
+        "Deep",
+        "this.marks.all(a, this.marks.all(b, this.marks.all(c, a + b + c > 0)))",
+    );
+    assert_finding(
+        &findings(&validated(&deep, "jobs.test.Text", "Deep")),
+        Some("judge"),
+        "$.steps[0].method",
+        &["jobs.test.Deep", "'Deep.rule'", "limit of 2"],
+    );
+    let built = judged_message("Built", "jobs.test.Text{} == this");
+    assert_finding(
+        &findings(&validated(&built, "jobs.test.Text", "Built")),
+        Some("judge"),
+        "$.steps[0].method",
+        &["jobs.test.Built", "constructs a message"],
+    );
+}
+
+#[test]
+fn a_validate_step_whose_rules_do_not_compile_is_a_finding() {
+    let broken = judged_message("Broken", "this.score ==");
+    assert_finding(
+        &findings(&validated(&broken, "jobs.test.Text", "Broken")),
+        Some("judge"),
+        "$.steps[0].method",
+        &["jobs.test.Broken", "cannot be used"],
+    );
+    // A rule reading a field the type does not have fails the same way.
+    let missing = judged_message("Missing", "this.nope > 0");
+    assert_finding(
+        &findings(&validated(&missing, "jobs.test.Text", "Missing")),
+        Some("judge"),
+        "$.steps[0].method",
+        &["jobs.test.Missing", "cannot be used"],
+    );
+}
+
+#[test]
+fn an_input_type_whose_rules_do_not_compile_is_a_finding() {
+    let broken = format!(
+        "{}\nmessage In {{ option (buf.validate.message).cel = {{ id: \"in\" expression: \"this.text ==\" }}; string text = 1; }}",
+        judged_message("Fine", "this.score >= 0")
+    );
+    assert_finding(
+        &findings(&validated(&broken, "jobs.test.In", "Fine")),
+        None,
+        "$.inputType",
+        &["jobs.test.In", "cannot be used"],
+    );
+    // The same schema with a usable input type compiles.
+    compile(&validated(&broken, "jobs.test.Text", "Fine"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_slow_rule_check_is_bounded_in_time() {
+    let slow = judged_message("Slow", "this.marks.all(a, this.marks.exists(b, b == a))");
+    let wf = compile(&validated(&slow, "jobs.test.Text", "Slow"));
+    let marks: Vec<i64> = (0..2_000).collect();
+    let response = workflow::compile::decode_json(
+        &wf.step("judge").unwrap().output_type(),
+        &json!({ "marks": marks }),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let err = wf
+        .violations_within(&response, Duration::from_millis(20))
+        .await
+        .expect_err("too slow for 20 ms");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        err,
+        "checking the rules of jobs.test.Slow did not finish within 20 ms"
+    );
+    // A small response checks in time.
+    let small = workflow::compile::decode_json(
+        &wf.step("judge").unwrap().output_type(),
+        &json!({ "marks": [1, 2] }),
+    )
+    .unwrap();
+    assert_eq!(
+        wf.violations_within(&small, Duration::from_secs(5)).await,
+        Ok(Vec::new())
+    );
+}
