@@ -655,8 +655,8 @@ fn check_declared_rules(
             validated.push(root(method.output()));
         }
     }
-    let refused = ruleset::check_bounds(findings, &read);
-    ruleset::check_usable(findings, validator, &validated, &refused);
+    let unrunnable = ruleset::check_bounds(findings, &read);
+    ruleset::check_usable(findings, validator, &validated, &unrunnable);
 }
 
 fn schema_pool(draft: &mut Draft<'_>, root: &Map<String, Value>) -> Option<DescriptorPool> {

@@ -28,8 +28,9 @@
 //! end on whatever thread started it. So gates are bounded three times over:
 //!
 //! 1. **Statically**, at compile time ([`analyze`]): at most
-//!    [`MAX_EXPRESSION_CHARS`] characters, [`MAX_EXPRESSION_NODES`] AST nodes and
-//!    [`MAX_COMPREHENSION_DEPTH`] nested comprehensions (`all`, `exists`,
+//!    [`MAX_EXPRESSION_CHARS`] characters, [`MAX_EXPRESSION_NODES`] AST nodes,
+//!    [`MAX_EXPRESSION_DEPTH`] levels of nesting (the parser and the evaluator recurse
+//!    per level) and [`MAX_COMPREHENSION_DEPTH`] nested comprehensions (`all`, `exists`,
 //!    `exists_one`, `map`, `filter`); no message construction (`Foo{a: 1}`), which
 //!    the evaluator cannot do (it panics). The same bounds apply to the CEL rules of
 //!    `buf.validate` options, which the same evaluator runs.
@@ -64,6 +65,9 @@ use crate::scope::Scope;
 pub const MAX_EXPRESSION_CHARS: usize = 4_096;
 /// Most AST nodes a CEL expression may have.
 pub const MAX_EXPRESSION_NODES: usize = 512;
+/// Deepest nesting of CEL expressions (AST levels). The evaluator recurses once per
+/// level with large frames: a chain of 250 `+` overflows a 2 MiB thread stack.
+pub const MAX_EXPRESSION_DEPTH: usize = 48;
 /// Most comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) nested in
 /// one another.
 pub const MAX_COMPREHENSION_DEPTH: usize = 2;
@@ -111,9 +115,9 @@ pub fn analyze(source: &str) -> Result<(Program, Shape), String> {
             "is {chars} characters long, more than the limit of {MAX_EXPRESSION_CHARS}: keep conditions short and move logic into a step"
         ));
     }
-    let program = Program::compile(source).map_err(|e| format!("is not valid CEL: {e}"))?;
+    let program = parse(source)?;
     let mut shape = Shape::default();
-    walk(program.expression(), 0, &mut shape)?;
+    walk(program.expression(), 1, 0, &mut shape)?;
     let cost = shape.cost(0);
     if cost > MAX_COST {
         return Err(format!(
@@ -123,16 +127,48 @@ pub fn analyze(source: &str) -> Result<(Program, Shape), String> {
     Ok((program, shape))
 }
 
+/// Stack for the CEL parser's thread. The parser recurses once per nesting level
+/// (`((((1))))`, `!!!!true`) before its own recursion limit is checked, and a few
+/// thousand levels fit in [`MAX_EXPRESSION_CHARS`]: on a default 2 MiB thread that
+/// overflows the stack and aborts the process. The memory is reserved, not used,
+/// unless an expression is that deep.
+const PARSER_STACK_BYTES: usize = 256 * 1024 * 1024;
+
+/// Parses on a thread with a stack large enough for any expression within
+/// [`MAX_EXPRESSION_CHARS`]; the parser's recursion limit then refuses the deep ones.
+fn parse(source: &str) -> Result<Program, String> {
+    let owned = source.to_owned();
+    std::thread::Builder::new()
+        .name("cel-parse".into())
+        .stack_size(PARSER_STACK_BYTES)
+        .spawn(move || Program::compile(&owned).map_err(|e| e.to_string()))
+        .map_err(|e| format!("could not be parsed: no parser thread: {e}"))?
+        .join()
+        .map_err(|_| "could not be parsed: the CEL parser panicked".to_owned())?
+        .map_err(|e| format!("is not valid CEL: {e}"))
+}
+
 /// Counts nodes, comprehension depth and literal elements; refuses what the
-/// evaluator cannot run. Stops as soon as the node limit is passed, so its own
-/// recursion is bounded by [`MAX_EXPRESSION_NODES`].
-fn walk(expr: &IdedExpr, depth: usize, shape: &mut Shape) -> Result<(), String> {
+/// evaluator cannot run. Stops as soon as the node or nesting limit is passed, so its
+/// own recursion is bounded by [`MAX_EXPRESSION_DEPTH`].
+fn walk(
+    expr: &IdedExpr,
+    level: usize,
+    comprehensions: usize,
+    shape: &mut Shape,
+) -> Result<(), String> {
     shape.nodes += 1;
     if shape.nodes > MAX_EXPRESSION_NODES {
         return Err(format!(
             "has more than {MAX_EXPRESSION_NODES} AST nodes (the limit): simplify it or move logic into a step"
         ));
     }
+    if level > MAX_EXPRESSION_DEPTH {
+        return Err(format!(
+            "nests expressions more than {MAX_EXPRESSION_DEPTH} deep (the limit): split long chains of operators or move logic into a step"
+        ));
+    }
+    let level = level + 1;
     match &expr.expr {
         Expr::Ident(_) | Expr::Literal(_) => Ok(()),
         Expr::Unspecified => Err("has an unspecified expression the evaluator cannot run".into()),
@@ -141,16 +177,18 @@ fn walk(expr: &IdedExpr, depth: usize, shape: &mut Shape) -> Result<(), String> 
         )),
         Expr::Call(call) => {
             if let Some(target) = &call.target {
-                walk(target, depth, shape)?;
+                walk(target, level, comprehensions, shape)?;
             }
-            call.args.iter().try_for_each(|arg| walk(arg, depth, shape))
+            call.args
+                .iter()
+                .try_for_each(|arg| walk(arg, level, comprehensions, shape))
         }
         Expr::Comprehension(comprehension) => {
-            let depth = depth + 1;
-            shape.comprehension_depth = shape.comprehension_depth.max(depth);
-            if depth > MAX_COMPREHENSION_DEPTH {
+            let comprehensions = comprehensions + 1;
+            shape.comprehension_depth = shape.comprehension_depth.max(comprehensions);
+            if comprehensions > MAX_COMPREHENSION_DEPTH {
                 return Err(format!(
-                    "nests {depth} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_DEPTH}: flatten the condition or compute it in a step"
+                    "nests {comprehensions} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_DEPTH}: flatten the condition or compute it in a step"
                 ));
             }
             [
@@ -161,22 +199,22 @@ fn walk(expr: &IdedExpr, depth: usize, shape: &mut Shape) -> Result<(), String> 
                 &comprehension.result,
             ]
             .into_iter()
-            .try_for_each(|inner| walk(inner, depth, shape))
+            .try_for_each(|inner| walk(inner, level, comprehensions, shape))
         }
         Expr::List(list) => {
             shape.literal_elements += list.elements.len();
             list.elements
                 .iter()
-                .try_for_each(|element| walk(element, depth, shape))
+                .try_for_each(|element| walk(element, level, comprehensions, shape))
         }
         Expr::Map(MapExpr { entries }) => entries.iter().try_for_each(|entry| match &entry.expr {
             EntryExpr::MapEntry(e) => {
-                walk(&e.key, depth, shape)?;
-                walk(&e.value, depth, shape)
+                walk(&e.key, level, comprehensions, shape)?;
+                walk(&e.value, level, comprehensions, shape)
             }
-            EntryExpr::StructField(f) => walk(&f.value, depth, shape),
+            EntryExpr::StructField(f) => walk(&f.value, level, comprehensions, shape),
         }),
-        Expr::Select(select) => walk(&select.operand, depth, shape),
+        Expr::Select(select) => walk(&select.operand, level, comprehensions, shape),
     }
 }
 
@@ -569,10 +607,36 @@ mod tests {
         let err = Gate::compile("[1].all(a, [1].all(b, [1].all(c, a + b + c > 0)))").unwrap_err();
         assert!(err.contains("more than the limit of 2"), "{err}");
         assert!(Gate::compile("[1].all(a, [1].all(b, a + b > 0))").is_ok());
-        let long = vec!["1"; 300].join(" + ");
-        let err = Gate::compile(&format!("{long} > 0")).unwrap_err();
+        // `||` chains parse balanced, so this is wide rather than deep.
+        let wide = vec!["1 > 0"; 200].join(" || ");
+        let err = Gate::compile(&wide).unwrap_err();
         assert!(err.contains("AST nodes"), "{err}");
         let err = Gate::compile(&format!("'{}' == ''", "x".repeat(5000))).unwrap_err();
         assert!(err.contains("limit of 4096"), "{err}");
+    }
+
+    #[test]
+    fn deeply_nested_expressions_are_refused_without_overflowing_the_stack() {
+        // Each of these overflowed a default thread stack, in the parser or in the
+        // evaluator, and aborted the process.
+        let parens = format!("{}1{} > 0", "(".repeat(2040), ")".repeat(2040));
+        let err = Gate::compile(&parens).unwrap_err();
+        assert!(err.contains("Recursion limit"), "{err}");
+        let ternaries = format!("{}true", "true?true:".repeat(400));
+        assert!(Gate::compile(&ternaries).is_err());
+        let sums = format!("1{} > 0", "+1".repeat(254));
+        let err = Gate::compile(&sums).unwrap_err();
+        assert!(err.contains("more than 48 deep"), "{err}");
+
+        // Just within the limit, evaluation fits a 2 MiB thread (tokio's default).
+        let gate = Gate::compile(&format!("1{} > 0", "+1".repeat(46))).unwrap();
+        let scope = message(|_| {});
+        let open = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || gate.evaluate(&scope))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(open, Ok(true));
     }
 }

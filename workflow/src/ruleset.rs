@@ -20,7 +20,7 @@
 //! Not covered: CEL in predefined rule extensions, and field rules on presence
 //! fields, which the default instance leaves unset and so never evaluates.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use prost_protovalidate::Validator;
@@ -113,58 +113,76 @@ fn field_cel_rules(constraints: &FieldRules, label: &str, rules: &mut Vec<(Strin
     }
 }
 
-/// Applies the gate bounds to every CEL rule reachable from `roots`. Returns the
-/// names of the types with a rule out of bounds (never to be evaluated).
-pub(crate) fn check_bounds(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> HashSet<String> {
+/// What [`check_bounds`] found out about the types it walked.
+#[derive(Default)]
+pub(crate) struct Unrunnable {
+    /// Types with a CEL rule out of bounds (already a finding).
+    out_of_bounds: HashSet<String>,
+    /// Types with a CEL rule that does not parse, and why. Not a finding by itself:
+    /// only the types the engine validates need to run.
+    unparsable: HashMap<String, String>,
+}
+
+/// Applies the gate bounds to every CEL rule reachable from `roots`; a rule out of
+/// bounds is a finding. Returns the types the validator must never be handed: the
+/// validator parses on the calling thread, which a deeply nested rule would overflow
+/// (the bounds check parses on a thread sized for it).
+pub(crate) fn check_bounds(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> Unrunnable {
     let mut seen = HashSet::new();
-    let mut refused = HashSet::new();
+    let mut unrunnable = Unrunnable::default();
     for root in roots {
         for message in reachable(&root.message, &mut seen) {
+            let name = message.full_name().to_owned();
             for (label, expression) in cel_rules(&message) {
-                // Parse errors are left to check_usable, which reports them for the
-                // types the engine actually validates.
                 match analyze(&expression) {
-                    Err(reason) if !reason.starts_with("is not valid CEL") => {
-                        refused.insert(message.full_name().to_owned());
+                    Ok(_) => {}
+                    Err(reason) if reason.starts_with("is not valid CEL") => {
+                        unrunnable
+                            .unparsable
+                            .entry(name.clone())
+                            .or_insert(format!("the CEL {label} {reason}"));
+                    }
+                    Err(reason) => {
+                        unrunnable.out_of_bounds.insert(name.clone());
                         findings.push(Finding {
                             step: root.step.clone(),
                             path: root.path.clone(),
-                            message: format!(
-                                "type {}: the CEL {label} {reason}",
-                                message.full_name()
-                            ),
+                            message: format!("type {name}: the CEL {label} {reason}"),
                         });
                     }
-                    _ => {}
                 }
             }
         }
     }
-    refused
+    unrunnable
 }
 
 /// Validates a default instance of every type reachable from `roots` (except those
-/// in `refused`), so rules that cannot run are findings now, not failures later.
+/// out of bounds), so rules that cannot run are findings now, not failures later.
 pub(crate) fn check_usable(
     findings: &mut Vec<Finding>,
     validator: &Validator,
     roots: &[TypeRoot],
-    refused: &HashSet<String>,
+    unrunnable: &Unrunnable,
 ) {
     let mut seen = HashSet::new();
     for root in roots {
         for message in reachable(&root.message, &mut seen) {
-            if refused.contains(message.full_name()) {
+            if unrunnable.out_of_bounds.contains(message.full_name()) {
                 continue;
             }
-            let instance = DynamicMessage::new(message.clone());
-            // The bounds check above keeps out the expressions the evaluator panics
-            // on; catching still turns any other evaluator panic into a finding.
-            let outcome = catch_unwind(AssertUnwindSafe(|| validator.validate(&instance)));
-            let problem = match outcome {
-                Ok(Ok(()) | Err(prost_protovalidate::Error::Validation(_))) => continue,
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => "the rule evaluator panicked".to_owned(),
+            let problem = match unrunnable.unparsable.get(message.full_name()) {
+                Some(reason) => reason.clone(),
+                None => {
+                    let instance = DynamicMessage::new(message.clone());
+                    // The bounds keep out the expressions the evaluator panics on;
+                    // catching still turns any other evaluator panic into a finding.
+                    match catch_unwind(AssertUnwindSafe(|| validator.validate(&instance))) {
+                        Ok(Ok(()) | Err(prost_protovalidate::Error::Validation(_))) => continue,
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "the rule evaluator panicked".to_owned(),
+                    }
+                }
             };
             let context = if message.full_name() == root.message.full_name() {
                 String::new()

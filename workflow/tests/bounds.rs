@@ -483,7 +483,7 @@ fn an_input_type_whose_rules_do_not_compile_is_a_finding() {
 async fn a_slow_rule_check_is_bounded_in_time() {
     let slow = judged_message("Slow", "this.marks.all(a, this.marks.exists(b, b == a))");
     let wf = compile(&validated(&slow, "jobs.test.Text", "Slow"));
-    let marks: Vec<i64> = (0..2_000).collect();
+    let marks: Vec<i64> = (0..600).collect();
     let response = workflow::compile::decode_json(
         &wf.step("judge").unwrap().output_type(),
         &json!({ "marks": marks }),
@@ -508,5 +508,17 @@ async fn a_slow_rule_check_is_bounded_in_time() {
     assert_eq!(
         wf.violations_within(&small, Duration::from_secs(5)).await,
         Ok(Vec::new())
+    );
+}
+
+#[test]
+fn a_deeply_nested_rule_is_a_finding_not_a_crash() {
+    let parens = format!("{}this.score{} >= 0", "(".repeat(1500), ")".repeat(1500));
+    let deep = judged_message("Nested", &parens);
+    assert_finding(
+        &findings(&validated(&deep, "jobs.test.Text", "Nested")),
+        Some("judge"),
+        "$.steps[0].method",
+        &["jobs.test.Nested", "cannot be used", "Recursion limit"],
     );
 }
