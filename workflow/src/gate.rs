@@ -561,6 +561,9 @@ mod tests {
         ] {
             assert_eq!(eval(gate, &empty), Ok(expected), "{gate}");
         }
+        // Reading through an unset message without `has()` is an error, not a default.
+        let err = eval("input.meta.id == ''", &empty).unwrap_err();
+        assert!(err.contains("could not be evaluated"), "{err}");
         let set = message(|m| {
             let meta = m.descriptor().get_field_by_name("meta").unwrap();
             let mut inner = DynamicMessage::new(meta.kind().as_message().unwrap().clone());
