@@ -38,6 +38,7 @@ use serde_json::{Map, Value};
 use crate::failure::{Violation, violations_of};
 use crate::gate::Gate;
 use crate::rules::{Rule, parse_rule};
+use crate::ruleset::{self, TypeRoot};
 use crate::scope::INPUT;
 use crate::verify;
 
@@ -47,6 +48,9 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(30_000);
 pub const MAX_STEPS: usize = 200;
 /// Most rules one step (or the output mapping) may declare.
 pub const MAX_RULES: usize = 200;
+/// Longest the runner waits for a response's `buf.validate` check (less when the
+/// segment has less left).
+pub const RULES_TIME_LIMIT: Duration = Duration::from_secs(1);
 const MAX_NAME_CHARS: usize = 200;
 const MAX_DEADLINE_MS: u64 = 86_400_000;
 
@@ -257,9 +261,35 @@ impl CompiledWorkflow {
         }
     }
 
-    /// Every `buf.validate` rule `message` breaks (CEL rules included).
+    /// Every `buf.validate` rule `message` breaks (CEL rules included), checked on the
+    /// calling thread; from async code prefer [`CompiledWorkflow::violations_within`].
     pub fn violations(&self, message: &DynamicMessage) -> Result<Vec<Violation>, String> {
         violations_of(&message.descriptor(), self.validator.validate(message))
+    }
+
+    /// [`CompiledWorkflow::violations`] on tokio's blocking pool, waiting at most
+    /// `limit`, so CEL rules never hold an async thread. On timeout the check is
+    /// abandoned (the evaluator cannot be interrupted; the static rule bounds limit
+    /// what it can still do) and the error says so.
+    pub async fn violations_within(
+        &self,
+        message: &DynamicMessage,
+        limit: Duration,
+    ) -> Result<Vec<Violation>, String> {
+        let validator = self.validator.clone();
+        let message = message.clone();
+        let type_name = message.descriptor().full_name().to_owned();
+        let check = tokio::task::spawn_blocking(move || {
+            violations_of(&message.descriptor(), validator.validate(&message))
+        });
+        match tokio::time::timeout(limit, check).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(format!("checking the rules of {type_name} failed: {join}")),
+            Err(_) => Err(format!(
+                "checking the rules of {type_name} did not finish within {} ms",
+                limit.as_millis()
+            )),
+        }
     }
 }
 
@@ -548,6 +578,11 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
     // Verification needs the types; it still runs on whatever resolved, so one bad
     // method does not hide the rule problems of the other steps.
     verify::verify(draft.findings, input_type.as_ref(), &steps, output.as_ref());
+    // One validator per workflow: it caches compiled rules by message name, and two
+    // workflows may declare the same name with different rules. Checking the rules
+    // here compiles them once, for the run as well.
+    let validator = Validator::new();
+    check_declared_rules(draft.findings, &validator, input_type.as_ref(), &steps);
 
     let (name, pool, input_type) = (name?, pool?, input_type?);
     let mut compiled_steps = Vec::with_capacity(steps.len());
@@ -583,10 +618,45 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
         output,
         deadline,
         envelope: Arc::new(envelope.clone()),
-        // One validator per workflow: it caches compiled rules by message name, and two
-        // workflows may declare the same name with different rules.
-        validator: Arc::new(Validator::new()),
+        validator: Arc::new(validator),
     })
+}
+
+/// The `buf.validate` rules of every type the workflow reads stay within the CEL
+/// bounds, and those the engine runs (the input's, and the responses of `validate`
+/// steps) can run at all (see [`crate::ruleset`]).
+fn check_declared_rules(
+    findings: &mut Vec<Finding>,
+    validator: &Validator,
+    input_type: Option<&MessageDescriptor>,
+    steps: &[StepSpec],
+) {
+    let mut read = Vec::new();
+    let mut validated = Vec::new();
+    if let Some(input_type) = input_type {
+        let root = || TypeRoot {
+            message: input_type.clone(),
+            step: None,
+            path: "$.inputType".into(),
+        };
+        read.push(root());
+        validated.push(root());
+    }
+    for (i, spec) in steps.iter().enumerate() {
+        let Some(method) = &spec.method else { continue };
+        let root = |message: MessageDescriptor| TypeRoot {
+            message,
+            step: Some(spec.name.clone()),
+            path: format!("$.steps[{i}].method"),
+        };
+        read.push(root(method.output()));
+        read.push(root(method.input()));
+        if spec.validate {
+            validated.push(root(method.output()));
+        }
+    }
+    let unrunnable = ruleset::check_bounds(findings, &read);
+    ruleset::check_usable(findings, validator, &validated, &unrunnable);
 }
 
 fn schema_pool(draft: &mut Draft<'_>, root: &Map<String, Value>) -> Option<DescriptorPool> {

@@ -53,7 +53,9 @@ pub enum FailureKind {
         /// Every broken rule.
         violations: Vec<Violation>,
     },
-    /// A `when` gate could not be evaluated to a boolean.
+    /// A `when` gate could not be evaluated to a boolean: an error, a value that is
+    /// not a bool, or a bound passed (data too deep or too large, cost too high,
+    /// time limit reached).
     Gate,
     /// A rule could not be applied to the values at hand (for example a number out of
     /// range for its target).

@@ -1,11 +1,58 @@
-//! `when` gates: a CEL boolean over `input` and the earlier steps.
+//! `when` gates: a CEL boolean over `input` and the earlier steps, bounded in size,
+//! in the data it reads and in time.
 //!
-//! Messages enter CEL as maps keyed by proto field name, with every field present
-//! (unset fields read their defaults), so `size(tokenize.ids) > 0` works whether or
-//! not the tokenizer returned ids.
+//! # Presence
+//!
+//! Messages enter CEL as maps keyed by proto field name, following protobuf presence:
+//!
+//! - a field that tracks presence (a singular message field, a proto3 `optional`
+//!   scalar, a oneof member, a proto2 `optional` field) is **absent** from the map
+//!   when it is not set, so `has(input.meta)` is false for an unset `meta`, and only
+//!   the selected member of a oneof is there;
+//! - a proto3 scalar without `optional` (implicit presence) is always there, reading
+//!   its default when unset, so `input.text == ''` works on an empty input;
+//! - repeated and map fields are always there, possibly empty, so
+//!   `size(tokenize.ids) > 0` works whether or not the tokenizer returned ids;
+//! - the wrapper well-known types (`google.protobuf.Int64Value`, ...) read as their
+//!   inner value when set.
+//!
+//! An unset message is never expanded, so recursive types (`message Node { Node
+//! next = 1; }`) convert in time proportional to what was actually sent. Read a
+//! nested field behind `has()`: `has(input.meta) && input.meta.id != ''`.
+//!
+//! Only the roots the expression reads ([`Gate::variables`]) are converted.
+//!
+//! # Bounds
+//!
+//! The `cel` crate has no cost limit and no cancellation: a comprehension runs to its
+//! end on whatever thread started it. So gates are bounded three times over:
+//!
+//! 1. **Statically**, at compile time ([`analyze`]): at most
+//!    [`MAX_EXPRESSION_CHARS`] characters, [`MAX_EXPRESSION_NODES`] AST nodes,
+//!    [`MAX_EXPRESSION_DEPTH`] levels of nesting (the parser and the evaluator recurse
+//!    per level) and [`MAX_COMPREHENSION_DEPTH`] nested comprehensions (`all`, `exists`,
+//!    `exists_one`, `map`, `filter`); no message construction (`Foo{a: 1}`), which
+//!    the evaluator cannot do (it panics). The same bounds apply to the CEL rules of
+//!    `buf.validate` options, which the same evaluator runs.
+//! 2. **By cost**, before evaluating: converting the roots read is capped at
+//!    [`MAX_MESSAGE_DEPTH`] nested messages, [`MAX_CONVERTED_VALUES`] values and
+//!    [`MAX_CONVERTED_BYTES`] bytes of strings and bytes. Then the estimate
+//!    `(values converted + literal list elements) ^ comprehension depth × AST nodes`
+//!    must not exceed [`MAX_COST`]. The estimate is an upper bound on loop iterations
+//!    times the work of one iteration, not an exact count: comprehensions cannot
+//!    iterate over more elements than the data and the literals hold (a `map` can
+//!    only produce as many as it consumes), and each iteration evaluates at most the
+//!    whole expression. Copies the evaluator makes of the values it reads are not
+//!    counted, which is why the time bound exists.
+//! 3. **In time**, at run time ([`Gate::evaluate_within`]): evaluation runs on
+//!    tokio's blocking pool, never on an async worker, and the step waits at most
+//!    the smaller of [`GATE_TIME_LIMIT`] and what is left of the segment. A gate that
+//!    does not answer in time fails the step; its thread finishes in the background,
+//!    its work bounded by the cost check.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cel::common::ast::{EntryExpr, Expr, MapExpr, StructExpr};
 use cel::objects::{Key, Value as CelValue};
@@ -14,12 +61,171 @@ use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
 
 use crate::scope::Scope;
 
-/// A compiled `when` expression.
+/// Longest accepted CEL expression (a `when` gate or a `buf.validate` rule), in characters.
+pub const MAX_EXPRESSION_CHARS: usize = 4_096;
+/// Most AST nodes a CEL expression may have.
+pub const MAX_EXPRESSION_NODES: usize = 512;
+/// Deepest nesting of CEL expressions (AST levels). The evaluator recurses once per
+/// level with large frames: a chain of 250 `+` overflows a 2 MiB thread stack.
+pub const MAX_EXPRESSION_DEPTH: usize = 48;
+/// Most comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) nested in
+/// one another.
+pub const MAX_COMPREHENSION_DEPTH: usize = 2;
+/// Most messages nested in one another that a gate converts.
+pub const MAX_MESSAGE_DEPTH: usize = 64;
+/// Most values (messages, fields, list and map elements) a gate converts.
+pub const MAX_CONVERTED_VALUES: u64 = 1_000_000;
+/// Most bytes of strings and bytes a gate converts.
+pub const MAX_CONVERTED_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest estimated cost a CEL expression may have (see the module docs).
+pub const MAX_COST: u128 = 1_000_000_000;
+/// Longest a `when` gate may take at run time (less when the segment has less left).
+pub const GATE_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// The static shape of a CEL expression: what its bounds and its cost derive from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// AST nodes.
+    pub nodes: usize,
+    /// Deepest nesting of comprehensions.
+    pub comprehension_depth: usize,
+    /// Elements of every list literal, summed.
+    pub literal_elements: usize,
+}
+
+impl Shape {
+    /// The estimated cost of evaluating over `values` converted values:
+    /// `(values + literal elements) ^ comprehension depth × nodes`, saturating.
+    pub fn cost(&self, values: u64) -> u128 {
+        let base = (u128::from(values) + self.literal_elements as u128).max(1);
+        // A depth above u32::MAX cannot pass analyze(); saturate anyway.
+        let depth = u32::try_from(self.comprehension_depth).unwrap_or(u32::MAX);
+        base.saturating_pow(depth)
+            .saturating_mul(self.nodes as u128)
+    }
+}
+
+/// Parses a CEL expression and checks the static bounds (see the module docs). The
+/// error reads after the expression's name: "is not valid CEL: ...", "has 600 AST
+/// nodes, more than the limit of 512: ...".
+pub fn analyze(source: &str) -> Result<(Program, Shape), String> {
+    let chars = source.chars().count();
+    if chars > MAX_EXPRESSION_CHARS {
+        return Err(format!(
+            "is {chars} characters long, more than the limit of {MAX_EXPRESSION_CHARS}: keep conditions short and move logic into a step"
+        ));
+    }
+    let program = parse(source)?;
+    let mut shape = Shape::default();
+    walk(program.expression(), 1, 0, &mut shape)?;
+    let cost = shape.cost(0);
+    if cost > MAX_COST {
+        return Err(format!(
+            "could cost about {cost} operations on its literals alone (list elements ^ comprehension depth × nodes), more than the limit of {MAX_COST}: use shorter literal lists or fewer nested comprehensions"
+        ));
+    }
+    Ok((program, shape))
+}
+
+/// Stack for the CEL parser's thread. The parser recurses once per nesting level
+/// (`((((1))))`, `!!!!true`) before its own recursion limit is checked, and a few
+/// thousand levels fit in [`MAX_EXPRESSION_CHARS`]: on a default 2 MiB thread that
+/// overflows the stack and aborts the process. The memory is reserved, not used,
+/// unless an expression is that deep.
+const PARSER_STACK_BYTES: usize = 256 * 1024 * 1024;
+
+/// Parses on a thread with a stack large enough for any expression within
+/// [`MAX_EXPRESSION_CHARS`]; the parser's recursion limit then refuses the deep ones.
+fn parse(source: &str) -> Result<Program, String> {
+    let owned = source.to_owned();
+    std::thread::Builder::new()
+        .name("cel-parse".into())
+        .stack_size(PARSER_STACK_BYTES)
+        .spawn(move || Program::compile(&owned).map_err(|e| e.to_string()))
+        .map_err(|e| format!("could not be parsed: no parser thread: {e}"))?
+        .join()
+        .map_err(|_| "could not be parsed: the CEL parser panicked".to_owned())?
+        .map_err(|e| format!("is not valid CEL: {e}"))
+}
+
+/// Counts nodes, comprehension depth and literal elements; refuses what the
+/// evaluator cannot run. Stops as soon as the node or nesting limit is passed, so its
+/// own recursion is bounded by [`MAX_EXPRESSION_DEPTH`].
+fn walk(
+    expr: &IdedExpr,
+    level: usize,
+    comprehensions: usize,
+    shape: &mut Shape,
+) -> Result<(), String> {
+    shape.nodes += 1;
+    if shape.nodes > MAX_EXPRESSION_NODES {
+        return Err(format!(
+            "has more than {MAX_EXPRESSION_NODES} AST nodes (the limit): simplify it or move logic into a step"
+        ));
+    }
+    if level > MAX_EXPRESSION_DEPTH {
+        return Err(format!(
+            "nests expressions more than {MAX_EXPRESSION_DEPTH} deep (the limit): split long chains of operators or move logic into a step"
+        ));
+    }
+    let level = level + 1;
+    match &expr.expr {
+        Expr::Ident(_) | Expr::Literal(_) => Ok(()),
+        Expr::Unspecified => Err("has an unspecified expression the evaluator cannot run".into()),
+        Expr::Struct(StructExpr { type_name, .. }) => Err(format!(
+            "constructs a message (`{type_name}{{...}}`), which CEL here cannot evaluate: compare fields instead"
+        )),
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                walk(target, level, comprehensions, shape)?;
+            }
+            call.args
+                .iter()
+                .try_for_each(|arg| walk(arg, level, comprehensions, shape))
+        }
+        Expr::Comprehension(comprehension) => {
+            let comprehensions = comprehensions + 1;
+            shape.comprehension_depth = shape.comprehension_depth.max(comprehensions);
+            if comprehensions > MAX_COMPREHENSION_DEPTH {
+                return Err(format!(
+                    "nests {comprehensions} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_DEPTH}: flatten the condition or compute it in a step"
+                ));
+            }
+            [
+                &comprehension.iter_range,
+                &comprehension.accu_init,
+                &comprehension.loop_cond,
+                &comprehension.loop_step,
+                &comprehension.result,
+            ]
+            .into_iter()
+            .try_for_each(|inner| walk(inner, level, comprehensions, shape))
+        }
+        Expr::List(list) => {
+            shape.literal_elements += list.elements.len();
+            list.elements
+                .iter()
+                .try_for_each(|element| walk(element, level, comprehensions, shape))
+        }
+        Expr::Map(MapExpr { entries }) => entries.iter().try_for_each(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => {
+                walk(&e.key, level, comprehensions, shape)?;
+                walk(&e.value, level, comprehensions, shape)
+            }
+            EntryExpr::StructField(f) => walk(&f.value, level, comprehensions, shape),
+        }),
+        Expr::Select(select) => walk(&select.operand, level, comprehensions, shape),
+    }
+}
+
+/// A compiled `when` expression, within the static bounds.
 #[derive(Clone)]
 pub struct Gate {
     /// The expression as written.
     pub source: String,
     program: Arc<Program>,
+    shape: Shape,
+    roots: Arc<[String]>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -31,12 +237,17 @@ impl std::fmt::Debug for Gate {
 }
 
 impl Gate {
-    /// Compiles the expression; the error is the CEL parser's complaint.
+    /// Compiles the expression and checks its static bounds; the error reads after
+    /// "`when` " (see [`analyze`]).
     pub fn compile(source: &str) -> Result<Gate, String> {
-        let program = Program::compile(source).map_err(|e| e.to_string())?;
+        let (program, shape) = analyze(source)?;
+        let mut roots = Vec::new();
+        free_variables(program.expression(), &mut Vec::new(), &mut roots);
         Ok(Gate {
             source: source.to_owned(),
             program: Arc::new(program),
+            shape,
+            roots: roots.into(),
         })
     }
 
@@ -44,21 +255,56 @@ impl Gate {
     /// use. Variables bound by comprehension macros (`ids.exists(i, i > 5)`) are not
     /// roots and are left out.
     pub fn variables(&self) -> Vec<String> {
-        let mut free = Vec::new();
-        free_variables(self.program.expression(), &mut Vec::new(), &mut free);
-        free
+        self.roots.to_vec()
     }
 
-    /// Evaluates the gate; anything but a boolean is an error.
+    /// The expression's static shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Evaluates the gate on the calling thread: converts the roots it reads (within
+    /// the conversion bounds), refuses when the estimated cost is above [`MAX_COST`],
+    /// then runs it. Anything but a boolean is an error. From async code use
+    /// [`Gate::evaluate_within`], which keeps this off the async threads.
     pub fn evaluate(&self, scope: &Scope) -> Result<bool, String> {
+        let mut budget = Budget::default();
         let mut context = Context::default();
-        for (name, message) in scope.roots() {
-            context.add_variable_from_value(name.to_owned(), message_value(message));
+        for name in self.roots.iter() {
+            if let Some(message) = scope.get(name) {
+                let value = budget.message(message, 1)?;
+                context.add_variable_from_value(name.clone(), value);
+            }
+        }
+        let cost = self.shape.cost(budget.values);
+        if cost > MAX_COST {
+            return Err(format!(
+                "the `when` gate could cost about {cost} operations over the {} values it reads ((values + literal list elements) ^ comprehension depth {} × {} nodes), more than the limit of {MAX_COST}",
+                budget.values, self.shape.comprehension_depth, self.shape.nodes
+            ));
         }
         match self.program.execute(&context) {
             Ok(CelValue::Bool(open)) => Ok(open),
             Ok(other) => Err(format!("`when` must evaluate to a bool, got {other:?}")),
             Err(e) => Err(format!("`when` could not be evaluated: {e}")),
+        }
+    }
+
+    /// [`Gate::evaluate`] on tokio's blocking pool, waiting at most `limit`; the
+    /// async thread that awaits it stays free. On timeout the evaluation is abandoned,
+    /// not stopped (the evaluator cannot be interrupted); the cost check bounds what
+    /// it can still do.
+    pub async fn evaluate_within(&self, scope: &Scope, limit: Duration) -> Result<bool, String> {
+        let gate = self.clone();
+        let roots = scope.subset(&self.roots);
+        let evaluation = tokio::task::spawn_blocking(move || gate.evaluate(&roots));
+        match tokio::time::timeout(limit, evaluation).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(format!("the `when` gate failed while evaluating: {join}")),
+            Err(_) => Err(format!(
+                "the `when` gate did not finish within {} ms",
+                limit.as_millis()
+            )),
         }
     }
 }
@@ -115,22 +361,129 @@ fn free_variables<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, free: &mut V
     }
 }
 
-fn message_value(message: &DynamicMessage) -> CelValue {
-    let map: HashMap<Key, CelValue> = message
-        .descriptor()
-        .fields()
-        .map(|field| {
-            let value = message.get_field(&field);
-            (
-                Key::String(Arc::new(field.name().to_owned())),
-                field_value(&value),
-            )
-        })
-        .collect();
-    CelValue::Map(map.into())
+/// What one gate evaluation has converted so far; every conversion is charged here
+/// first, so no input can make it unbounded.
+#[derive(Default)]
+struct Budget {
+    values: u64,
+    bytes: u64,
 }
 
-fn field_value(value: &Value) -> CelValue {
+impl Budget {
+    fn charge(&mut self, values: u64, bytes: u64) -> Result<(), String> {
+        self.values += values;
+        self.bytes += bytes;
+        if self.values > MAX_CONVERTED_VALUES {
+            return Err(format!(
+                "the `when` gate reads more than {MAX_CONVERTED_VALUES} values (the limit): read less of the data, or check it in a step"
+            ));
+        }
+        if self.bytes > MAX_CONVERTED_BYTES {
+            return Err(format!(
+                "the `when` gate reads more than {MAX_CONVERTED_BYTES} bytes of strings and bytes (the limit): read less of the data, or check it in a step"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Converts a message at nesting `depth` (the root is 1), presence-correctly.
+    fn message(&mut self, message: &DynamicMessage, depth: usize) -> Result<CelValue, String> {
+        if depth > MAX_MESSAGE_DEPTH {
+            return Err(format!(
+                "the `when` gate reads messages nested more than {MAX_MESSAGE_DEPTH} deep (the limit)"
+            ));
+        }
+        self.charge(1, 0)?;
+        if let Some(inner) = self.wrapper(message)? {
+            return Ok(inner);
+        }
+        let mut map = HashMap::new();
+        for field in message.descriptor().fields() {
+            // Presence-tracking fields that are not set are absent; implicit-presence
+            // scalars, lists and maps are always there (get_field reads the default).
+            // An unset message field is never expanded, which is what keeps a
+            // recursive type finite.
+            let present = field.is_list()
+                || field.is_map()
+                || !field.supports_presence()
+                || message.has_field(&field);
+            if !present {
+                continue;
+            }
+            let value = self.value(&message.get_field(&field), depth)?;
+            map.insert(Key::String(Arc::new(field.name().to_owned())), value);
+        }
+        Ok(CelValue::Map(map.into()))
+    }
+
+    /// The inner value of a `google.protobuf` wrapper, as CEL reads wrappers.
+    fn wrapper(&mut self, message: &DynamicMessage) -> Result<Option<CelValue>, String> {
+        const WRAPPERS: &[&str] = &[
+            "google.protobuf.BoolValue",
+            "google.protobuf.Int32Value",
+            "google.protobuf.Int64Value",
+            "google.protobuf.UInt32Value",
+            "google.protobuf.UInt64Value",
+            "google.protobuf.FloatValue",
+            "google.protobuf.DoubleValue",
+            "google.protobuf.StringValue",
+            "google.protobuf.BytesValue",
+        ];
+        let descriptor = message.descriptor();
+        if !WRAPPERS.contains(&descriptor.full_name()) {
+            return Ok(None);
+        }
+        match descriptor.get_field_by_name("value") {
+            Some(field) => Ok(Some(self.value(&message.get_field(&field), 1)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Converts a field value found in a message at nesting `depth`.
+    fn value(&mut self, value: &Value, depth: usize) -> Result<CelValue, String> {
+        Ok(match value {
+            Value::Message(m) => return self.message(m, depth + 1),
+            Value::List(items) => {
+                self.charge(1, 0)?;
+                let mut list = Vec::with_capacity(items.len().min(1024));
+                for item in items {
+                    list.push(self.value(item, depth)?);
+                }
+                CelValue::List(Arc::new(list))
+            }
+            Value::Map(entries) => {
+                self.charge(1, 0)?;
+                let mut map = HashMap::with_capacity(entries.len().min(1024));
+                for (key, value) in entries {
+                    let key = match key {
+                        MapKey::Bool(b) => Key::Bool(*b),
+                        MapKey::I32(v) => Key::Int((*v).into()),
+                        MapKey::I64(v) => Key::Int(*v),
+                        MapKey::U32(v) => Key::Uint((*v).into()),
+                        MapKey::U64(v) => Key::Uint(*v),
+                        MapKey::String(s) => {
+                            self.charge(0, s.len() as u64)?;
+                            Key::String(Arc::new(s.clone()))
+                        }
+                    };
+                    map.insert(key, self.value(value, depth)?);
+                }
+                CelValue::Map(map.into())
+            }
+            scalar => {
+                let bytes = match scalar {
+                    Value::String(s) => s.len(),
+                    Value::Bytes(b) => b.len(),
+                    _ => 0,
+                };
+                self.charge(1, bytes as u64)?;
+                scalar_value(scalar)
+            }
+        })
+    }
+}
+
+fn scalar_value(value: &Value) -> CelValue {
     match value {
         Value::Bool(b) => CelValue::Bool(*b),
         Value::I32(v) => CelValue::Int((*v).into()),
@@ -142,31 +495,46 @@ fn field_value(value: &Value) -> CelValue {
         Value::String(s) => CelValue::String(Arc::new(s.clone())),
         Value::Bytes(b) => CelValue::Bytes(Arc::new(b.to_vec())),
         Value::EnumNumber(n) => CelValue::Int((*n).into()),
-        Value::Message(m) => message_value(m),
-        Value::List(items) => CelValue::List(Arc::new(items.iter().map(field_value).collect())),
-        Value::Map(entries) => {
-            let map: HashMap<Key, CelValue> = entries
-                .iter()
-                .map(|(key, value)| {
-                    let key = match key {
-                        MapKey::Bool(b) => Key::Bool(*b),
-                        MapKey::I32(v) => Key::Int((*v).into()),
-                        MapKey::I64(v) => Key::Int(*v),
-                        MapKey::U32(v) => Key::Uint((*v).into()),
-                        MapKey::U64(v) => Key::Uint(*v),
-                        MapKey::String(s) => Key::String(Arc::new(s.clone())),
-                    };
-                    (key, field_value(value))
-                })
-                .collect();
-            CelValue::Map(map.into())
-        }
+        // Containers are converted by Budget::value, which charges them.
+        Value::Message(_) | Value::List(_) | Value::Map(_) => CelValue::Null,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Gate;
+    use prost_reflect::{DynamicMessage, Value};
+
+    use super::*;
+    use crate::schema::compile_proto_pool;
+    use crate::scope::Scope;
+
+    const PROTO: &str = r#"
+        syntax = "proto3";
+        package t;
+        import "google/protobuf/wrappers.proto";
+        message Meta { string id = 1; }
+        message M {
+          string text = 1;
+          Meta meta = 2;
+          optional int32 maybe = 3;
+          oneof choice { string a = 4; int64 b = 5; }
+          repeated int64 ids = 6;
+          map<string, string> tags = 7;
+          int32 plain = 8;
+          google.protobuf.Int64Value wrapped = 9;
+        }
+    "#;
+
+    fn message(set: impl FnOnce(&mut DynamicMessage)) -> Scope {
+        let pool = compile_proto_pool("t.proto", PROTO).unwrap();
+        let mut m = DynamicMessage::new(pool.get_message_by_name("t.M").unwrap());
+        set(&mut m);
+        Scope::new(m)
+    }
+
+    fn eval(source: &str, scope: &Scope) -> Result<bool, String> {
+        Gate::compile(source).unwrap().evaluate(scope)
+    }
 
     #[test]
     fn variables_are_the_roots_read() {
@@ -178,5 +546,100 @@ mod tests {
     fn comprehension_variables_are_not_roots() {
         let gate = Gate::compile("tokenize.ids.exists(i, i > 5)").unwrap();
         assert_eq!(gate.variables(), ["tokenize"]);
+    }
+
+    #[test]
+    fn unset_presence_fields_are_absent_and_implicit_scalars_read_defaults() {
+        let empty = message(|_| {});
+        for (gate, expected) in [
+            ("has(input.meta)", false),
+            ("has(input.maybe)", false),
+            ("has(input.a) || has(input.b)", false),
+            ("has(input.wrapped)", false),
+            ("input.text == '' && input.plain == 0", true),
+            ("size(input.ids) == 0 && size(input.tags) == 0", true),
+        ] {
+            assert_eq!(eval(gate, &empty), Ok(expected), "{gate}");
+        }
+        // Reading through an unset message without `has()` is an error, not a default.
+        let err = eval("input.meta.id == ''", &empty).unwrap_err();
+        assert!(err.contains("could not be evaluated"), "{err}");
+        let set = message(|m| {
+            let meta = m.descriptor().get_field_by_name("meta").unwrap();
+            let mut inner = DynamicMessage::new(meta.kind().as_message().unwrap().clone());
+            inner.set_field_by_name("id", Value::String("m1".into()));
+            m.set_field(&meta, Value::Message(inner));
+            m.set_field_by_name("maybe", Value::I32(0));
+            m.set_field_by_name("b", Value::I64(7));
+            let wrapped = m.descriptor().get_field_by_name("wrapped").unwrap();
+            let mut w = DynamicMessage::new(wrapped.kind().as_message().unwrap().clone());
+            w.set_field_by_name("value", Value::I64(42));
+            m.set_field(&wrapped, Value::Message(w));
+        });
+        for (gate, expected) in [
+            ("has(input.meta) && input.meta.id == 'm1'", true),
+            ("has(input.maybe) && input.maybe == 0", true),
+            ("!has(input.a) && has(input.b) && input.b == 7", true),
+            ("input.wrapped == 42", true),
+        ] {
+            assert_eq!(eval(gate, &set), Ok(expected), "{gate}");
+        }
+    }
+
+    #[test]
+    fn only_the_roots_read_are_converted() {
+        let mut scope = message(|m| {
+            m.set_field_by_name("ids", Value::List(vec![Value::I64(1); 10]));
+        });
+        let huge = DynamicMessage::new(scope.get("input").unwrap().descriptor());
+        let mut huge = huge;
+        huge.set_field_by_name(
+            "ids",
+            Value::List(vec![Value::I64(1); MAX_CONVERTED_VALUES as usize + 10]),
+        );
+        scope.insert_step("big", huge);
+        assert_eq!(eval("size(input.ids) == 10", &scope), Ok(true));
+        let err = eval("size(big.ids) > 0", &scope).unwrap_err();
+        assert!(err.contains("more than 1000000 values"), "{err}");
+    }
+
+    #[test]
+    fn struct_expressions_and_deep_comprehensions_are_refused() {
+        let err = Gate::compile("t.Meta{id: 'x'} == input.meta").unwrap_err();
+        assert!(err.contains("constructs a message"), "{err}");
+        let err = Gate::compile("[1].all(a, [1].all(b, [1].all(c, a + b + c > 0)))").unwrap_err();
+        assert!(err.contains("more than the limit of 2"), "{err}");
+        assert!(Gate::compile("[1].all(a, [1].all(b, a + b > 0))").is_ok());
+        // `||` chains parse balanced, so this is wide rather than deep.
+        let wide = vec!["1 > 0"; 200].join(" || ");
+        let err = Gate::compile(&wide).unwrap_err();
+        assert!(err.contains("AST nodes"), "{err}");
+        let err = Gate::compile(&format!("'{}' == ''", "x".repeat(5000))).unwrap_err();
+        assert!(err.contains("limit of 4096"), "{err}");
+    }
+
+    #[test]
+    fn deeply_nested_expressions_are_refused_without_overflowing_the_stack() {
+        // Each of these overflowed a default thread stack, in the parser or in the
+        // evaluator, and aborted the process.
+        let parens = format!("{}1{} > 0", "(".repeat(2040), ")".repeat(2040));
+        let err = Gate::compile(&parens).unwrap_err();
+        assert!(err.contains("Recursion limit"), "{err}");
+        let ternaries = format!("{}true", "true?true:".repeat(400));
+        assert!(Gate::compile(&ternaries).is_err());
+        let sums = format!("1{} > 0", "+1".repeat(254));
+        let err = Gate::compile(&sums).unwrap_err();
+        assert!(err.contains("more than 48 deep"), "{err}");
+
+        // Just within the limit, evaluation fits a 2 MiB thread (tokio's default).
+        let gate = Gate::compile(&format!("1{} > 0", "+1".repeat(46))).unwrap();
+        let scope = message(|_| {});
+        let open = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || gate.evaluate(&scope))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(open, Ok(true));
     }
 }

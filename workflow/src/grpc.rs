@@ -2,11 +2,16 @@
 //! and decoded with a codec that knows the method's descriptors, over tonic.
 //!
 //! Channels are cached per target (and TLS choice) and connect lazily, so the first
-//! call to a target pays for the connection and later calls reuse it.
+//! call to a target pays for the connection and later calls reuse it. The cache is
+//! bounded, because every workflow names its own targets: at most [`MAX_CHANNELS`]
+//! channels, the least recently used evicted first, and a channel unused for
+//! [`CHANNEL_IDLE`] dropped at the next miss. Dropping a channel only closes its
+//! connection once calls still holding a clone of it finish.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
 use prost::Message;
@@ -17,6 +22,72 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 const DEADLINE_GRACE: Duration = Duration::from_millis(250);
+
+/// Most channels one [`GrpcClient`] keeps.
+pub const MAX_CHANNELS: usize = 1_024;
+/// A cached channel unused this long is dropped.
+pub const CHANNEL_IDLE: Duration = Duration::from_secs(600);
+
+/// A map bounded in entries (least recently used evicted first) and in idleness.
+///
+/// A hit costs one hash lookup; a miss also sweeps idle entries and, when full, scans
+/// for the least recently used one. Both scans are O(capacity), paid only when a new
+/// target arrives, which is when a connection is about to be made anyway.
+struct LruCache<K, V> {
+    entries: HashMap<K, (V, Instant)>,
+    capacity: usize,
+    idle: Duration,
+}
+
+impl<K: Eq + Hash + Clone, V: Clone> LruCache<K, V> {
+    fn new(capacity: usize, idle: Duration) -> Self {
+        LruCache {
+            entries: HashMap::new(),
+            capacity,
+            idle,
+        }
+    }
+
+    /// The value for `key` (marked used at `now`), or the one `make` builds, cached.
+    fn get_or_try_insert<E>(
+        &mut self,
+        key: &K,
+        now: Instant,
+        make: impl FnOnce() -> Result<V, E>,
+    ) -> Result<V, E> {
+        if let Some((value, used)) = self.entries.get_mut(key) {
+            *used = now;
+            return Ok(value.clone());
+        }
+        let value = make()?;
+        let idle = self.idle;
+        self.entries
+            .retain(|_, (_, used)| now.saturating_duration_since(*used) < idle);
+        while self.entries.len() >= self.capacity {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        self.entries.insert(key.clone(), (value.clone(), now));
+        Ok(value)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[cfg(test)]
+    fn contains(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
+    }
+}
 
 /// Why a call did not produce a response.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,10 +158,18 @@ impl Decoder for DynamicDecoder {
     }
 }
 
-/// A gRPC client for any method of any target, with channels cached per target.
-#[derive(Default)]
+/// A gRPC client for any method of any target, with channels cached per target
+/// (at most [`MAX_CHANNELS`], see the module docs).
 pub struct GrpcClient {
-    channels: Mutex<HashMap<(String, bool), Channel>>,
+    channels: Mutex<LruCache<(String, bool), Channel>>,
+}
+
+impl Default for GrpcClient {
+    fn default() -> Self {
+        GrpcClient {
+            channels: Mutex::new(LruCache::new(MAX_CHANNELS, CHANNEL_IDLE)),
+        }
+    }
 }
 
 impl GrpcClient {
@@ -104,9 +183,11 @@ impl GrpcClient {
         // A poisoned lock only means another call panicked mid-insert; the map is
         // still a valid cache.
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(channel) = channels.get(&key) {
-            return Ok(channel.clone());
-        }
+        channels.get_or_try_insert(&key, Instant::now(), || Self::connect(target, tls))
+    }
+
+    /// A lazily connecting channel to `target`.
+    fn connect(target: &str, tls: bool) -> Result<Channel, CallError> {
         let unavailable = |e: String| CallError::Status {
             code: Code::Unavailable,
             message: e,
@@ -121,9 +202,7 @@ impl GrpcClient {
                 .tls_config(ClientTlsConfig::new().with_webpki_roots())
                 .map_err(|e| unavailable(format!("TLS set-up for '{target}': {e}")))?;
         }
-        let channel = endpoint.connect_lazy();
-        channels.insert(key, channel.clone());
-        Ok(channel)
+        Ok(endpoint.connect_lazy())
     }
 
     /// Calls `method` on `target` with `request`, waiting at most `deadline`, sending
@@ -177,5 +256,69 @@ impl GrpcClient {
             }),
             Err(_) => Err(CallError::Deadline(deadline)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_channel_cache_stays_bounded_and_keeps_the_recently_used() {
+        let start = Instant::now();
+        let mut cache = LruCache::new(8, CHANNEL_IDLE);
+        let tick = |n: u64| start + Duration::from_millis(n);
+        let insert = |cache: &mut LruCache<String, u64>, key: &str, at: u64| {
+            cache
+                .get_or_try_insert(&key.to_owned(), tick(at), || Ok::<_, ()>(at))
+                .unwrap()
+        };
+        insert(&mut cache, "kept", 0);
+        for i in 1..1_000u64 {
+            insert(&mut cache, &format!("target-{i}"), i);
+            // Using "kept" on every round makes it the most recently used.
+            assert_eq!(
+                insert(&mut cache, "kept", i),
+                0,
+                "a hit returns the cached value"
+            );
+            assert!(cache.len() <= 8);
+        }
+        assert_eq!(cache.len(), 8);
+        assert!(cache.contains(&"kept".to_owned()));
+        assert!(cache.contains(&"target-999".to_owned()));
+        assert!(
+            !cache.contains(&"target-1".to_owned()),
+            "the least recent went first"
+        );
+    }
+
+    #[test]
+    fn idle_channels_are_dropped_at_the_next_miss() {
+        let start = Instant::now();
+        let mut cache = LruCache::new(8, Duration::from_secs(600));
+        let mut insert = |key: &str, at: Duration| {
+            cache
+                .get_or_try_insert(&key.to_owned(), start + at, || Ok::<_, ()>(()))
+                .unwrap();
+        };
+        insert("old", Duration::ZERO);
+        insert("busy", Duration::from_secs(300));
+        insert("new", Duration::from_secs(601));
+        assert!(!cache.contains(&"old".to_owned()), "idle for 601 s");
+        assert!(cache.contains(&"busy".to_owned()));
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_client_caps_its_channels() {
+        let client = GrpcClient::new();
+        for port in 0..(MAX_CHANNELS + 50) {
+            client
+                .channel(&format!("127.0.0.1:{}", 10_000 + port), false)
+                .unwrap();
+        }
+        let channels = client.channels.lock().unwrap();
+        assert_eq!(channels.len(), MAX_CHANNELS);
     }
 }

@@ -21,10 +21,11 @@
 //! | [`compile`]    | the envelope parsed into a [`CompiledWorkflow`]; every problem a [`Finding`] |
 //! | [`verify`]     | static checks of every rule, gate and output mapping, all findings at once |
 //! | [`rules`]      | the mapping language: `target = source`, `target += source`, `-target` |
-//! | [`gate`]       | `when` gates: CEL over `input` and earlier steps                       |
+//! | [`gate`]       | `when` gates: CEL over `input` and earlier steps, bounded              |
+//! | [`ruleset`]    | compile-time checks of the `buf.validate` rules the workflow runs      |
 //! | [`scope`]      | what a running segment can read: the input and earlier responses       |
 //! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
-//! | [`grpc`]       | dynamic unary calls over tonic, channels cached per target             |
+//! | [`grpc`]       | dynamic unary calls over tonic; a bounded LRU cache of channels        |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
 //! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
@@ -39,6 +40,7 @@ pub mod failure;
 pub mod gate;
 pub mod grpc;
 pub mod rules;
+pub mod ruleset;
 pub mod runner;
 pub mod schema;
 pub mod scope;

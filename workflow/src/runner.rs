@@ -2,11 +2,14 @@
 //!
 //! A segment rebuilds the scope from the prior checkpoints (already replayed by the
 //! caller), resumes at the first missing step, and for each step: evaluates its
-//! `when` gate, builds the request with its rules, calls the target within the
-//! smaller of the step's deadline and what is left of the segment's, checks the
-//! response when the step asks for `validate`, and hands the checkpoint to the
-//! caller's [`CheckpointSink`] **before** the next step runs. It stops at an external
-//! step (`Parked`), at the end (`Completed`), or at the first failure.
+//! `when` gate (off the async threads, within the smaller of
+//! [`crate::gate::GATE_TIME_LIMIT`] and what is left of the segment), builds the
+//! request with its rules, calls the target within the smaller of the step's deadline
+//! and what is left of the segment's, checks the response when the step asks for
+//! `validate` (off the async threads too, within [`RULES_TIME_LIMIT`]), and hands the
+//! checkpoint to the caller's [`CheckpointSink`] **before** the next step runs. It
+//! stops at an external step (`Parked`), at the end (`Completed`), or at the first
+//! failure.
 
 use std::future::Future;
 use std::time::Duration;
@@ -16,8 +19,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
-use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
+use crate::compile::{CompiledStep, CompiledWorkflow, RULES_TIME_LIMIT, encode_json};
 use crate::failure::{FailureKind, StepFailure};
+use crate::gate::GATE_TIME_LIMIT;
 use crate::grpc::{CallError, GrpcClient};
 use crate::rules::apply_rule;
 use crate::scope::Scope;
@@ -230,12 +234,27 @@ impl Runner {
         metadata: &dyn CallMetadata,
     ) -> Result<Option<DynamicMessage>, StepFailure> {
         let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
-        if let Some(gate) = &step.when
-            && !gate
-                .evaluate(scope)
-                .map_err(|e| fail(FailureKind::Gate, e))?
-        {
-            return Ok(None);
+        let out_of_time = || {
+            fail(
+                FailureKind::Deadline,
+                format!(
+                    "the segment deadline of {} ms passed before the step could run",
+                    workflow.deadline.as_millis()
+                ),
+            )
+        };
+        if let Some(gate) = &step.when {
+            let remaining = segment_end.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(out_of_time());
+            }
+            let open = gate
+                .evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
+                .await
+                .map_err(|e| fail(FailureKind::Gate, e))?;
+            if !open {
+                return Ok(None);
+            }
         }
         let mut request = DynamicMessage::new(step.method.input());
         for rule in &step.rules {
@@ -244,13 +263,7 @@ impl Runner {
         }
         let remaining = segment_end.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(fail(
-                FailureKind::Deadline,
-                format!(
-                    "the segment deadline of {} ms passed before the step could run",
-                    workflow.deadline.as_millis()
-                ),
-            ));
+            return Err(out_of_time());
         }
         let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
         let target = step
@@ -282,8 +295,21 @@ impl Runner {
                 ),
             })?;
         if step.validate {
+            // The check runs the type's CEL rules: off the async threads, and bounded
+            // by what is left of the segment as a call is.
+            let remaining = segment_end.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(fail(
+                    FailureKind::Deadline,
+                    format!(
+                        "the segment deadline of {} ms passed before the response could be checked",
+                        workflow.deadline.as_millis()
+                    ),
+                ));
+            }
             let violations = workflow
-                .violations(&response)
+                .violations_within(&response, RULES_TIME_LIMIT.min(remaining))
+                .await
                 .map_err(|e| fail(FailureKind::Workflow, e))?;
             if !violations.is_empty() {
                 let listed = violations

@@ -4,6 +4,7 @@
 //! reference to its fields reads defaults instead of failing.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
@@ -11,29 +12,48 @@ use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 pub const INPUT: &str = "input";
 
 /// The values rules and gates read, by root name.
+///
+/// Messages are shared, so the copy a gate takes to another thread
+/// ([`Scope::subset`]) costs a reference count, not a deep clone of the data.
 #[derive(Debug, Clone)]
 pub struct Scope {
-    roots: HashMap<String, DynamicMessage>,
+    roots: HashMap<String, Arc<DynamicMessage>>,
 }
 
 impl Scope {
     /// A scope holding only the input.
     pub fn new(input: DynamicMessage) -> Self {
         Scope {
-            roots: HashMap::from([(INPUT.to_owned(), input)]),
+            roots: HashMap::from([(INPUT.to_owned(), Arc::new(input))]),
         }
     }
 
     /// Adds a step's response (or, for a skipped step, its default message).
     pub fn insert_step(&mut self, name: &str, response: DynamicMessage) {
-        self.roots.insert(name.to_owned(), response);
+        self.roots.insert(name.to_owned(), Arc::new(response));
     }
 
-    /// Every root and its message, for gates.
+    /// The message of one root, if it is in scope.
+    pub fn get(&self, root: &str) -> Option<&DynamicMessage> {
+        self.roots.get(root).map(Arc::as_ref)
+    }
+
+    /// A scope holding only `names` (those in scope), for work that must own what it
+    /// reads, such as a gate evaluated on another thread.
+    pub fn subset(&self, names: &[String]) -> Scope {
+        Scope {
+            roots: names
+                .iter()
+                .filter_map(|name| Some((name.clone(), self.roots.get(name)?.clone())))
+                .collect(),
+        }
+    }
+
+    /// Every root and its message.
     pub fn roots(&self) -> impl Iterator<Item = (&str, &DynamicMessage)> {
         self.roots
             .iter()
-            .map(|(name, message)| (name.as_str(), message))
+            .map(|(name, message)| (name.as_str(), message.as_ref()))
     }
 
     /// Reads `root.fields...`; the path was verified, so a miss here means the scope
@@ -43,7 +63,7 @@ impl Scope {
             .roots
             .get(root)
             .ok_or_else(|| format!("'{root}' is not in scope yet"))?;
-        let mut current = message.clone();
+        let mut current = DynamicMessage::clone(message);
         let Some((last, parents)) = fields.split_last() else {
             return Ok(Value::Message(current));
         };

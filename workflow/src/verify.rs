@@ -4,7 +4,7 @@
 //! A rule's target must exist on the request type with a type the source converts
 //! into; a source must be rooted at `input` or at an *earlier* step (a later step is
 //! a forward reference, an unknown root a typo); a `when` gate must compile as CEL
-//! and read only those same roots. Output rules may read every step.
+//! within the bounds of [`crate::gate::analyze`] and read only those same roots. Output rules may read every step.
 
 use prost_reflect::MessageDescriptor;
 
@@ -120,7 +120,7 @@ impl Roots<'_> {
     }
 
     fn check_gate(&self, source: &str, index: usize) -> Result<(), String> {
-        let gate = Gate::compile(source).map_err(|e| format!("`when` is not valid CEL: {e}"))?;
+        let gate = Gate::compile(source).map_err(|e| format!("`when` {e}"))?;
         let mut problems = Vec::new();
         for variable in gate.variables() {
             if let Err(reason) = self.root_type(&variable, index) {

@@ -1,0 +1,202 @@
+//! Compile-time checks of the `buf.validate` rules a workflow will run.
+//!
+//! A descriptor set is user input, and its `(buf.validate.message).cel` and
+//! `(buf.validate.field).cel` rules are CEL run by the same evaluator as `when` gates,
+//! with the same lack of cost limits. So every CEL rule on a message type reachable
+//! from the input type and from every step's request and response types must pass
+//! the gate bounds of [`crate::gate::analyze`]: a finding names the type, the rule id
+//! and the limit.
+//!
+//! And a rule set that cannot be used at all (a CEL rule that does not compile, or
+//! reads a field that does not exist) would refuse every check: for a
+//! `validate: true` external step that strands the job, as every `complete-step`
+//! fails. So the types the engine validates (the input type, and the response type of
+//! every `validate: true` step) and the message types reachable from them are
+//! validated once at compile time, as a default instance; an error other than a
+//! plain violation is a finding naming the step and the type. A rule that errors on
+//! the empty message (an unguarded `this.items[0]`) is reported too: it would error
+//! on some real message as well.
+//!
+//! Not covered: CEL in predefined rule extensions, and field rules on presence
+//! fields, which the default instance leaves unset and so never evaluates.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use prost_protovalidate::Validator;
+use prost_protovalidate_types::{
+    FieldConstraintsExt, FieldRules, MessageConstraintsExt, field_rules,
+};
+use prost_reflect::{DynamicMessage, MessageDescriptor};
+
+use crate::compile::Finding;
+use crate::gate::analyze;
+
+/// A type the workflow reads, and where the envelope names it.
+pub(crate) struct TypeRoot {
+    pub message: MessageDescriptor,
+    pub step: Option<String>,
+    pub path: String,
+}
+
+/// Every message type reachable from `root` (itself included), each once.
+fn reachable(root: &MessageDescriptor, seen: &mut HashSet<String>) -> Vec<MessageDescriptor> {
+    let mut found = Vec::new();
+    let mut queue = VecDeque::from([root.clone()]);
+    while let Some(message) = queue.pop_front() {
+        if !seen.insert(message.full_name().to_owned()) {
+            continue;
+        }
+        for field in message.fields() {
+            if let Some(inner) = field.kind().as_message() {
+                queue.push_back(inner.clone());
+            }
+        }
+        found.push(message);
+    }
+    found
+}
+
+/// The CEL rules declared on `message` and its fields: `(label, expression)`.
+fn cel_rules(message: &MessageDescriptor) -> Vec<(String, String)> {
+    let mut rules = Vec::new();
+    // A rule set that does not decode is the validator's finding, not this one's.
+    if let Ok(Some(constraints)) = message.message_constraints() {
+        for rule in constraints.cel {
+            let id = rule.id.unwrap_or_default();
+            rules.push((
+                format!("message rule '{id}'"),
+                rule.expression.unwrap_or_default(),
+            ));
+        }
+        for (i, expression) in constraints.cel_expression.into_iter().enumerate() {
+            rules.push((format!("message cel_expression[{i}]"), expression));
+        }
+    }
+    for field in message.fields() {
+        if let Ok(Some(constraints)) = field.field_constraints() {
+            field_cel_rules(&constraints, field.name(), &mut rules);
+        }
+    }
+    rules
+}
+
+fn field_cel_rules(constraints: &FieldRules, label: &str, rules: &mut Vec<(String, String)>) {
+    for rule in &constraints.cel {
+        let id = rule.id.clone().unwrap_or_default();
+        rules.push((
+            format!("rule '{id}' of field {label}"),
+            rule.expression.clone().unwrap_or_default(),
+        ));
+    }
+    for (i, expression) in constraints.cel_expression.iter().enumerate() {
+        rules.push((
+            format!("cel_expression[{i}] of field {label}"),
+            expression.clone(),
+        ));
+    }
+    match &constraints.r#type {
+        Some(field_rules::Type::Repeated(repeated)) => {
+            if let Some(items) = &repeated.items {
+                field_cel_rules(items, &format!("{label}[]"), rules);
+            }
+        }
+        Some(field_rules::Type::Map(map)) => {
+            if let Some(keys) = &map.keys {
+                field_cel_rules(keys, &format!("{label} (keys)"), rules);
+            }
+            if let Some(values) = &map.values {
+                field_cel_rules(values, &format!("{label} (values)"), rules);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What [`check_bounds`] found out about the types it walked.
+#[derive(Default)]
+pub(crate) struct Unrunnable {
+    /// Types with a CEL rule out of bounds (already a finding).
+    out_of_bounds: HashSet<String>,
+    /// Types with a CEL rule that does not parse, and why. Not a finding by itself:
+    /// only the types the engine validates need to run.
+    unparsable: HashMap<String, String>,
+}
+
+/// Applies the gate bounds to every CEL rule reachable from `roots`; a rule out of
+/// bounds is a finding. Returns the types the validator must never be handed: the
+/// validator parses on the calling thread, which a deeply nested rule would overflow
+/// (the bounds check parses on a thread sized for it).
+pub(crate) fn check_bounds(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> Unrunnable {
+    let mut seen = HashSet::new();
+    let mut unrunnable = Unrunnable::default();
+    for root in roots {
+        for message in reachable(&root.message, &mut seen) {
+            let name = message.full_name().to_owned();
+            for (label, expression) in cel_rules(&message) {
+                match analyze(&expression) {
+                    Ok(_) => {}
+                    Err(reason) if reason.starts_with("is not valid CEL") => {
+                        unrunnable
+                            .unparsable
+                            .entry(name.clone())
+                            .or_insert(format!("the CEL {label} {reason}"));
+                    }
+                    Err(reason) => {
+                        unrunnable.out_of_bounds.insert(name.clone());
+                        findings.push(Finding {
+                            step: root.step.clone(),
+                            path: root.path.clone(),
+                            message: format!("type {name}: the CEL {label} {reason}"),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    unrunnable
+}
+
+/// Validates a default instance of every type reachable from `roots` (except those
+/// out of bounds), so rules that cannot run are findings now, not failures later.
+pub(crate) fn check_usable(
+    findings: &mut Vec<Finding>,
+    validator: &Validator,
+    roots: &[TypeRoot],
+    unrunnable: &Unrunnable,
+) {
+    let mut seen = HashSet::new();
+    for root in roots {
+        for message in reachable(&root.message, &mut seen) {
+            if unrunnable.out_of_bounds.contains(message.full_name()) {
+                continue;
+            }
+            let problem = match unrunnable.unparsable.get(message.full_name()) {
+                Some(reason) => reason.clone(),
+                None => {
+                    let instance = DynamicMessage::new(message.clone());
+                    // The bounds keep out the expressions the evaluator panics on;
+                    // catching still turns any other evaluator panic into a finding.
+                    match catch_unwind(AssertUnwindSafe(|| validator.validate(&instance))) {
+                        Ok(Ok(()) | Err(prost_protovalidate::Error::Validation(_))) => continue,
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "the rule evaluator panicked".to_owned(),
+                    }
+                }
+            };
+            let context = if message.full_name() == root.message.full_name() {
+                String::new()
+            } else {
+                format!(" (reached from {})", root.message.full_name())
+            };
+            findings.push(Finding {
+                step: root.step.clone(),
+                path: root.path.clone(),
+                message: format!(
+                    "the buf.validate rules of {}{context} cannot be used: {problem}; every check of this type would fail, so fix the rule",
+                    message.full_name()
+                ),
+            });
+        }
+    }
+}
