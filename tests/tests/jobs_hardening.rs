@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use http::StatusCode;
 use jobs_role::JobStatus;
 use jobs_role::store::{Settlement, Store};
@@ -397,5 +398,85 @@ async fn an_unavailable_database_is_answered_without_its_internals() {
         .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
         .await
         .unwrap();
+    node.stop().await;
+}
+
+/// A schema with a recursive input type; its Tokenizer is wire-compatible with the
+/// fixture server's.
+fn recursive_workflow(target: &str, when: &str) -> Value {
+    let source = r#"
+        syntax = "proto3";
+        package jobs.test;
+        message Text { string text = 1; bool fail = 2; }
+        message Tokens { repeated int64 ids = 1; bool fail = 2; }
+        service Tokenizer { rpc Tokenize(Text) returns (Tokens); }
+        message Node { Node next = 1; string name = 2; }
+    "#;
+    let bytes = workflow::schema::compile_proto_source("recursive.proto", source).unwrap();
+    json!({
+        "name": "recursive",
+        "schema": { "descriptorSetBase64": base64::engine::general_purpose::STANDARD.encode(bytes) },
+        "inputType": "jobs.test.Node",
+        "steps": [{
+            "name": "tokenize", "target": target, "method": "jobs.test.Tokenizer/Tokenize",
+            "rules": ["text = input.name"], "when": when,
+        }],
+    })
+}
+
+#[tokio::test]
+async fn a_recursive_input_type_with_a_gate_runs_as_a_job_and_synchronously_and_the_node_lives() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "node-a", 1)).await;
+    let gate = "has(input.next) && input.next.name == 'b' && !has(input.next.next)";
+    let workflow = recursive_workflow(&server.target(), gate);
+    let chain = json!({ "name": "a", "next": { "name": "b" } });
+
+    let ran = node
+        .ok(
+            "run-workflow",
+            json!({ "workflow": workflow, "input": chain }),
+        )
+        .await;
+    assert_eq!(ran["ok"], true, "{ran}");
+    assert_eq!(ran["steps"][0]["skipped"], false, "the gate opened: {ran}");
+
+    let opened = node.submit(&workflow, chain.clone()).await;
+    let closed = node
+        .submit(&workflow, json!({ "name": "a", "next": { "name": "c" } }))
+        .await;
+    let opened = node.wait_for_status(&opened, "COMPLETED", WAIT).await;
+    let closed = node.wait_for_status(&closed, "COMPLETED", WAIT).await;
+    assert_eq!(opened["checkpoints"][0]["skipped"], false);
+    assert_eq!(closed["checkpoints"][0]["skipped"], true);
+    assert_eq!(
+        server.stats.tokenize_calls(),
+        2,
+        "run-workflow once, the open job once"
+    );
+
+    // A chain nested deeper than a request may carry is refused at the route, with
+    // nothing written; the node lives on.
+    let mut deep = json!({ "name": "leaf" });
+    for _ in 0..100 {
+        deep = json!({ "name": "n", "next": deep });
+    }
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "workflow": workflow, "input": deep }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("recursion limit"),
+        "{answer}"
+    );
+    let after = node.submit(&workflow, chain).await;
+    node.wait_for_status(&after, "COMPLETED", WAIT).await;
     node.stop().await;
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
 use uuid::Uuid;
-use workflow::compile::{decode_json, encode_json};
+use workflow::compile::{RULES_TIME_LIMIT, decode_json, encode_json};
 use workflow::{Checkpoint, CompiledWorkflow};
 
 use super::{JobsState, store_error};
@@ -88,9 +88,12 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     let response = decode_json(&step.output_type(), &supplied)
         .map_err(|e| ActionError::invalid(format!("response: {e}")))?;
     let violations = if step.validate {
+        // Off the async threads and bounded in time: the rules are the workflow
+        // author's CEL, the response the caller's data.
         compiled
-            .violations(&response)
-            .map_err(ActionError::internal)?
+            .violations_within(&response, RULES_TIME_LIMIT)
+            .await
+            .map_err(|e| ActionError::invalid(format!("response: {e}")))?
     } else {
         Vec::new()
     };
