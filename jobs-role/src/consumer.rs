@@ -93,11 +93,13 @@ impl RequestConsumer {
         bootstrap: &str,
         submitter: Submitter,
     ) -> Result<RequestConsumer, LaneError> {
-        let consumer: StreamConsumer = client_config(config, bootstrap)
+        let defaults = [
+            ("auto.offset.reset", "earliest"),
+            ("session.timeout.ms", "10000"),
+        ];
+        let consumer: StreamConsumer = client_config(config, bootstrap, &defaults)
             .set("group.id", &config.consumer_group)
             .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "10000")
             .create()?;
         consumer.subscribe(&[&config.requests_topic])?;
         Ok(RequestConsumer {

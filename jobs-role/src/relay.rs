@@ -53,10 +53,20 @@ pub enum LaneError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BrokerUnreachable;
 
-/// The client settings both lanes share: the bootstrap servers and `kafka_options`.
-pub fn client_config(config: &JobsConfig, bootstrap: &str) -> ClientConfig {
+/// The client settings both lanes share: the bootstrap servers, the lane's
+/// `defaults`, then `kafka_options`, which override the defaults. The settings a lane
+/// guarantees rest on (acks, idempotence, the consumer group, manual commits) are set
+/// by the caller after this, so no option can weaken them.
+pub fn client_config(
+    config: &JobsConfig,
+    bootstrap: &str,
+    defaults: &[(&str, &str)],
+) -> ClientConfig {
     let mut client = ClientConfig::new();
     client.set("bootstrap.servers", bootstrap);
+    for (key, value) in defaults {
+        client.set(*key, *value);
+    }
     for (key, value) in &config.kafka_options {
         client.set(key, value);
     }
@@ -73,13 +83,13 @@ pub struct Publisher {
 impl Publisher {
     /// A producer with `acks=all` and idempotence on.
     pub fn new(config: &JobsConfig, bootstrap: &str) -> Result<Publisher, LaneError> {
-        let producer: FutureProducer = client_config(config, bootstrap)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            // Bounds how long one publish may wait for the broker before it counts as
-            // failed; an unreachable broker is caught before publishing.
-            .set("message.timeout.ms", "15000")
-            .create()?;
+        // message.timeout.ms bounds how long one publish may wait for the broker; a
+        // timeout is an outage (no attempt spent). kafka_options may change it.
+        let producer: FutureProducer =
+            client_config(config, bootstrap, &[("message.timeout.ms", "15000")])
+                .set("acks", "all")
+                .set("enable.idempotence", "true")
+                .create()?;
         Ok(Publisher {
             producer,
             topic: config.events_topic.clone(),
@@ -161,6 +171,14 @@ impl Publisher {
         if !self.reachable().await {
             return Err(BrokerUnreachable);
         }
+        Ok(self.send_all(events).await)
+    }
+
+    /// Publishes `events` without the reachability check and waits for every ack or
+    /// failure, each classified ([`classify`]); the outcomes are in order. The relay
+    /// calls it through [`Publisher::publish`]; a broker that fails between the check
+    /// and the send lands here as an outage.
+    pub async fn send_all(&self, events: Vec<PendingEvent>) -> Vec<PublishOutcome> {
         let mut in_flight = Vec::with_capacity(events.len());
         for event in &events {
             let key = event.job_id.to_string();
@@ -183,7 +201,7 @@ impl Publisher {
                 },
             });
         }
-        Ok(outcomes)
+        outcomes
     }
 }
 
@@ -305,5 +323,39 @@ async fn log_held(store: &Store) {
         ),
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "counting held outbox rows failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outages_spend_no_attempt_and_refusals_do() {
+        use RDKafkaErrorCode::*;
+        for outage in [
+            MessageTimedOut,
+            RequestTimedOut,
+            LeaderNotAvailable,
+            NotLeaderForPartition,
+            NotEnoughReplicas,
+            NotEnoughReplicasAfterAppend,
+            AllBrokersDown,
+            BrokerTransportFailure,
+            UnknownTopicOrPartition,
+        ] {
+            let error = KafkaError::MessageProduction(outage);
+            assert!(
+                matches!(classify(&error), PublishOutcome::Outage(_)),
+                "{outage:?} is an outage"
+            );
+        }
+        for refusal in [MessageSizeTooLarge, InvalidRecord, TopicAuthorizationFailed] {
+            let error = KafkaError::MessageProduction(refusal);
+            assert!(
+                matches!(classify(&error), PublishOutcome::Failed(_)),
+                "{refusal:?} is the record's fault"
+            );
+        }
     }
 }

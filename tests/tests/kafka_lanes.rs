@@ -668,50 +668,6 @@ async fn hostile_request_records_are_dead_lettered_and_their_partition_flows_on(
 }
 
 #[tokio::test]
-async fn a_publish_that_times_out_is_an_outage_and_spends_no_attempt() {
-    use jobs_role::relay::Publisher;
-    let db = TestDatabase::create().await;
-    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
-    let mut quiet = config.clone();
-    quiet.kafka_bootstrap = None;
-    let node = JobsNode::start(quiet).await;
-    let job = NewJob {
-        job_id: uuid::Uuid::now_v7(),
-        workflow_name: "w".into(),
-        definition: json!({}),
-        input: json!({}),
-        max_attempts: 3,
-    };
-    node.store.insert_job(&job).await.unwrap();
-    let bootstrap = config.kafka_bootstrap.clone().unwrap();
-
-    // The broker answers its metadata, but every record times out in the producer's
-    // queue: what a leaderless partition or missing replicas look like to the relay.
-    let mut timing_out = config.clone();
-    timing_out
-        .kafka_options
-        .insert("message.timeout.ms".into(), "1".into());
-    timing_out
-        .kafka_options
-        .insert("linger.ms".into(), "200".into());
-    let slow = Publisher::new(&timing_out, &bootstrap).unwrap();
-    let report = drain_once(&node.store, &slow).await;
-    assert_eq!((report.outage, report.published), (1, 0), "{report:?}");
-    assert!(
-        report.dead_lettered.is_empty(),
-        "even with one attempt allowed"
-    );
-    let row = &node.store.job_events(job.job_id).await.unwrap()[0];
-    let (status, attempts, _) = node.store.outbox_row(row.event_id).await.unwrap().unwrap();
-    assert_eq!((status.as_str(), attempts), ("PENDING", 0));
-
-    let healthy = Publisher::new(&config, &bootstrap).unwrap();
-    let report = drain_once(&node.store, &healthy).await;
-    assert_eq!(report.published, 1, "published once the outage passed");
-    node.stop().await;
-}
-
-#[tokio::test]
 async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
     use jobs_role::relay::Publisher;
     let db = TestDatabase::create().await;

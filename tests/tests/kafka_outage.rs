@@ -1,5 +1,6 @@
 //! A broker outage: the relay keeps the events PENDING while the broker is down and
-//! delivers every one of them once it is back. This test stops and restarts the
+//! delivers every one of them once it is back; a publish the broker cannot take
+//! spends no attempt. This test stops and restarts the
 //! shared broker through the set-up script, so it lives alone in its own test binary
 //! (cargo runs test binaries one after another).
 
@@ -161,5 +162,89 @@ async fn events_wait_out_a_broker_outage_and_all_arrive() {
         rows.into_iter().collect::<HashSet<_>>(),
         "none lost; duplicates only by event_id"
     );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_publish_the_broker_cannot_take_is_an_outage_and_spends_no_attempt() {
+    use jobs_role::relay::Publisher;
+    use jobs_role::store::NewJob;
+    let db = TestDatabase::create().await;
+    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
+    let mut quiet = config.clone();
+    quiet.kafka_bootstrap = None;
+    let node = JobsNode::start(quiet).await;
+    let job = NewJob {
+        job_id: uuid::Uuid::now_v7(),
+        workflow_name: "w".into(),
+        definition: json!({}),
+        input: json!({}),
+        max_attempts: 3,
+    };
+    node.store.insert_job(&job).await.unwrap();
+    let bootstrap = config.kafka_bootstrap.clone().unwrap();
+    let mut impatient = config.clone();
+    impatient
+        .kafka_options
+        .insert("message.timeout.ms".into(), "1500".into());
+    let publisher = Publisher::new(&impatient, &bootstrap).unwrap();
+
+    // The broker goes away after the relay's reachability check: every record of the
+    // batch times out in the producer. One publish attempt allowed, none spent.
+    let outage = Outage::begin().await;
+    let report = node
+        .store
+        .drain_outbox(
+            10,
+            1,
+            |_| Duration::ZERO,
+            |events| async {
+                Ok::<_, jobs_role::relay::BrokerUnreachable>(publisher.send_all(events).await)
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    outage.end().await;
+    assert_eq!((report.outage, report.published), (1, 0), "{report:?}");
+    assert!(
+        report.dead_lettered.is_empty(),
+        "even with one attempt allowed"
+    );
+    assert!(
+        report
+            .outage_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("timed out"),
+        "{report:?}"
+    );
+    let row = &node.store.job_events(job.job_id).await.unwrap()[0];
+    let (status, attempts, _) = node.store.outbox_row(row.event_id).await.unwrap().unwrap();
+    assert_eq!((status.as_str(), attempts), ("PENDING", 0));
+
+    let mut published = 0;
+    eventually(
+        "the row to publish once the broker is back",
+        Duration::from_secs(60),
+        || {
+            let (store, publisher) = (&node.store, &publisher);
+            async move {
+                let report = store
+                    .drain_outbox(
+                        10,
+                        1,
+                        |_| Duration::ZERO,
+                        |events| publisher.publish(events),
+                    )
+                    .await;
+                if let Ok(Ok(report)) = report {
+                    published += report.published;
+                }
+                published == 1
+            }
+        },
+    )
+    .await;
     node.stop().await;
 }
