@@ -9,8 +9,74 @@
 //! Consumers of either form call [`unframe`]: a protobuf message never starts with a
 //! `0` byte (field number 0 does not exist), so the first byte tells the forms apart.
 
-/// The contract's `.proto` source, as registered with a schema registry.
+/// The contract's `.proto` source, with its `buf.validate` annotations.
 pub const CONTRACT_PROTO: &str = include_str!("../proto/protomolt/jobs/v1/jobs.proto");
+
+/// The file the annotations come from; a schema registry knows nothing of it.
+const VALIDATE_IMPORT: &str = "import \"buf/validate/validate.proto\";";
+
+/// The contract as registered with a schema registry: [`CONTRACT_PROTO`] without the
+/// `buf/validate/validate.proto` import and its annotations. A registry resolves only
+/// the imports it is given as references (the `google/protobuf` well-known types it
+/// knows itself), and the annotations are rules this crate evaluates at runtime, not
+/// part of the wire format: the messages, fields, numbers and types are identical
+/// (a test compares the two descriptors).
+pub fn registry_schema() -> String {
+    let source = CONTRACT_PROTO.replace(VALIDATE_IMPORT, "");
+    let mut kept = String::with_capacity(source.len());
+    let mut rest = source.as_str();
+    loop {
+        let option = rest.find("option (buf.validate.");
+        let bracket = rest.find('[');
+        let cut = match (option, bracket) {
+            (Some(o), Some(b)) => o.min(b),
+            (Some(o), None) => o,
+            (None, Some(b)) => b,
+            (None, None) => break,
+        };
+        let (before, from) = rest.split_at(cut);
+        if from.starts_with('[') {
+            let end = matching(from, '[', ']');
+            if from[..end].contains("(buf.validate.") {
+                kept.push_str(before.trim_end_matches([' ', '\n']));
+            } else {
+                kept.push_str(before);
+                kept.push_str(&from[..end]);
+            }
+            rest = &from[end..];
+        } else {
+            // `option (buf.validate.message).cel = { ... };`
+            kept.push_str(before.trim_end_matches(' '));
+            let end = matching(from, '{', '}');
+            rest = from[end..].trim_start_matches(';');
+            rest = rest.strip_prefix('\n').unwrap_or(rest);
+        }
+    }
+    kept.push_str(rest);
+    kept
+}
+
+/// The index just past the `close` matching the first `open` of `text` (the end of
+/// `text` when unbalanced; the contract is ours and balanced).
+fn matching(text: &str, open: char, close: char) -> usize {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            '"' => in_string = !in_string,
+            _ if in_string => {}
+            c if c == open => depth += 1,
+            c if c == close => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + c.len_utf8();
+                }
+            }
+            _ => {}
+        }
+    }
+    text.len()
+}
 
 /// Why framed bytes could not be unframed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -400,3 +400,60 @@ fn contract_descriptors_decode() {
         "exactly two messages"
     );
 }
+
+/// Resolves the registry copy of the contract and the well-known types, and nothing
+/// else: what a schema registry can resolve without references.
+struct RegistryResolver(String);
+
+impl protox::file::FileResolver for RegistryResolver {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        if name == "jobs.proto" {
+            return protox::file::File::from_source(name, &self.0);
+        }
+        protox::file::GoogleFileResolver::new().open_file(name)
+    }
+}
+
+#[test]
+fn the_registry_schema_needs_no_reference_and_describes_the_same_wire_format() {
+    let schema = jobs_proto::wire::registry_schema();
+    assert!(!schema.contains("buf/validate"), "{schema}");
+    assert!(!schema.contains("(buf.validate."), "{schema}");
+    let mut compiler = protox::Compiler::with_file_resolver(RegistryResolver(schema.clone()));
+    compiler
+        .open_file("jobs.proto")
+        .unwrap_or_else(|e| panic!("the registry copy compiles on its own: {e}\n{schema}"));
+    let registered = compiler.descriptor_pool();
+    for name in [
+        "protomolt.jobs.v1.WorkflowRunEvent",
+        "protomolt.jobs.v1.WorkflowRunRequest",
+    ] {
+        let full = DESCRIPTOR_POOL.get_message_by_name(name).unwrap();
+        let copy = registered.get_message_by_name(name).unwrap();
+        let shape = |m: &prost_reflect::MessageDescriptor| {
+            m.fields()
+                .map(|f| {
+                    (
+                        f.number(),
+                        f.name().to_owned(),
+                        format!("{:?}", f.kind()),
+                        f.cardinality(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            shape(&full),
+            shape(&copy),
+            "{name}: same fields, numbers and types"
+        );
+    }
+    let kinds = |pool: &prost_reflect::DescriptorPool| {
+        pool.get_enum_by_name("protomolt.jobs.v1.WorkflowRunEvent.Type")
+            .unwrap()
+            .values()
+            .map(|v| (v.number(), v.name().to_owned()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kinds(&DESCRIPTOR_POOL), kinds(&registered));
+}

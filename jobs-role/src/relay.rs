@@ -105,7 +105,10 @@ impl Publisher {
             "{}/subjects/{subject}/versions",
             registry_url.trim_end_matches('/')
         );
-        let body = json!({ "schemaType": "PROTOBUF", "schema": jobs_proto::wire::CONTRACT_PROTO });
+        // The registry copy leaves out the buf.validate import (a registry resolves only
+        // the imports it is given as references) and keeps the wire format whole.
+        let body =
+            json!({ "schemaType": "PROTOBUF", "schema": jobs_proto::wire::registry_schema() });
         let response = reqwest::Client::new()
             .post(&url)
             .header("content-type", "application/vnd.schemaregistry.v1+json")

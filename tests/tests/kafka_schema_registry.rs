@@ -1,6 +1,8 @@
 //! The optional schema registry: the contract is registered under `<topic>-value` at
 //! start-up and records use the Confluent wire format, against a small in-test HTTP
-//! server implementing the two registry calls involved (register, fetch by id).
+//! server implementing the two registry calls involved (register, fetch by id). Like a
+//! real registry, the stub refuses a schema whose imports it cannot resolve: anything
+//! but the `google/protobuf` well-known types must come as a reference.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +44,25 @@ async fn register(
     }
     assert_eq!(body["schemaType"], "PROTOBUF");
     let schema = body["schema"].as_str().unwrap_or_default().to_owned();
+    let references: Vec<&str> = body["references"]
+        .as_array()
+        .map(|refs| refs.iter().filter_map(|r| r["name"].as_str()).collect())
+        .unwrap_or_default();
+    for line in schema.lines() {
+        let Some(import) = line.trim().strip_prefix("import \"") else {
+            continue;
+        };
+        let import = import.trim_end_matches("\";");
+        if !import.starts_with("google/protobuf/") && !references.contains(&import) {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                axum::Json(json!({
+                    "error_code": 42201,
+                    "message": format!("Invalid schema: could not resolve import {import} (no reference)"),
+                })),
+            );
+        }
+    }
     stub.subjects.lock().unwrap().insert(subject, schema);
     (StatusCode::OK, axum::Json(json!({ "id": SCHEMA_ID })))
 }
@@ -93,6 +114,10 @@ async fn records_use_the_confluent_wire_format_with_the_registered_schema() {
         .get(&format!("{events}-value"))
         .expect("registered under <topic>-value");
     assert!(schema.contains("message WorkflowRunEvent"));
+    assert!(
+        !schema.contains("buf/validate"),
+        "no import the registry cannot resolve"
+    );
 
     // A framed request is understood by the request consumer too.
     node.ok(
