@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::action::Action;
 use crate::auth::AuthConfig;
 use crate::repository::WorkflowRepository;
-use crate::route::{Catalog, actions_router};
+use crate::route::{Catalog, actions_router, protected_routes, public_routes};
 
 /// A role failed to mount; the message says why and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +95,7 @@ pub struct MountContext {
     role: String,
     actions: BTreeMap<String, (String, Action)>,
     routes: Vec<Router>,
+    public_routes: Vec<Router>,
     tasks: Vec<(String, Task)>,
     extensions: http::Extensions,
     shutdown: CancellationToken,
@@ -107,6 +108,7 @@ impl MountContext {
             role: String::new(),
             actions: BTreeMap::new(),
             routes: Vec::new(),
+            public_routes: Vec::new(),
             tasks: Vec::new(),
             extensions: http::Extensions::new(),
             shutdown: CancellationToken::new(),
@@ -133,9 +135,19 @@ impl MountContext {
             .insert(action.name.clone(), (self.role.clone(), action));
     }
 
-    /// Contributes extra HTTP routes, merged beside the actions route.
+    /// Contributes extra HTTP routes, merged beside the actions route and protected
+    /// like it: with `[auth]` on, a request needs a valid bearer token (any accepted
+    /// token; these routes declare no scope), and bodies are limited to
+    /// [`crate::route::MAX_BODY_BYTES`]. Refusals use the actions route's error model.
     pub fn add_routes(&mut self, routes: Router) {
         self.routes.push(routes);
+    }
+
+    /// Contributes extra HTTP routes that answer without a token even when `[auth]`
+    /// is on (a health check, for example). Only the body limit applies. Use
+    /// [`MountContext::add_routes`] for anything that reads or changes state.
+    pub fn add_public_routes(&mut self, routes: Router) {
+        self.public_routes.push(routes);
     }
 
     /// Contributes a background task. It starts with the node and must return soon
@@ -231,10 +243,17 @@ impl Node {
                 .map(|(_, action)| action)
                 .collect(),
         );
-        let mut router = actions_router(Arc::new(catalog), self.auth.map(Arc::new));
-        for routes in ctx.routes {
-            router = router.merge(routes);
-        }
+        let auth = self.auth.map(Arc::new);
+        let mut router = actions_router(Arc::new(catalog), auth.clone());
+        // Layers apply to the routes a router has when they are added, so each group
+        // is wrapped before it is merged and the actions route keeps its own checks.
+        let protected = ctx.routes.into_iter().fold(Router::new(), Router::merge);
+        router = router.merge(protected_routes(protected, auth));
+        let public = ctx
+            .public_routes
+            .into_iter()
+            .fold(Router::new(), Router::merge);
+        router = router.merge(public_routes(public));
         Ok(MountedNode {
             router,
             tasks: ctx.tasks,

@@ -1,14 +1,18 @@
-//! Node hardening, through the real router: concurrent puts of one workflow.
+//! Node hardening, through the real router: concurrent puts of one workflow, and the
+//! auth and body-limit layers over the routes a role contributes.
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use registry_stub::auth::{AuthConfig, TokenConfig};
 use registry_stub::config::RegistryConfig;
-use registry_stub::{Node, RegistryRole};
+use registry_stub::{MountContext, MountError, Node, RegistryRole, Role};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use workflow::testkit::two_step_workflow;
+
+const TOKEN: &str = "hardening-token-0123456789";
 
 async fn registry_router(dir: &std::path::Path) -> Router {
     Node::new()
@@ -82,4 +86,127 @@ async fn concurrent_puts_of_one_name_all_succeed_and_the_served_version_is_the_f
         .collect();
     files.sort();
     assert_eq!(files, ["embed-text.json"], "no temporary files are left");
+}
+
+/// A role contributing one protected route (`POST /probe/echo`, answering the body's
+/// length) and one public route (`GET /probe/health`).
+struct ProbeRole;
+
+#[async_trait::async_trait]
+impl Role for ProbeRole {
+    fn name(&self) -> &str {
+        "probe"
+    }
+
+    async fn mount(&self, ctx: &mut MountContext) -> Result<(), MountError> {
+        ctx.add_routes(Router::new().route(
+            "/probe/echo",
+            axum::routing::post(|body: Bytes| async move { body.len().to_string() }),
+        ));
+        ctx.add_public_routes(
+            Router::new().route("/probe/health", axum::routing::get(|| async { "ok" })),
+        );
+        Ok(())
+    }
+}
+
+async fn probe_router(auth: Option<AuthConfig>) -> Router {
+    Node::new()
+        .with_auth(auth)
+        .role(ProbeRole)
+        .mount()
+        .await
+        .expect("the node mounts")
+        .router()
+}
+
+fn auth() -> AuthConfig {
+    AuthConfig {
+        tokens: vec![TokenConfig {
+            name: "ops".into(),
+            token: TOKEN.into(),
+            scopes: vec!["registry:read".into()],
+        }],
+    }
+}
+
+fn echo(body: impl Into<Body>, token: Option<&str>) -> Request<Body> {
+    let mut request = Request::post("/probe/echo");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    request.body(body.into()).unwrap()
+}
+
+#[tokio::test]
+async fn contributed_routes_need_a_token_when_auth_is_on_and_public_routes_do_not() {
+    let router = probe_router(Some(auth())).await;
+
+    let (status, body) = send(&router, echo("hello", None)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["code"], "unauthenticated");
+
+    let (status, _) = send(&router, echo("hello", Some("wrong-token-0123456789"))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let (status, body) = send(&router, echo("hello", Some(TOKEN))).await;
+    assert_eq!((status, body), (StatusCode::OK, json!(5)));
+
+    let health = Request::get("/probe/health").body(Body::empty()).unwrap();
+    let (status, body) = send(&router, health).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({ "raw": "ok" })));
+
+    // The actions route keeps its own checks.
+    let catalog = Request::get("/v1/actions").body(Body::empty()).unwrap();
+    assert_eq!(send(&router, catalog).await.0, StatusCode::UNAUTHORIZED);
+
+    // Without [auth], contributed routes answer without a token.
+    let open = probe_router(None).await;
+    let (status, body) = send(&open, echo("hello", None)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!(5)));
+}
+
+#[tokio::test]
+async fn an_oversized_body_to_a_contributed_route_is_refused() {
+    let router = probe_router(Some(auth())).await;
+    let huge = vec![b'x'; 9 * 1024 * 1024];
+
+    let (status, body) = send(&router, echo(huge.clone(), Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["code"], "invalid_argument");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("limited to 8 MiB"),
+        "{body}"
+    );
+
+    // A body without a declared length is cut off while it is read.
+    let chunks = Chunks(huge.chunks(64 * 1024).map(Bytes::copy_from_slice).collect());
+    let (status, _) = send(&router, echo(Body::new(chunks), Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+
+    // The token is checked before the size: no token, no body read.
+    let (status, _) = send(&router, echo(vec![b'x'; 9 * 1024 * 1024], None)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// A body sent in chunks, with no declared length (like chunked transfer encoding).
+struct Chunks(std::collections::VecDeque<Bytes>);
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(
+            self.0
+                .pop_front()
+                .map(|chunk| Ok(http_body::Frame::data(chunk))),
+        )
+    }
 }
