@@ -150,3 +150,19 @@ async fn the_demo_runs_a_job_that_parks_and_completes() {
         "{stdout}"
     );
 }
+
+#[test]
+fn environment_values_for_string_keys_stay_strings() {
+    let output = node(
+        &["check-config"],
+        None,
+        &[
+            ("PROTOMOLT_JOBS__WORKER_ID", "123"),
+            ("PROTOMOLT_JOBS__WORKER_COUNT", "2"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout.contains("worker_id: \"123\""), "{stdout}");
+    assert!(stdout.contains("worker_count: 2"), "{stdout}");
+}
