@@ -25,7 +25,7 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use registry_stub::auth::AuthConfig;
-use registry_stub::config::{NodeSection, RegistryConfig, check_bind};
+use registry_stub::config::{NodeSection, RegistrySection, check_bind};
 use serde::Deserialize;
 
 use jobs_role::JobsConfig;
@@ -38,7 +38,7 @@ use crate::parse::ParseConfig;
 pub struct HostConfig {
     pub node: NodeSection,
     pub auth: Option<AuthConfig>,
-    pub registry: RegistryConfig,
+    pub registry: RegistrySection,
     pub parse: ParseConfig,
     pub jobs: JobsConfig,
 }
@@ -87,6 +87,10 @@ impl HostConfig {
                 .check()
                 .map_err(|e| format!("invalid config: {e}"))?;
         }
+        self.registry
+            .run_limits()
+            .check()
+            .map_err(|e| format!("invalid config: {e}"))?;
         check_bind(self.node.bind, self.auth.as_ref())
     }
 }
@@ -274,11 +278,13 @@ mod tests {
             ("PROTOMOLT_JOBS__WORKER_COUNT", "2"),
             ("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "45000"),
             ("PROTOMOLT_NODE__ROLES", "[registry,parse]"),
+            ("PROTOMOLT_REGISTRY__MAX_CONCURRENT_RUNS", "3"),
         ])
         .unwrap();
         assert_eq!(config.jobs.worker_count, 2);
         assert_eq!(config.node.shutdown_grace_ms, 45_000);
         assert_eq!(config.node.roles, ["registry", "parse"]);
+        assert_eq!(config.registry.max_concurrent_runs, 3);
 
         let err = load(&[("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "soon")]).unwrap_err();
         assert!(err.contains("node.shutdown_grace_ms"), "{err}");
@@ -335,5 +341,13 @@ mod tests {
     fn variables_without_a_section_are_not_config() {
         let config = load(&[("PROTOMOLT_DEV", "/somewhere"), ("PROTOMOLT_", "x")]).unwrap();
         assert_eq!(config.node, NodeSection::default());
+    }
+
+    #[test]
+    fn zero_run_limits_are_refused_naming_the_key() {
+        let err = load(&[("PROTOMOLT_REGISTRY__MAX_CONCURRENT_RUNS", "0")]).unwrap_err();
+        assert!(err.contains("registry.max_concurrent_runs"), "{err}");
+        let err = load(&[("PROTOMOLT_REGISTRY__RUN_TIMEOUT_MS", "0")]).unwrap_err();
+        assert!(err.contains("registry.run_timeout_ms"), "{err}");
     }
 }

@@ -17,7 +17,7 @@ fn roles(config: &HostConfig) -> Vec<Arc<dyn Role>> {
         .iter()
         .filter_map(|name| -> Option<Arc<dyn Role>> {
             match name.as_str() {
-                "registry" => Some(Arc::new(RegistryRole::new(config.registry.clone()))),
+                "registry" => Some(Arc::new(RegistryRole::from_section(&config.registry))),
                 "parse" => Some(Arc::new(ParseRole {
                     config: config.parse.clone(),
                 })),

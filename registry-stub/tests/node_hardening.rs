@@ -1,16 +1,19 @@
-//! Node hardening, through the real router: concurrent puts of one workflow, and the
-//! auth and body-limit layers over the routes a role contributes.
+//! Node hardening, through the real router: concurrent puts of one workflow, the
+//! auth and body-limit layers over the routes a role contributes, and the limits of
+//! `run-workflow`.
+
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use registry_stub::auth::{AuthConfig, TokenConfig};
-use registry_stub::config::RegistryConfig;
+use registry_stub::config::{RegistryConfig, RegistrySection};
 use registry_stub::{MountContext, MountError, Node, RegistryRole, Role};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use workflow::testkit::two_step_workflow;
+use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
 
 const TOKEN: &str = "hardening-token-0123456789";
 
@@ -209,4 +212,114 @@ impl http_body::Body for Chunks {
                 .map(|chunk| Ok(http_body::Frame::data(chunk))),
         )
     }
+}
+
+async fn limited_router(
+    dir: &std::path::Path,
+    run_timeout_ms: u64,
+    max_concurrent_runs: usize,
+) -> Router {
+    Node::new()
+        .role(RegistryRole::from_section(&RegistrySection {
+            workflows_dir: dir.to_owned(),
+            run_timeout_ms,
+            max_concurrent_runs,
+        }))
+        .mount()
+        .await
+        .expect("the node mounts")
+        .router()
+}
+
+fn slow_embedder() -> FixtureOptions {
+    FixtureOptions {
+        embed_delay: Some(Duration::from_secs(30)),
+        ..FixtureOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn run_workflow_past_its_time_limit_answers_unavailable_naming_the_setting() {
+    let slow = FixtureServer::start_with(slow_embedder()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let router = limited_router(dir.path(), 300, 64).await;
+    let started = std::time::Instant::now();
+    let (status, body) = call(
+        &router,
+        "run-workflow",
+        json!({ "workflow": two_step_workflow(&slow.target()), "input": { "text": "hi" } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["code"], "unavailable");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("registry.run_timeout_ms = 300 ms"),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped at the limit, not at the step"
+    );
+    assert_eq!(slow.stats.embed_calls(), 1, "the run reached the slow step");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_workflow_over_the_concurrency_cap_answers_unavailable_at_once() {
+    let slow = FixtureServer::start_with(slow_embedder()).await;
+    let fast = FixtureServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let router = limited_router(dir.path(), 60_000, 1).await;
+
+    let holder = {
+        let router = router.clone();
+        let workflow = two_step_workflow(&slow.target());
+        tokio::spawn(async move {
+            call(
+                &router,
+                "run-workflow",
+                json!({ "workflow": workflow, "input": { "text": "hi" } }),
+            )
+            .await
+        })
+    };
+    // The one slot is taken once the first run is in its slow step.
+    while slow.stats.embed_calls() == 0 {
+        tokio::task::yield_now().await;
+    }
+
+    let started = std::time::Instant::now();
+    let (status, body) = call(
+        &router,
+        "run-workflow",
+        json!({ "workflow": two_step_workflow(&fast.target()), "input": { "text": "hi" } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        body,
+        json!({
+            "code": "unavailable",
+            "message": "too many workflows running (registry.max_concurrent_runs = 1); retry later"
+        })
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused, not queued"
+    );
+    assert_eq!(fast.stats.tokenize_calls(), 0);
+
+    // The slot comes back when the running call goes away.
+    holder.abort();
+    assert!(holder.await.unwrap_err().is_cancelled());
+    let (status, body) = call(
+        &router,
+        "run-workflow",
+        json!({ "workflow": two_step_workflow(&fast.target()), "input": { "text": "hi" } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["ok"], true, "{body}");
 }
