@@ -86,6 +86,14 @@ impl HostConfig {
             self.jobs
                 .check()
                 .map_err(|e| format!("invalid config: {e}"))?;
+            // The node's grace bounds the whole shutdown; if it ends first, a running
+            // segment is aborted and its row stays RUNNING until its lease expires.
+            if self.node.shutdown_grace_ms <= self.jobs.shutdown_grace_ms {
+                return Err(format!(
+                    "invalid config: [node].shutdown_grace_ms ({}) must be greater than [jobs].shutdown_grace_ms ({}): running jobs need the node to wait for their grace",
+                    self.node.shutdown_grace_ms, self.jobs.shutdown_grace_ms
+                ));
+            }
         }
         self.registry
             .run_limits()
@@ -341,6 +349,36 @@ mod tests {
     fn variables_without_a_section_are_not_config() {
         let config = load(&[("PROTOMOLT_DEV", "/somewhere"), ("PROTOMOLT_", "x")]).unwrap();
         assert_eq!(config.node, NodeSection::default());
+    }
+
+    #[test]
+    fn the_node_grace_must_exceed_the_jobs_grace_when_jobs_run() {
+        let err = load(&[
+            ("PROTOMOLT_NODE__ROLES", "[registry,jobs]"),
+            ("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "2000"),
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "invalid config: [node].shutdown_grace_ms (2000) must be greater than [jobs].shutdown_grace_ms (20000): running jobs need the node to wait for their grace"
+        );
+        // Equal is not enough: the node must outlast the jobs' grace.
+        assert!(
+            load(&[
+                ("PROTOMOLT_NODE__ROLES", "[registry,jobs]"),
+                ("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "20000"),
+            ])
+            .is_err()
+        );
+        assert!(
+            load(&[
+                ("PROTOMOLT_NODE__ROLES", "[registry,jobs]"),
+                ("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "25000"),
+            ])
+            .is_ok()
+        );
+        // Without the jobs role there are no jobs to wait for.
+        assert!(load(&[("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "2000")]).is_ok());
     }
 
     #[test]

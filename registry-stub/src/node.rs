@@ -10,10 +10,12 @@
 //! refuses to boot, with one line naming the fix, when a required role is missing,
 //! when roles require each other in a cycle, when a role is listed twice, or when two
 //! roles claim the same verb. [`MountedNode::start`] spawns the background tasks;
-//! [`RunningNode::shutdown`] cancels them and waits up to a grace period.
+//! [`RunningNode::serve`] serves HTTP until a signal, then bounds the whole shutdown
+//! (in-flight requests and background tasks) by one grace period;
+//! [`RunningNode::shutdown`] cancels the tasks and waits up to a grace period.
 
 use std::collections::BTreeMap;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -354,7 +356,11 @@ impl RunningNode {
         self.extensions.get::<T>().cloned()
     }
 
-    /// Serves HTTP on `listener` until `signal` completes, then shuts down with `grace`.
+    /// Serves HTTP on `listener` until `signal` completes, then shuts down within
+    /// `grace`: new connections stop, background tasks are cancelled, and in-flight
+    /// requests and tasks get until `grace` after the signal. Whatever still runs then
+    /// is abandoned (requests) or aborted (tasks), so the node's grace bounds the whole
+    /// shutdown.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -362,23 +368,52 @@ impl RunningNode {
         grace: Duration,
     ) -> std::io::Result<()> {
         let shutdown = self.shutdown.clone();
-        let served = axum::serve(listener, self.router.clone())
-            .with_graceful_shutdown(async move {
+        let (signalled, signal_seen) = tokio::sync::watch::channel(None);
+        let server = axum::serve(listener, self.router.clone()).with_graceful_shutdown(
+            async move {
                 signal.await;
                 tracing::info!(
-                    "shutting down: no new requests; background tasks get their grace period"
+                    grace_ms = grace.as_millis() as u64,
+                    "shutting down: no new requests; in-flight requests and background tasks get the grace period"
                 );
+                signalled.send_replace(Some(tokio::time::Instant::now() + grace));
                 shutdown.cancel();
-            })
-            .await;
-        self.shutdown(grace).await;
+            },
+        );
+        // Reached `grace` after the signal; never before the signal.
+        let mut seen = signal_seen.clone();
+        let drain_deadline = async move {
+            match seen.wait_for(Option::is_some).await.map(|d| *d) {
+                Ok(Some(deadline)) => tokio::time::sleep_until(deadline).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let served = tokio::select! {
+            served = server.into_future() => served,
+            () = drain_deadline => {
+                // Dropping the server stops waiting for its connections; their tasks
+                // end with the runtime when the process exits.
+                tracing::warn!("requests still in flight after the shutdown grace; not waiting for them");
+                Ok(())
+            }
+        };
+        // Without a signal (the server failed), the tasks get the whole grace from now.
+        let deadline = signal_seen
+            .borrow()
+            .unwrap_or_else(|| tokio::time::Instant::now() + grace);
+        self.shutdown_by(deadline).await;
         served
     }
 
     /// Cancels every task and waits up to `grace` for each to finish.
     pub async fn shutdown(self, grace: Duration) {
+        self.shutdown_by(tokio::time::Instant::now() + grace).await;
+    }
+
+    /// Cancels every task and waits until `deadline` for them to finish, then aborts
+    /// the rest.
+    async fn shutdown_by(self, deadline: tokio::time::Instant) {
         self.shutdown.cancel();
-        let deadline = tokio::time::Instant::now() + grace;
         for (name, mut handle) in self.handles {
             match tokio::time::timeout_at(deadline, &mut handle).await {
                 Ok(_) => tracing::debug!(task = %name, "stopped"),
