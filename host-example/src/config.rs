@@ -226,7 +226,18 @@ fn insert(dict: &mut Dict, path: &[String], value: Value) {
 
 impl Provider for EnvOverrides {
     fn metadata(&self) -> Metadata {
-        Metadata::named("`PROTOMOLT_` environment variable(s)")
+        // Errors name the key and the variable that set it:
+        // `node.shutdown_grace_ms (PROTOMOLT_NODE__SHUTDOWN_GRACE_MS)`.
+        Metadata::named("`PROTOMOLT_` environment variable(s)").interpolater(
+            |_: &Profile, keys: &[&str]| {
+                let variable = keys
+                    .iter()
+                    .map(|k| k.to_ascii_uppercase())
+                    .collect::<Vec<_>>()
+                    .join("__");
+                format!("{} ({PREFIX}{variable})", keys.join("."))
+            },
+        )
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
@@ -295,7 +306,10 @@ mod tests {
         assert_eq!(config.registry.max_concurrent_runs, 3);
 
         let err = load(&[("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "soon")]).unwrap_err();
-        assert!(err.contains("node.shutdown_grace_ms"), "{err}");
+        assert!(
+            err.contains("node.shutdown_grace_ms (PROTOMOLT_NODE__SHUTDOWN_GRACE_MS)"),
+            "{err}"
+        );
     }
 
     #[test]
