@@ -1,7 +1,9 @@
 //! `protomolt-node`: the example node host.
 //!
 //! It reads a TOML node config (`--config`, every value overridable from the
-//! environment as `PROTOMOLT_<SECTION>__<KEY>`, e.g. `PROTOMOLT_NODE__BIND`), mounts
+//! environment as `PROTOMOLT_<SECTION>__<KEY>`, e.g. `PROTOMOLT_NODE__BIND`; librdkafka
+//! options as `PROTOMOLT_KAFKA_OPTION_<NAME>`; either with `_FILE` to read the value
+//! from a file: see [`config`]), mounts
 //! the roles the config enables (`[node].roles`), serves the shared actions route,
 //! logs with `tracing` (JSON with `--log-format json`), and shuts down gracefully on
 //! SIGINT or SIGTERM. `protomolt-node demo` runs the demo.

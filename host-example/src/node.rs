@@ -17,7 +17,7 @@ fn roles(config: &HostConfig) -> Vec<Arc<dyn Role>> {
         .iter()
         .filter_map(|name| -> Option<Arc<dyn Role>> {
             match name.as_str() {
-                "registry" => Some(Arc::new(RegistryRole::new(config.registry.clone()))),
+                "registry" => Some(Arc::new(RegistryRole::from_section(&config.registry))),
                 "parse" => Some(Arc::new(ParseRole {
                     config: config.parse.clone(),
                 })),
@@ -71,7 +71,11 @@ pub async fn run(config: HostConfig) -> Result<(), String> {
     if config.auth.is_none() {
         tracing::warn!(bind = %config.node.bind, "no [auth] configured: every call is accepted, so the node only binds to loopback");
     }
-    tracing::info!(bind = %config.node.bind, roles = ?config.node.roles, "serving POST /v1/actions/{{verb}} and GET /v1/actions");
+    // The address actually bound (a port of 0 in the config picks a free one).
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| config.node.bind.to_string(), |a| a.to_string());
+    tracing::info!(%addr, roles = ?config.node.roles, "serving POST /v1/actions/{{verb}} and GET /v1/actions");
     node.serve(listener, shutdown_signal(), config.node.shutdown_grace())
         .await
         .map_err(|e| format!("serving: {e}"))

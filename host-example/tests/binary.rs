@@ -150,3 +150,151 @@ async fn the_demo_runs_a_job_that_parks_and_completes() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_node_grace_shorter_than_the_jobs_grace_is_refused_in_one_line() {
+    let output = node(
+        &["check-config"],
+        Some("[node]\nroles = [\"registry\", \"jobs\"]\nshutdown_grace_ms = 2000\n"),
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "protomolt-node: invalid config: [node].shutdown_grace_ms (2000) must be greater than [jobs].shutdown_grace_ms (20000): running jobs need the node to wait for their grace\n"
+    );
+}
+
+#[test]
+fn environment_values_for_string_keys_stay_strings() {
+    let output = node(
+        &["check-config"],
+        None,
+        &[
+            ("PROTOMOLT_JOBS__WORKER_ID", "123"),
+            ("PROTOMOLT_JOBS__WORKER_COUNT", "2"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout.contains("worker_id: \"123\""), "{stdout}");
+    assert!(stdout.contains("worker_count: 2"), "{stdout}");
+}
+
+/// Kills the node if a test fails before it exits.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn sigterm_stops_the_node_within_its_grace_despite_an_in_flight_run() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::time::{Duration, Instant};
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let slow = runtime.block_on(workflow::testkit::FixtureServer::start_with(
+        workflow::testkit::FixtureOptions {
+            embed_delay: Some(Duration::from_secs(30)),
+            ..Default::default()
+        },
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        "[node]\nbind = \"127.0.0.1:0\"\nshutdown_grace_ms = 1000\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
+        .current_dir(dir.path())
+        .env("RUST_LOG", "info")
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP")
+        .args(["--log-format", "json", "--config"])
+        .arg(&config)
+        .arg("run")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = child.stderr.take().unwrap();
+    let mut node = Running(child);
+    let (lines, log) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(logs).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+
+    // The node logs the address it bound once it serves.
+    let addr = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the node logs that it serves");
+        let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if let Some(addr) = entry["fields"]["addr"].as_str() {
+            break addr.to_owned();
+        }
+    };
+
+    let body = serde_json::json!({
+        "workflow": workflow::testkit::two_step_workflow(&slow.target()),
+        "input": { "text": "hi" },
+    })
+    .to_string();
+    let caller = std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        let request = format!(
+            "POST /v1/actions/run-workflow HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        // Ends when the node closes the connection.
+        let _ = stream.read_to_string(&mut response);
+        response
+    });
+    let in_flight = Instant::now() + Duration::from_secs(30);
+    while slow.stats.embed_calls() == 0 {
+        assert!(Instant::now() < in_flight, "the run reaches its slow step");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let signalled = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &node.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let exited = loop {
+        if let Some(status) = node.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(6),
+            "the node is still running 6 s after SIGTERM with a 1 s grace"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = signalled.elapsed();
+    assert!(exited.success(), "{exited:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "it waited for the grace: {took:?}"
+    );
+    let response = caller.join().unwrap();
+    assert!(
+        !response.contains("200 OK"),
+        "the run did not finish: {response}"
+    );
+    let rest: Vec<String> = log.iter().collect();
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("requests still in flight after the shutdown grace")),
+        "{rest:?}"
+    );
+}

@@ -2,7 +2,8 @@
 //! and the bind policy.
 //!
 //! Defaults: bind `127.0.0.1:8080`, roles `["registry"]`, text logs, 30 s shutdown
-//! grace, workflows stored in `./workflows`.
+//! grace, workflows stored in `./workflows`, `run-workflow` stopped after 60 s and at
+//! most 64 runs at once.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,7 +42,8 @@ impl NodeSection {
     }
 }
 
-/// The `[registry]` section.
+/// Where the registry stores workflows (the storage part of the `[registry]` section;
+/// [`RegistrySection`] is the whole section).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RegistryConfig {
@@ -53,6 +55,86 @@ impl Default for RegistryConfig {
     fn default() -> Self {
         RegistryConfig {
             workflows_dir: PathBuf::from("workflows"),
+        }
+    }
+}
+
+/// Limits of the synchronous `run-workflow` verb: it holds an HTTP request open for
+/// the whole run, so both its length and the number of runs at once are bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// A run taking longer is stopped and answers `unavailable`
+    /// (`registry.run_timeout_ms`).
+    pub run_timeout_ms: u64,
+    /// Runs beyond this many at once answer `unavailable` at once instead of queuing
+    /// (`registry.max_concurrent_runs`).
+    pub max_concurrent_runs: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            run_timeout_ms: 60_000,
+            max_concurrent_runs: 64,
+        }
+    }
+}
+
+impl RunLimits {
+    /// The run timeout as a duration.
+    pub fn run_timeout(&self) -> Duration {
+        Duration::from_millis(self.run_timeout_ms)
+    }
+
+    /// Checks that both limits are at least 1; the error names the key.
+    pub fn check(&self) -> Result<(), String> {
+        if self.run_timeout_ms == 0 {
+            return Err("registry.run_timeout_ms must be greater than 0".into());
+        }
+        if self.max_concurrent_runs == 0 {
+            return Err("registry.max_concurrent_runs must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The whole `[registry]` section as a node config reads it: where workflows are
+/// stored ([`RegistryConfig`]) and the limits of `run-workflow` ([`RunLimits`]).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistrySection {
+    /// Directory of stored workflows, one `NAME.json` each (created when missing).
+    pub workflows_dir: PathBuf,
+    /// See [`RunLimits::run_timeout_ms`].
+    pub run_timeout_ms: u64,
+    /// See [`RunLimits::max_concurrent_runs`].
+    pub max_concurrent_runs: usize,
+}
+
+impl Default for RegistrySection {
+    fn default() -> Self {
+        let limits = RunLimits::default();
+        RegistrySection {
+            workflows_dir: RegistryConfig::default().workflows_dir,
+            run_timeout_ms: limits.run_timeout_ms,
+            max_concurrent_runs: limits.max_concurrent_runs,
+        }
+    }
+}
+
+impl RegistrySection {
+    /// Where workflows are stored.
+    pub fn store(&self) -> RegistryConfig {
+        RegistryConfig {
+            workflows_dir: self.workflows_dir.clone(),
+        }
+    }
+
+    /// The limits of `run-workflow`.
+    pub fn run_limits(&self) -> RunLimits {
+        RunLimits {
+            run_timeout_ms: self.run_timeout_ms,
+            max_concurrent_runs: self.max_concurrent_runs,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! A node is a set of **roles** mounted together. Each role implements [`Role`]: a
 //! name, the roles it requires, and a `mount` step that contributes **actions**
 //! (verbs) to the shared catalog, **workflows** to the [`WorkflowRepository`],
-//! background **tasks**, and extra HTTP **routes**. [`Node`] orders the roles by their
+//! background **tasks**, and extra HTTP **routes** (behind the actions route's auth
+//! and body limit, unless a role marks them public). [`Node`] orders the roles by their
 //! requirements, refuses to boot (one clear line) when a requirement is missing or two
 //! roles claim one verb, and serves what they contributed.
 //!

@@ -10,10 +10,12 @@
 //! refuses to boot, with one line naming the fix, when a required role is missing,
 //! when roles require each other in a cycle, when a role is listed twice, or when two
 //! roles claim the same verb. [`MountedNode::start`] spawns the background tasks;
-//! [`RunningNode::shutdown`] cancels them and waits up to a grace period.
+//! [`RunningNode::serve`] serves HTTP until a signal, then bounds the whole shutdown
+//! (in-flight requests and background tasks) by one grace period;
+//! [`RunningNode::shutdown`] cancels the tasks and waits up to a grace period.
 
 use std::collections::BTreeMap;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::action::Action;
 use crate::auth::AuthConfig;
 use crate::repository::WorkflowRepository;
-use crate::route::{Catalog, actions_router};
+use crate::route::{Catalog, actions_router, protected_routes, public_routes};
 
 /// A role failed to mount; the message says why and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +97,7 @@ pub struct MountContext {
     role: String,
     actions: BTreeMap<String, (String, Action)>,
     routes: Vec<Router>,
+    public_routes: Vec<Router>,
     tasks: Vec<(String, Task)>,
     extensions: http::Extensions,
     shutdown: CancellationToken,
@@ -107,6 +110,7 @@ impl MountContext {
             role: String::new(),
             actions: BTreeMap::new(),
             routes: Vec::new(),
+            public_routes: Vec::new(),
             tasks: Vec::new(),
             extensions: http::Extensions::new(),
             shutdown: CancellationToken::new(),
@@ -133,9 +137,19 @@ impl MountContext {
             .insert(action.name.clone(), (self.role.clone(), action));
     }
 
-    /// Contributes extra HTTP routes, merged beside the actions route.
+    /// Contributes extra HTTP routes, merged beside the actions route and protected
+    /// like it: with `[auth]` on, a request needs a valid bearer token (any accepted
+    /// token; these routes declare no scope), and bodies are limited to
+    /// [`crate::route::MAX_BODY_BYTES`]. Refusals use the actions route's error model.
     pub fn add_routes(&mut self, routes: Router) {
         self.routes.push(routes);
+    }
+
+    /// Contributes extra HTTP routes that answer without a token even when `[auth]`
+    /// is on (a health check, for example). Only the body limit applies. Use
+    /// [`MountContext::add_routes`] for anything that reads or changes state.
+    pub fn add_public_routes(&mut self, routes: Router) {
+        self.public_routes.push(routes);
     }
 
     /// Contributes a background task. It starts with the node and must return soon
@@ -231,10 +245,17 @@ impl Node {
                 .map(|(_, action)| action)
                 .collect(),
         );
-        let mut router = actions_router(Arc::new(catalog), self.auth.map(Arc::new));
-        for routes in ctx.routes {
-            router = router.merge(routes);
-        }
+        let auth = self.auth.map(Arc::new);
+        let mut router = actions_router(Arc::new(catalog), auth.clone());
+        // Layers apply to the routes a router has when they are added, so each group
+        // is wrapped before it is merged and the actions route keeps its own checks.
+        let protected = ctx.routes.into_iter().fold(Router::new(), Router::merge);
+        router = router.merge(protected_routes(protected, auth));
+        let public = ctx
+            .public_routes
+            .into_iter()
+            .fold(Router::new(), Router::merge);
+        router = router.merge(public_routes(public));
         Ok(MountedNode {
             router,
             tasks: ctx.tasks,
@@ -335,7 +356,11 @@ impl RunningNode {
         self.extensions.get::<T>().cloned()
     }
 
-    /// Serves HTTP on `listener` until `signal` completes, then shuts down with `grace`.
+    /// Serves HTTP on `listener` until `signal` completes, then shuts down within
+    /// `grace`: new connections stop, background tasks are cancelled, and in-flight
+    /// requests and tasks get until `grace` after the signal. Whatever still runs then
+    /// is abandoned (requests) or aborted (tasks), so the node's grace bounds the whole
+    /// shutdown.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -343,23 +368,52 @@ impl RunningNode {
         grace: Duration,
     ) -> std::io::Result<()> {
         let shutdown = self.shutdown.clone();
-        let served = axum::serve(listener, self.router.clone())
-            .with_graceful_shutdown(async move {
+        let (signalled, signal_seen) = tokio::sync::watch::channel(None);
+        let server = axum::serve(listener, self.router.clone()).with_graceful_shutdown(
+            async move {
                 signal.await;
                 tracing::info!(
-                    "shutting down: no new requests; background tasks get their grace period"
+                    grace_ms = grace.as_millis() as u64,
+                    "shutting down: no new requests; in-flight requests and background tasks get the grace period"
                 );
+                signalled.send_replace(Some(tokio::time::Instant::now() + grace));
                 shutdown.cancel();
-            })
-            .await;
-        self.shutdown(grace).await;
+            },
+        );
+        // Reached `grace` after the signal; never before the signal.
+        let mut seen = signal_seen.clone();
+        let drain_deadline = async move {
+            match seen.wait_for(Option::is_some).await.map(|d| *d) {
+                Ok(Some(deadline)) => tokio::time::sleep_until(deadline).await,
+                _ => std::future::pending().await,
+            }
+        };
+        let served = tokio::select! {
+            served = server.into_future() => served,
+            () = drain_deadline => {
+                // Dropping the server stops waiting for its connections; their tasks
+                // end with the runtime when the process exits.
+                tracing::warn!("requests still in flight after the shutdown grace; not waiting for them");
+                Ok(())
+            }
+        };
+        // Without a signal (the server failed), the tasks get the whole grace from now.
+        let deadline = signal_seen
+            .borrow()
+            .unwrap_or_else(|| tokio::time::Instant::now() + grace);
+        self.shutdown_by(deadline).await;
         served
     }
 
     /// Cancels every task and waits up to `grace` for each to finish.
     pub async fn shutdown(self, grace: Duration) {
+        self.shutdown_by(tokio::time::Instant::now() + grace).await;
+    }
+
+    /// Cancels every task and waits until `deadline` for them to finish, then aborts
+    /// the rest.
+    async fn shutdown_by(self, deadline: tokio::time::Instant) {
         self.shutdown.cancel();
-        let deadline = tokio::time::Instant::now() + grace;
         for (name, mut handle) in self.handles {
             match tokio::time::timeout_at(deadline, &mut handle).await {
                 Ok(_) => tracing::debug!(task = %name, "stopped"),

@@ -6,6 +6,11 @@
 //! | `get-workflow`   | `registry:read`  | `{ok, workflow, source}` or `{ok: false, error}`        |
 //! | `list-workflows` | `registry:read`  | `{workflows: [{name, source, steps}]}`                  |
 //! | `run-workflow`   | `workflow:run`   | `{ok, output, steps}` or `{ok: false, failedStep, error}` |
+//!
+//! `run-workflow` holds its HTTP request for the whole run, so it is bounded
+//! ([`RunLimits`]): a run longer than `registry.run_timeout_ms` is stopped and answers
+//! `unavailable`, and beyond `registry.max_concurrent_runs` runs at once a call answers
+//! `unavailable` straight away instead of queuing.
 
 use std::sync::Arc;
 
@@ -14,7 +19,7 @@ use serde_json::{Value, json};
 use workflow::{Checkpoint, CompiledWorkflow, Findings, RunError, Runner};
 
 use crate::action::{Action, ActionError, ActionRequest, ActionResult};
-use crate::config::RegistryConfig;
+use crate::config::{RegistryConfig, RegistrySection, RunLimits};
 use crate::node::{MountContext, MountError, Role};
 use crate::repository::{FileWorkflowRepository, RepositoryError, WorkflowRepository, check_name};
 
@@ -25,12 +30,28 @@ const REGISTRY_PROTO_FILE: &str = "protomolt/registry/v1/registry.proto";
 /// The registry role.
 pub struct RegistryRole {
     config: RegistryConfig,
+    limits: RunLimits,
 }
 
 impl RegistryRole {
-    /// A registry storing workflows under `config.workflows_dir`.
+    /// A registry storing workflows under `config.workflows_dir`, with the default
+    /// limits of `run-workflow`.
     pub fn new(config: RegistryConfig) -> Self {
-        RegistryRole { config }
+        RegistryRole {
+            config,
+            limits: RunLimits::default(),
+        }
+    }
+
+    /// A registry configured by a whole `[registry]` section.
+    pub fn from_section(section: &RegistrySection) -> Self {
+        Self::new(section.store()).with_run_limits(section.run_limits())
+    }
+
+    /// Replaces the limits of `run-workflow`.
+    pub fn with_run_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
     }
 }
 
@@ -69,6 +90,7 @@ impl Role for RegistryRole {
     }
 
     async fn mount(&self, ctx: &mut MountContext) -> Result<(), MountError> {
+        self.limits.check().map_err(MountError)?;
         let pool = workflow::schema::compile_proto_pool(REGISTRY_PROTO_FILE, REGISTRY_PROTO)
             .map_err(MountError)?;
         let message = |name: &str| surface_message(&pool, &format!("protomolt.registry.v1.{name}"));
@@ -143,15 +165,41 @@ impl Role for RegistryRole {
         ));
 
         let store: Arc<dyn WorkflowRepository> = repository;
+        let limits = self.limits;
+        // Refuse rather than queue: a queued caller holds a connection for nothing,
+        // and a burst would otherwise grow without bound.
+        let slots = Arc::new(tokio::sync::Semaphore::new(
+            limits
+                .max_concurrent_runs
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        ));
         ctx.add_action(Action::new(
             "run-workflow",
-            "Run a workflow synchronously (inline, or stored by name) and answer its output and every step's checkpoint.",
+            "Run a workflow synchronously (inline, or stored by name) and answer its output and every step's checkpoint; bounded by registry.run_timeout_ms and registry.max_concurrent_runs.",
             "workflow:run",
             message("RunWorkflowRequest")?,
             message("RunWorkflowResponse")?,
             move |request: ActionRequest| {
-                let (store, runner) = (store.clone(), runner.clone());
-                async move { run_workflow(store.as_ref(), &runner, &request).await }
+                let (store, runner, slots) = (store.clone(), runner.clone(), slots.clone());
+                async move {
+                    let _slot = slots.try_acquire_owned().map_err(|_| {
+                        ActionError::unavailable(format!(
+                            "too many workflows running (registry.max_concurrent_runs = {}); retry later",
+                            limits.max_concurrent_runs
+                        ))
+                    })?;
+                    tokio::time::timeout(
+                        limits.run_timeout(),
+                        run_workflow(store.as_ref(), &runner, &request),
+                    )
+                    .await
+                    .map_err(|_| {
+                        ActionError::unavailable(format!(
+                            "the run was stopped after registry.run_timeout_ms = {} ms; submit long workflows as jobs (submit-workflow) or raise the setting",
+                            limits.run_timeout_ms
+                        ))
+                    })?
+                }
             },
         ));
         Ok(())

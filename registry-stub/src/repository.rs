@@ -1,12 +1,16 @@
 //! The `WorkflowRepository` extension point: stored workflows by name.
 //!
 //! The registry keeps workflows as files, one `NAME.json` each in its configured
-//! directory, loaded at start-up and written atomically (a temporary file renamed
-//! into place). Co-mounted roles contribute workflows in memory; those cannot be
-//! replaced by `put-workflow`. Names are `[a-z0-9][a-z0-9._-]{0,199}`, so a name is
-//! always a safe file name.
+//! directory, loaded at start-up and written atomically and durably: a uniquely named
+//! temporary file (`.NAME.<uuid>.tmp`) is written and fsynced, renamed into place, and
+//! the directory is fsynced. Puts are serialised, and the in-memory map is updated
+//! under the same lock only once the file is durable, so the workflow served is always
+//! the one a restart would load. Co-mounted roles contribute workflows in memory;
+//! those cannot be replaced by `put-workflow`. Names are `[a-z0-9][a-z0-9._-]{0,199}`,
+//! so a name is always a safe file name.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
@@ -124,6 +128,11 @@ fn compile_named(envelope: &Value) -> Result<(String, usize), RepositoryError> {
 pub struct FileWorkflowRepository {
     dir: PathBuf,
     entries: RwLock<BTreeMap<String, StoredWorkflow>>,
+    /// Held for a whole put (file written, renamed, directory synced, map updated):
+    /// without it two puts of one name could finish their renames and their map
+    /// updates in different orders, serving one version while the file holds the
+    /// other. Puts are rare and short, so one lock for every name costs nothing.
+    writer: tokio::sync::Mutex<()>,
 }
 
 impl FileWorkflowRepository {
@@ -177,37 +186,39 @@ impl FileWorkflowRepository {
         Ok(FileWorkflowRepository {
             dir: dir.to_owned(),
             entries: RwLock::new(entries),
+            writer: tokio::sync::Mutex::new(()),
         })
     }
 
     /// Compiles, verifies and stores `envelope` under its own name; returns the name
-    /// and whether it was new.
+    /// and whether it was new. When it returns `Ok`, the file is on disk (fsynced,
+    /// directory included) and the same version is served.
     pub async fn put(&self, envelope: Value) -> Result<(String, bool), RepositoryError> {
         let (name, steps) = compile_named(&envelope)?;
-        if let Some(WorkflowSource::Role(role)) = self.resolve(&name).map(|s| s.source) {
-            return Err(RepositoryError::Contributed { name, role });
-        }
         let path = self.dir.join(format!("{name}.json"));
-        let temporary = self.dir.join(format!(".{name}.json.tmp"));
         let bytes = serde_json::to_vec_pretty(&envelope).map_err(|e| RepositoryError::Io {
             action: "encoding",
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        tokio::fs::write(&temporary, bytes)
+        let _writer = self.writer.lock().await;
+        if let Some(WorkflowSource::Role(role)) = self.resolve(&name).map(|s| s.source) {
+            return Err(RepositoryError::Contributed { name, role });
+        }
+        // A unique temporary name, so that even a writer outside this lock (another
+        // process over the same directory) never renames our half-written file.
+        let temporary = self
+            .dir
+            .join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4()));
+        let dir = self.dir.clone();
+        let target = path.clone();
+        tokio::task::spawn_blocking(move || write_durably(&dir, &temporary, &target, &bytes))
             .await
-            .map_err(|source| RepositoryError::Io {
+            .map_err(|e| RepositoryError::Io {
                 action: "writing",
-                path: temporary.clone(),
-                source,
-            })?;
-        tokio::fs::rename(&temporary, &path)
-            .await
-            .map_err(|source| RepositoryError::Io {
-                action: "renaming into",
                 path: path.clone(),
-                source,
-            })?;
+                source: std::io::Error::other(e),
+            })??;
         let stored = StoredWorkflow {
             name: name.clone(),
             envelope,
@@ -226,6 +237,38 @@ impl FileWorkflowRepository {
     fn read_entries(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, StoredWorkflow>> {
         self.entries.read().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Writes `bytes` to `temporary`, fsyncs it, renames it to `path` and fsyncs `dir`, so
+/// the rename itself survives a crash. The temporary file is removed on failure.
+fn write_durably(
+    dir: &Path,
+    temporary: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), RepositoryError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |source| RepositoryError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let written = (|| {
+        let mut file = std::fs::File::create(temporary).map_err(io("writing", temporary))?;
+        file.write_all(bytes).map_err(io("writing", temporary))?;
+        file.sync_all().map_err(io("syncing", temporary))?;
+        std::fs::rename(temporary, path).map_err(io("renaming into", path))
+    })();
+    if written.is_err() {
+        // Best effort: the error that matters is the one being returned.
+        let _ = std::fs::remove_file(temporary);
+    }
+    written?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("syncing the directory", dir))
 }
 
 impl WorkflowRepository for FileWorkflowRepository {

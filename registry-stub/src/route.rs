@@ -8,15 +8,21 @@
 //! Handlers stay thin: the route authenticates, finds the verb, checks the scope,
 //! parses the body as the verb's request message and checks its rules, and maps every
 //! error to `{"code", "message"}` with its HTTP status, in this one place.
+//!
+//! Routes a role contributes get the same protection ([`protected_routes`]): a valid
+//! bearer token when `[auth]` is on, and the same body limit. Routes a role marks
+//! public ([`public_routes`], for example a health check) get only the body limit.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::body::{Body, HttpBody};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
@@ -78,6 +84,56 @@ pub fn actions_router(catalog: Arc<Catalog>, auth: Option<Arc<AuthConfig>>) -> R
         .route("/v1/actions/{verb}", post(call_action))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(RouteState { catalog, auth })
+}
+
+/// `routes` behind the body limit and, when `auth` is set, a valid bearer token (any
+/// accepted token: contributed routes declare no scope). Refusals use the route's
+/// error model.
+pub fn protected_routes(routes: Router, auth: Option<Arc<AuthConfig>>) -> Router {
+    // The last layer added runs first: the token is checked before the body is read.
+    public_routes(routes).layer(from_fn_with_state(auth, require_token))
+}
+
+/// `routes` behind the body limit only: no token is asked for.
+pub fn public_routes(routes: Router) -> Router {
+    routes
+        .layer(from_fn(limit_body))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+async fn require_token(
+    State(auth): State<Option<Arc<AuthConfig>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(auth) = &auth
+        && let Err(error) = auth.authenticate(authorization(request.headers()))
+    {
+        return error_response(&error);
+    }
+    next.run(request).await
+}
+
+/// Refuses a body declared larger than [`MAX_BODY_BYTES`] before reading it, and caps
+/// the rest, so a handler that reads the raw body stream is bounded too (reading past
+/// the cap fails, and axum's extractors answer 413).
+async fn limit_body(request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        .max(request.body().size_hint().lower());
+    if declared > MAX_BODY_BYTES as u64 {
+        return error_response(&ActionError::invalid(format!(
+            "the body is {declared} bytes; bodies are limited to {} MiB",
+            MAX_BODY_BYTES / (1024 * 1024)
+        )));
+    }
+    let (parts, body) = request.into_parts();
+    let body = Body::new(http_body_util::Limited::new(body, MAX_BODY_BYTES));
+    next.run(Request::from_parts(parts, body)).await
 }
 
 fn error_response(error: &ActionError) -> Response {
