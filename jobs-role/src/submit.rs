@@ -134,12 +134,16 @@ impl Submitter {
         if let Some(path) = nul_path(&submission.input, "input") {
             return Err(SubmitError::Unstorable(path));
         }
+        // The canonical proto3 JSON of the parsed input: what the worker will parse.
+        let canonical = encode_json(&input).map_err(|e| MessageError::Unparsable {
+            type_name: e.type_name.clone(),
+            reason: e.reason,
+        })?;
         let job = NewJob {
             job_id: submission.job_id.unwrap_or_else(Uuid::now_v7),
             workflow_name: compiled.name.clone(),
             definition: envelope,
-            // The canonical proto3 JSON of the parsed input: what the worker will parse.
-            input: encode_json(&input),
+            input: canonical,
             max_attempts: submission
                 .max_attempts
                 .filter(|n| *n > 0)

@@ -307,13 +307,29 @@ pub fn decode_json(
 /// proto3 JSON of a message, as checkpoints and outputs store it: camelCase names,
 /// defaults omitted, 64-bit integers as JSON numbers (readable at 2am; values above
 /// 2^53 lose precision in JavaScript readers, not in this engine).
-pub fn encode_json(message: &DynamicMessage) -> Value {
+///
+/// Encoding is fallible, and the failure is never papered over: a `Struct` holding
+/// NaN or an infinity, an `Any` whose type is not in the descriptor set, a
+/// `Timestamp` past year 9999 have no proto3 JSON form. The error names the type and
+/// the serializer's reason.
+pub fn encode_json(message: &DynamicMessage) -> Result<Value, EncodeError> {
     let options = prost_reflect::SerializeOptions::new().stringify_64_bit_integers(false);
-    // Serializing a DynamicMessage into a serde_json::Value cannot fail: every value
-    // kind has a JSON form and the serializer is in-memory.
     message
         .serialize_with_options(serde_json::value::Serializer, &options)
-        .unwrap_or(Value::Null)
+        .map_err(|e| EncodeError {
+            type_name: message.descriptor().full_name().to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// A message with no proto3 JSON form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a {type_name} that cannot be written as proto3 JSON: {reason}")]
+pub struct EncodeError {
+    /// Full name of the message type.
+    pub type_name: String,
+    /// The serializer's reason (the value or type it could not write).
+    pub reason: String,
 }
 
 struct Draft<'a> {

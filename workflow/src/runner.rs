@@ -65,6 +65,8 @@ pub enum SegmentOutcome {
     Completed {
         /// The workflow's output.
         output: DynamicMessage,
+        /// The output as proto3 JSON (a segment whose output has none fails instead).
+        output_json: Value,
         /// Every checkpoint, prior ones included, in order.
         steps: Vec<Checkpoint>,
     },
@@ -98,6 +100,8 @@ pub enum SegmentError {
 pub struct RunOutcome {
     /// The workflow's output.
     pub output: DynamicMessage,
+    /// The output as proto3 JSON.
+    pub output_json: Value,
     /// Every step's checkpoint, in order.
     pub steps: Vec<Checkpoint>,
 }
@@ -105,7 +109,7 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// The output as proto3 JSON.
     pub fn output_json(&self) -> Value {
-        encode_json(&self.output)
+        self.output_json.clone()
     }
 }
 
@@ -140,21 +144,27 @@ impl Runner {
         Self::default()
     }
 
-    /// Runs the whole workflow in one segment. A workflow with an external step is
-    /// refused before anything is called.
+    /// Runs the whole workflow in one segment. Reaching an external step (one whose
+    /// `when` gate, if any, is open) refuses the run: only a job can wait for it. A
+    /// gate that skips the external step lets the run go on.
     pub async fn run(
         &self,
         workflow: &CompiledWorkflow,
         input: &DynamicMessage,
     ) -> Result<RunOutcome, RunError> {
-        if workflow.has_external_step() {
-            return Err(RunError::WouldPark);
-        }
         match self
             .run_segment(workflow, input, Vec::new(), &mut Discard, &NoMetadata)
             .await
         {
-            Ok(SegmentOutcome::Completed { output, steps }) => Ok(RunOutcome { output, steps }),
+            Ok(SegmentOutcome::Completed {
+                output,
+                output_json,
+                steps,
+            }) => Ok(RunOutcome {
+                output,
+                output_json,
+                steps,
+            }),
             Ok(SegmentOutcome::Parked { .. }) => Err(RunError::WouldPark),
             Err(SegmentError::Failed(failure)) => Err(RunError::Failed(failure)),
             Err(SegmentError::Checkpoint { step, source }) => Err(RunError::Failed(
@@ -181,18 +191,31 @@ impl Runner {
             steps.push(replayed.checkpoint);
         }
         for step in workflow.steps.iter().skip(steps.len()) {
-            if step.is_external() {
-                return Ok(SegmentOutcome::Parked {
-                    step: step.name.clone(),
-                    steps,
-                });
-            }
-            let (checkpoint, response) = match self
-                .run_step(workflow, step, &scope, segment_end, metadata)
-                .await?
-            {
+            // An external step parks only when its gate (if any) is open; a closed gate
+            // skips it like any other step.
+            let called = if step.is_external() {
+                if self.gate_opens(workflow, step, &scope, segment_end).await? {
+                    return Ok(SegmentOutcome::Parked {
+                        step: step.name.clone(),
+                        steps,
+                    });
+                }
+                None
+            } else {
+                self.run_step(workflow, step, &scope, segment_end, metadata)
+                    .await?
+            };
+            let (checkpoint, response) = match called {
                 Some(response) => {
-                    let json = encode_json(&response);
+                    // No checkpoint without a faithful encoding: a response with no
+                    // proto3 JSON form fails the step here, before anything is stored.
+                    let json = encode_json(&response).map_err(|e| {
+                        StepFailure::at(
+                            &step.name,
+                            FailureKind::Workflow,
+                            format!("its response cannot be stored: {e}"),
+                        )
+                    })?;
                     (
                         Checkpoint {
                             name: step.name.clone(),
@@ -221,7 +244,44 @@ impl Runner {
             steps.push(checkpoint);
         }
         let output = build_output(workflow, &scope)?;
-        Ok(SegmentOutcome::Completed { output, steps })
+        let output_json = encode_json(&output).map_err(|e| StepFailure {
+            step: None,
+            kind: FailureKind::Mapping,
+            message: format!("the output cannot be stored: {e}"),
+        })?;
+        Ok(SegmentOutcome::Completed {
+            output,
+            output_json,
+            steps,
+        })
+    }
+
+    /// Evaluates `step`'s `when` gate (true without one), bounded by its time limit
+    /// and what is left of the segment.
+    async fn gate_opens(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &Scope,
+        segment_end: Instant,
+    ) -> Result<bool, StepFailure> {
+        let Some(gate) = &step.when else {
+            return Ok(true);
+        };
+        let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
+        let remaining = segment_end.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(fail(
+                FailureKind::Deadline,
+                format!(
+                    "the segment deadline of {} ms passed before the step could run",
+                    workflow.deadline.as_millis()
+                ),
+            ));
+        }
+        gate.evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
+            .await
+            .map_err(|e| fail(FailureKind::Gate, e))
     }
 
     /// Runs one called step; `None` when its gate skipped it.
@@ -234,27 +294,8 @@ impl Runner {
         metadata: &dyn CallMetadata,
     ) -> Result<Option<DynamicMessage>, StepFailure> {
         let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
-        let out_of_time = || {
-            fail(
-                FailureKind::Deadline,
-                format!(
-                    "the segment deadline of {} ms passed before the step could run",
-                    workflow.deadline.as_millis()
-                ),
-            )
-        };
-        if let Some(gate) = &step.when {
-            let remaining = segment_end.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(out_of_time());
-            }
-            let open = gate
-                .evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
-                .await
-                .map_err(|e| fail(FailureKind::Gate, e))?;
-            if !open {
-                return Ok(None);
-            }
+        if !self.gate_opens(workflow, step, scope, segment_end).await? {
+            return Ok(None);
         }
         let mut request = DynamicMessage::new(step.method.input());
         for rule in &step.rules {
@@ -263,7 +304,13 @@ impl Runner {
         }
         let remaining = segment_end.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(out_of_time());
+            return Err(fail(
+                FailureKind::Deadline,
+                format!(
+                    "the segment deadline of {} ms passed before the step could run",
+                    workflow.deadline.as_millis()
+                ),
+            ));
         }
         let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
         let target = step

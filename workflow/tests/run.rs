@@ -47,7 +47,7 @@ async fn completed(
     metadata: &dyn workflow::CallMetadata,
 ) -> (DynamicMessage, Vec<Checkpoint>) {
     match runner.run_segment(wf, input, prior, sink, metadata).await {
-        Ok(SegmentOutcome::Completed { output, steps }) => (output, steps),
+        Ok(SegmentOutcome::Completed { output, steps, .. }) => (output, steps),
         other => panic!("expected completion, got {other:?}"),
     }
 }
@@ -63,7 +63,7 @@ fn input(workflow: &CompiledWorkflow, text: &str, fail: bool) -> DynamicMessage 
 }
 
 fn output_json(message: &DynamicMessage) -> Value {
-    workflow::compile::encode_json(message)
+    workflow::compile::encode_json(message).expect("the output has a JSON form")
 }
 
 #[tokio::test]
@@ -307,7 +307,7 @@ async fn a_response_breaking_its_rules_is_a_validation_failure_with_the_field_pa
 }
 
 #[tokio::test]
-async fn synchronous_run_refuses_an_external_step_before_calling_anything() {
+async fn synchronous_run_refuses_when_it_reaches_an_open_external_step() {
     let server = FixtureServer::start().await;
     let wf = compile(&three_step_workflow(&server.target()));
     let err = Runner::new()
@@ -321,9 +321,48 @@ async fn synchronous_run_refuses_an_external_step_before_calling_anything() {
         "synchronous run-workflow cannot park - submit the workflow as a job (submit-workflow) so complete-step can supply the response"
     );
     assert_eq!(
-        server.stats.tokenize_calls() + server.stats.embed_calls(),
-        0,
-        "nothing was called"
+        (server.stats.tokenize_calls(), server.stats.embed_calls()),
+        (1, 0),
+        "the steps before the external one ran; none after it"
+    );
+}
+
+#[tokio::test]
+async fn an_external_step_whose_gate_is_closed_is_skipped_and_the_run_goes_on() {
+    let server = FixtureServer::start().await;
+    let mut envelope = three_step_workflow(&server.target());
+    envelope["steps"][1]["when"] = json!("size(tokenize.ids) > 3");
+    let wf = compile(&envelope);
+
+    let outcome = Runner::new()
+        .run(&wf, &input(&wf, "hi", false))
+        .await
+        .expect("the closed gate skips the external step");
+    let skipped: Vec<(&str, bool)> = outcome
+        .steps
+        .iter()
+        .map(|c| (c.name.as_str(), c.skipped))
+        .collect();
+    assert_eq!(
+        skipped,
+        [("tokenize", false), ("review", true), ("embed", false)]
+    );
+
+    // An open gate still parks a segment at the external step.
+    let mut recorder = Recorder::new(Arc::new(AtomicUsize::new(0)));
+    let parked = Runner::new()
+        .run_segment(
+            &wf,
+            &input(&wf, "long enough", false),
+            Vec::new(),
+            &mut recorder,
+            &NoMetadata,
+        )
+        .await
+        .expect("parks");
+    assert!(
+        matches!(parked, SegmentOutcome::Parked { ref step, .. } if step == "review"),
+        "{parked:?}"
     );
 }
 
@@ -442,4 +481,36 @@ async fn tls_steps_speak_tls() {
         0,
         "no plaintext call reached the server"
     );
+}
+
+#[tokio::test]
+async fn a_response_with_no_json_form_fails_the_step_instead_of_storing_null() {
+    let server = FixtureServer::start().await;
+    let wf = compile(&workflow::testkit::unencodable_response_workflow(
+        &server.target(),
+    ));
+    let mut recorder = Recorder::new(Arc::new(AtomicUsize::new(0)));
+    let err = Runner::new()
+        .run_segment(
+            &wf,
+            &input(&wf, workflow::testkit::UNENCODABLE_TEXT, false),
+            Vec::new(),
+            &mut recorder,
+            &NoMetadata,
+        )
+        .await
+        .expect_err("no checkpoint without a JSON form");
+    let SegmentError::Failed(failure) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(failure.kind, FailureKind::Workflow);
+    assert!(!failure.is_retryable());
+    assert!(
+        failure
+            .to_string()
+            .starts_with("WORKFLOW: step 'tokenize': its response cannot be stored: a jobs.test.Opaque that cannot be written as proto3 JSON"),
+        "{failure}"
+    );
+    assert!(recorder.checkpoints.is_empty(), "nothing was recorded");
+    assert_eq!(server.stats.tokenize_calls(), 1);
 }

@@ -101,7 +101,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         let checkpoint = Checkpoint {
             name: step.name.clone(),
             skipped: false,
-            response: Some(encode_json(&response)),
+            response: Some(
+                encode_json(&response)
+                    .map_err(|e| ActionError::invalid(format!("response: {e}")))?,
+            ),
         };
         (
             ParkedAnswer::Accept {

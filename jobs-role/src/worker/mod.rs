@@ -32,7 +32,6 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use workflow::compile::encode_json;
 use workflow::{
     CallMetadata, Checkpoint, CheckpointSink, CompiledStep, CompiledWorkflow, FailureKind, Runner,
     SegmentError, SegmentOutcome, SinkError, StepFailure, replay_checkpoints,
@@ -279,8 +278,11 @@ impl Worker {
     ) -> Result<(), StoreError> {
         let claim = &job.claim;
         match outcome {
-            Ok(SegmentOutcome::Completed { output, steps }) => {
-                let result = encode_json(&output);
+            Ok(SegmentOutcome::Completed {
+                output_json: result,
+                steps,
+                ..
+            }) => {
                 let verdict = format!(
                     "{} steps, output {}",
                     steps.len(),

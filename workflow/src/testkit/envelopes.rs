@@ -1,5 +1,6 @@
 //! Envelope builders over the fixture schema.
 
+use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::fixture_descriptor_set_base64;
@@ -82,4 +83,33 @@ pub fn three_step_workflow(target: &str) -> Value {
             "rules": ["source_text = input.text", "vector = embed.values", "notes = review.notes"],
         })),
     )
+}
+
+/// The input text that makes [`unencodable_response_workflow`]'s step answer a
+/// response with no proto3 JSON form: its code points, which the fixture tokenizer
+/// returns as packed ids (one byte each), are the encoding of a
+/// `google.protobuf.Any` naming a type no descriptor set holds.
+pub const UNENCODABLE_TEXT: &str = "\n\u{1d}type.googleapis.com/nope.Nope";
+
+/// One step against the fixture tokenizer, declared (wire-compatibly) as returning
+/// `jobs.test.Opaque { google.protobuf.Any any = 1; }`: with [`UNENCODABLE_TEXT`] as
+/// input the response holds an `Any` whose type cannot be resolved, so it cannot be
+/// written as proto3 JSON.
+pub fn unencodable_response_workflow(target: &str) -> Value {
+    let source = r#"
+        syntax = "proto3";
+        package jobs.test;
+        import "google/protobuf/any.proto";
+        message Text { string text = 1; bool fail = 2; }
+        message Opaque { google.protobuf.Any any = 1; }
+        service Tokenizer { rpc Tokenize(Text) returns (Opaque); }
+    "#;
+    let bytes = crate::schema::compile_proto_source("opaque.proto", source)
+        .expect("the opaque schema compiles");
+    json!({
+        "name": "opaque",
+        "schema": { "descriptorSetBase64": base64::engine::general_purpose::STANDARD.encode(bytes) },
+        "inputType": "jobs.test.Text",
+        "steps": [step("tokenize", target, "jobs.test.Tokenizer/Tokenize", &["text = input.text"])],
+    })
 }

@@ -19,7 +19,10 @@ use std::sync::LazyLock;
 
 use base64::Engine as _;
 
-pub use envelopes::{step, three_step_workflow, two_step_workflow, workflow};
+pub use envelopes::{
+    UNENCODABLE_TEXT, step, three_step_workflow, two_step_workflow, unencodable_response_workflow,
+    workflow,
+};
 pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};
 
 /// The fixture schema's source.
