@@ -1,9 +1,11 @@
 //! Step failures: what went wrong, at which step, and whether retrying can help.
 //!
 //! The seed's taxonomy has three buckets, and [`FailureKind`] maps onto them:
-//! retryable (`Grpc` UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED, and
+//! retryable (`Grpc` UNAVAILABLE / DEADLINE_EXCEEDED / RESOURCE_EXHAUSTED / ABORTED,
+//! any status made locally because the connection failed under the call, and
 //! `Deadline`), a verdict (`Validation`), and deterministic defects that fail loud
-//! (`Gate`, `Mapping`, `Workflow`, and every other gRPC code).
+//! (`Gate`, `Mapping`, `Workflow`, and every other gRPC code the target answers, its
+//! own UNKNOWN and INTERNAL included).
 
 use std::fmt;
 
@@ -45,6 +47,9 @@ pub enum FailureKind {
         code: tonic::Code,
         /// The status message, verbatim.
         message: String,
+        /// The status was made on this side because the connection failed (reset,
+        /// closed, refused mid-call), not answered by the target.
+        transport: bool,
     },
     /// The call outlived its deadline (the step's own, or what was left of the segment's).
     Deadline,
@@ -110,15 +115,22 @@ impl StepFailure {
         }
     }
 
-    /// Retrying can help: a transient gRPC status or a deadline.
+    /// Retrying can help: a transient gRPC status, a connection that failed under
+    /// the call, or a deadline (the table is in the README).
     pub fn is_retryable(&self) -> bool {
         match &self.kind {
-            FailureKind::Grpc { code, .. } => matches!(
-                code,
-                tonic::Code::Unavailable
-                    | tonic::Code::DeadlineExceeded
-                    | tonic::Code::ResourceExhausted
-            ),
+            FailureKind::Grpc {
+                code, transport, ..
+            } => {
+                *transport
+                    || matches!(
+                        code,
+                        tonic::Code::Unavailable
+                            | tonic::Code::DeadlineExceeded
+                            | tonic::Code::ResourceExhausted
+                            | tonic::Code::Aborted
+                    )
+            }
             FailureKind::Deadline => true,
             _ => false,
         }
@@ -183,6 +195,7 @@ mod tests {
             FailureKind::Grpc {
                 code: tonic::Code::Unavailable,
                 message: "model loading".into(),
+                transport: false,
             },
             "UNAVAILABLE: model loading",
         );
@@ -205,11 +218,27 @@ mod tests {
                 FailureKind::Grpc {
                     code,
                     message: String::new(),
+                    transport: false,
                 },
                 "",
             )
         };
         assert!(grpc(tonic::Code::DeadlineExceeded).is_retryable());
+        assert!(grpc(tonic::Code::Aborted).is_retryable());
+        assert!(!grpc(tonic::Code::Unknown).is_retryable());
+        let transport = StepFailure::at(
+            "s",
+            FailureKind::Grpc {
+                code: tonic::Code::Unknown,
+                message: "transport error".into(),
+                transport: true,
+            },
+            "",
+        );
+        assert!(
+            transport.is_retryable(),
+            "the connection failed, not the server"
+        );
         assert!(grpc(tonic::Code::ResourceExhausted).is_retryable());
         assert!(!grpc(tonic::Code::InvalidArgument).is_retryable());
         assert!(!grpc(tonic::Code::Internal).is_retryable());

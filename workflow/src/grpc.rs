@@ -98,6 +98,8 @@ pub enum CallError {
         code: Code,
         /// The status message.
         message: String,
+        /// Made on this side from a failed connection, not answered by the target.
+        transport: bool,
     },
     /// No answer within the deadline.
     Deadline(Duration),
@@ -191,6 +193,7 @@ impl GrpcClient {
         let unavailable = |e: String| CallError::Status {
             code: Code::Unavailable,
             message: e,
+            transport: false,
         };
         let scheme = if tls { "https" } else { "http" };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{target}"))
@@ -225,6 +228,7 @@ impl GrpcClient {
         .map_err(|e| CallError::Status {
             code: Code::Internal,
             message: format!("method path: {e}"),
+            transport: false,
         })?;
         let mut request = tonic::Request::new(request);
         // The server learns the deadline (grpc-timeout) with a small grace, so that the
@@ -250,9 +254,12 @@ impl GrpcClient {
         };
         match tokio::time::timeout(deadline, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
+            // A status the target sent has no source; one tonic made from a failed
+            // connection (reset, closed mid-call) carries the transport error.
             Ok(Err(status)) => Err(CallError::Status {
                 code: status.code(),
                 message: status.message().to_owned(),
+                transport: std::error::Error::source(&status).is_some(),
             }),
             Err(_) => Err(CallError::Deadline(deadline)),
         }

@@ -329,13 +329,28 @@ impl Runner {
             )
             .await
             .map_err(|e| match e {
-                CallError::Status { code, message } => fail(
-                    FailureKind::Grpc {
-                        code,
-                        message: message.clone(),
-                    },
-                    format!("{}: {message}", code_name(code)),
-                ),
+                CallError::Status {
+                    code,
+                    message,
+                    transport,
+                } => {
+                    let said = if transport {
+                        format!(
+                            "{}: {message} (the connection to the target failed)",
+                            code_name(code)
+                        )
+                    } else {
+                        format!("{}: {message}", code_name(code))
+                    };
+                    fail(
+                        FailureKind::Grpc {
+                            code,
+                            message,
+                            transport,
+                        },
+                        said,
+                    )
+                }
                 CallError::Deadline(waited) => fail(
                     FailureKind::Deadline,
                     deadline_message(waited, step.deadline, remaining),

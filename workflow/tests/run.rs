@@ -216,7 +216,8 @@ async fn an_unavailable_target_surfaces_as_a_retryable_grpc_failure() {
         failure.kind,
         FailureKind::Grpc {
             code: tonic::Code::Unavailable,
-            message: "model loading".into()
+            message: "model loading".into(),
+            transport: false,
         }
     );
     assert_eq!(

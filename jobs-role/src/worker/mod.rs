@@ -11,7 +11,7 @@
 //! |--------------------------------------------------------|-----------------------------------------|
 //! | completed                                              | COMPLETED, verdict `N steps, output T`  |
 //! | parked at an external step                             | WAITING on that step                    |
-//! | retryable failure (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, deadline) | QUEUED after base × 2^(attempt−1), or DEAD when attempts are spent |
+//! | retryable failure (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, a connection failing under the call, deadline) | QUEUED after base × 2^(attempt−1), or DEAD when attempts are spent |
 //! | validation failure                                     | FAILED with the violations (a verdict)  |
 //! | gate, mapping or workflow failure; drifted snapshot    | FAILED loud                             |
 //! | PostgreSQL refuses a response or the output (a NUL, a size limit) | FAILED loud: `WORKFLOW: step 'x': its response cannot be stored: ...` |

@@ -1,0 +1,120 @@
+//! Which step failures are retried: the connection failing under a call is, a
+//! server's own UNKNOWN or INTERNAL answer is not.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+use workflow::testkit::proto::review_desk_server::{ReviewDesk, ReviewDeskServer};
+use workflow::testkit::proto::{Review, Text};
+use workflow::testkit::{step, workflow};
+use workflow::{CompiledWorkflow, FailureKind, RunError, Runner, StepFailure};
+
+/// A target that takes the call and then drops the connection without an answer,
+/// as a process that dies mid-call does.
+async fn dying_target() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // Read the preface and the request, then die.
+                let mut buffer = [0u8; 4096];
+                let _ = tokio::time::timeout(Duration::from_millis(300), async {
+                    loop {
+                        match socket.read(&mut buffer).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) => {}
+                        }
+                    }
+                })
+                .await;
+                drop(socket);
+            });
+        }
+    });
+    addr.to_string()
+}
+
+/// A ReviewDesk answering every call with `status`.
+async fn answering(status: Status) -> String {
+    #[derive(Clone)]
+    struct Desk(Status);
+    #[tonic::async_trait]
+    impl ReviewDesk for Desk {
+        async fn review(&self, _: Request<Text>) -> Result<Response<Review>, Status> {
+            Err(self.0.clone())
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ReviewDeskServer::new(Desk(status)))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    addr.to_string()
+}
+
+async fn review_failure(target: &str) -> StepFailure {
+    let envelope = workflow(
+        "review",
+        vec![step(
+            "review",
+            target,
+            "jobs.test.ReviewDesk/Review",
+            &["text = input.text"],
+        )],
+        None,
+    );
+    let wf = CompiledWorkflow::compile(&envelope).unwrap();
+    let input = wf.parse_input(&json!({ "text": "x" })).unwrap();
+    match Runner::new().run(&wf, &input).await {
+        Err(RunError::Failed(failure)) => failure,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_target_dying_mid_call_is_a_retryable_transport_failure() {
+    let failure = review_failure(&dying_target().await).await;
+    assert!(
+        matches!(
+            failure.kind,
+            FailureKind::Grpc {
+                transport: true,
+                ..
+            }
+        ),
+        "{failure} ({:?})",
+        failure.kind
+    );
+    assert!(failure.is_retryable(), "{failure}");
+    assert!(
+        failure
+            .to_string()
+            .contains("the connection to the target failed"),
+        "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn a_servers_own_unknown_and_internal_answers_are_not_retried() {
+    for status in [Status::unknown("it broke"), Status::internal("bug")] {
+        let code = status.code();
+        let failure = review_failure(&answering(status).await).await;
+        assert!(
+            matches!(failure.kind, FailureKind::Grpc { transport: false, code: c, .. } if c == code),
+            "{failure}"
+        );
+        assert!(!failure.is_retryable(), "{failure}");
+    }
+}
+
+#[tokio::test]
+async fn aborted_is_retried() {
+    let failure = review_failure(&answering(Status::aborted("conflict, try again")).await).await;
+    assert!(failure.is_retryable(), "{failure}");
+}
