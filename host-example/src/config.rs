@@ -99,6 +99,9 @@ impl HostConfig {
             .run_limits()
             .check()
             .map_err(|e| format!("invalid config: {e}"))?;
+        if self.registry.max_response_bytes == 0 {
+            return Err("invalid config: registry.max_response_bytes must be at least 1".into());
+        }
         check_bind(self.node.bind, self.auth.as_ref())
     }
 }

@@ -109,6 +109,9 @@ pub struct RegistrySection {
     pub run_timeout_ms: u64,
     /// See [`RunLimits::max_concurrent_runs`].
     pub max_concurrent_runs: usize,
+    /// The largest step response the node's engine accepts (both `run-workflow` and
+    /// jobs), unless a step declares its own `maxResponseBytes`.
+    pub max_response_bytes: usize,
 }
 
 impl Default for RegistrySection {
@@ -118,6 +121,7 @@ impl Default for RegistrySection {
             workflows_dir: RegistryConfig::default().workflows_dir,
             run_timeout_ms: limits.run_timeout_ms,
             max_concurrent_runs: limits.max_concurrent_runs,
+            max_response_bytes: workflow::runner::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }

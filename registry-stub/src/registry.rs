@@ -31,6 +31,7 @@ const REGISTRY_PROTO_FILE: &str = "protomolt/registry/v1/registry.proto";
 pub struct RegistryRole {
     config: RegistryConfig,
     limits: RunLimits,
+    max_response_bytes: usize,
 }
 
 impl RegistryRole {
@@ -40,12 +41,22 @@ impl RegistryRole {
         RegistryRole {
             config,
             limits: RunLimits::default(),
+            max_response_bytes: workflow::runner::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 
     /// A registry configured by a whole `[registry]` section.
     pub fn from_section(section: &RegistrySection) -> Self {
-        Self::new(section.store()).with_run_limits(section.run_limits())
+        Self::new(section.store())
+            .with_run_limits(section.run_limits())
+            .with_max_response_bytes(section.max_response_bytes)
+    }
+
+    /// The largest step response the shared engine accepts (unless a step says
+    /// otherwise).
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
     }
 
     /// Replaces the limits of `run-workflow`.
@@ -103,7 +114,7 @@ impl Role for RegistryRole {
                     ))
                 })?,
         );
-        let runner = Arc::new(Runner::new());
+        let runner = Arc::new(Runner::new().with_max_response_bytes(self.max_response_bytes));
         ctx.provide::<Arc<dyn WorkflowRepository>>(repository.clone());
         ctx.provide::<Arc<Runner>>(runner.clone());
 

@@ -12,7 +12,7 @@
 //!
 //! Step keys: `name`, `target` (`host:port`; optional on external steps), `method`
 //! (`package.Service/Method`), `rules`, `when` (CEL), `completion` (`"call"`, the
-//! default, or `"external"`), `validate`, `deadlineMs`, `tls`.
+//! default, or `"external"`), `validate`, `deadlineMs`, `tls`, `maxResponseBytes`.
 //!
 //! Compilation never stops at the first problem: every missing field, bad value,
 //! unknown type or method and (through [`crate::verify`]) every rule that does not
@@ -52,6 +52,8 @@ pub const MAX_RULES: usize = 200;
 /// segment has less left).
 pub const RULES_TIME_LIMIT: Duration = Duration::from_secs(1);
 const MAX_NAME_CHARS: usize = 200;
+/// The largest `maxResponseBytes` a step may declare.
+pub const MAX_RESPONSE_BYTES_CEILING: u64 = 256 * 1024 * 1024;
 const MAX_DEADLINE_MS: u64 = 86_400_000;
 
 /// One problem with an envelope: where it is and what to do about it.
@@ -111,6 +113,8 @@ pub struct CompiledStep {
     pub deadline: Option<Duration>,
     /// Use TLS to reach the target.
     pub tls: bool,
+    /// The largest response this step accepts, overriding the runner's limit.
+    pub max_response_bytes: Option<usize>,
 }
 
 impl CompiledStep {
@@ -440,6 +444,24 @@ impl Draft<'_> {
         }
     }
 
+    fn max_response_bytes(
+        &mut self,
+        object: &Map<String, Value>,
+        step: Option<&str>,
+        path: &str,
+    ) -> Option<usize> {
+        let value = object.get("maxResponseBytes")?;
+        match value.as_u64() {
+            Some(bytes) if (1..=MAX_RESPONSE_BYTES_CEILING).contains(&bytes) => {
+                usize::try_from(bytes).ok()
+            }
+            _ => {
+                self.find(step, format!("{path}.maxResponseBytes"), format!("'maxResponseBytes' must be a whole number of bytes from 1 to {MAX_RESPONSE_BYTES_CEILING}, not {value}"));
+                None
+            }
+        }
+    }
+
     fn rules(
         &mut self,
         object: &Map<String, Value>,
@@ -538,6 +560,7 @@ pub(crate) struct StepSpec {
     pub validate: bool,
     pub deadline: Option<Duration>,
     pub tls: bool,
+    pub max_response_bytes: Option<usize>,
 }
 
 const ROOT_KEYS: &[&str] = &[
@@ -558,6 +581,7 @@ const STEP_KEYS: &[&str] = &[
     "validate",
     "deadlineMs",
     "tls",
+    "maxResponseBytes",
 ];
 
 fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<CompiledWorkflow> {
@@ -617,6 +641,7 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
             validate: spec.validate,
             deadline: spec.deadline,
             tls: spec.tls,
+            max_response_bytes: spec.max_response_bytes,
         });
     }
     let output = match output {
@@ -877,6 +902,7 @@ fn step_specs(
         let validate = draft.boolean(object, "validate", step, &path);
         let tls = draft.boolean(object, "tls", step, &path);
         let deadline = draft.deadline(object, step, &path);
+        let max_response_bytes = draft.max_response_bytes(object, step, &path);
         specs.push(StepSpec {
             name: label,
             target,
@@ -887,6 +913,7 @@ fn step_specs(
             validate,
             deadline,
             tls,
+            max_response_bytes,
         });
     }
     specs

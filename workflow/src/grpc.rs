@@ -218,6 +218,7 @@ impl GrpcClient {
         request: DynamicMessage,
         deadline: Duration,
         metadata: &[(String, String)],
+        max_response_bytes: usize,
     ) -> Result<DynamicMessage, CallError> {
         let channel = self.channel(target, tls)?;
         let path = PathAndQuery::try_from(format!(
@@ -246,7 +247,8 @@ impl GrpcClient {
             response: method.output(),
         };
         let call = async move {
-            let mut grpc = tonic::client::Grpc::new(channel);
+            let mut grpc =
+                tonic::client::Grpc::new(channel).max_decoding_message_size(max_response_bytes);
             grpc.ready()
                 .await
                 .map_err(|e| Status::unavailable(format!("target not ready: {e}")))?;

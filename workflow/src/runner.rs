@@ -124,10 +124,23 @@ pub enum RunError {
     Failed(#[from] StepFailure),
 }
 
+/// The largest step response a runner accepts unless configured otherwise (tonic's
+/// own default).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
 /// Runs compiled workflows; holds the gRPC channel cache, so share one per process.
-#[derive(Default)]
 pub struct Runner {
     grpc: GrpcClient,
+    max_response_bytes: usize,
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Runner {
+            grpc: GrpcClient::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
 }
 
 struct Discard;
@@ -142,6 +155,13 @@ impl Runner {
     /// A runner with an empty channel cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Accepts step responses up to `bytes` (a step's `maxResponseBytes` overrides
+    /// it); larger ones fail the step, naming both settings.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
     }
 
     /// Runs the whole workflow in one segment. Reaching an external step (one whose
@@ -317,6 +337,7 @@ impl Runner {
             .target
             .as_deref()
             .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a target".into()))?;
+        let limit = step.max_response_bytes.unwrap_or(self.max_response_bytes);
         let response = self
             .grpc
             .call(
@@ -326,6 +347,7 @@ impl Runner {
                 request,
                 deadline,
                 &metadata.for_step(step),
+                limit,
             )
             .await
             .map_err(|e| match e {
@@ -334,7 +356,14 @@ impl Runner {
                     message,
                     transport,
                 } => {
-                    let said = if transport {
+                    let too_large = code == tonic::Code::OutOfRange
+                        && message.contains("message length too large");
+                    let said = if too_large {
+                        format!(
+                            "{}: the response is larger than the limit of {limit} bytes ({message}): raise the step's maxResponseBytes, or the node's [registry].max_response_bytes",
+                            code_name(code)
+                        )
+                    } else if transport {
                         format!(
                             "{}: {message} (the connection to the target failed)",
                             code_name(code)

@@ -118,3 +118,75 @@ async fn aborted_is_retried() {
     let failure = review_failure(&answering(Status::aborted("conflict, try again")).await).await;
     assert!(failure.is_retryable(), "{failure}");
 }
+
+fn tokenize_only(target: &str, max_response_bytes: Option<u64>) -> CompiledWorkflow {
+    let mut tokenize = step(
+        "tokenize",
+        target,
+        "jobs.test.Tokenizer/Tokenize",
+        &["text = input.text"],
+    );
+    if let Some(bytes) = max_response_bytes {
+        tokenize["maxResponseBytes"] = json!(bytes);
+    }
+    CompiledWorkflow::compile(&workflow("tokenize", vec![tokenize], None)).unwrap()
+}
+
+#[tokio::test]
+async fn a_response_over_the_limit_fails_naming_the_settings_and_a_step_may_raise_it() {
+    let server = workflow::testkit::FixtureServer::start().await;
+    let runner = Runner::new().with_max_response_bytes(50);
+    let text = json!({ "text": "a".repeat(100) });
+
+    let wf = tokenize_only(&server.target(), None);
+    let input = wf.parse_input(&text).unwrap();
+    let Err(RunError::Failed(failure)) = runner.run(&wf, &input).await else {
+        panic!("over the node's limit")
+    };
+    assert!(!failure.is_retryable(), "{failure}");
+    let said = failure.to_string();
+    assert!(
+        said.contains("the response is larger than the limit of 50 bytes")
+            && said.contains("maxResponseBytes")
+            && said.contains("[registry].max_response_bytes"),
+        "{said}"
+    );
+
+    let raised = tokenize_only(&server.target(), Some(1_000));
+    let input = raised.parse_input(&text).unwrap();
+    runner
+        .run(&raised, &input)
+        .await
+        .expect("the step's own limit applies");
+
+    let lowered = tokenize_only(&server.target(), Some(10));
+    let input = lowered
+        .parse_input(&json!({ "text": "a".repeat(20) }))
+        .unwrap();
+    assert!(
+        Runner::new().run(&lowered, &input).await.is_err(),
+        "a step may lower it too"
+    );
+}
+
+#[test]
+fn max_response_bytes_must_be_a_sensible_number() {
+    for bad in [json!(0), json!(-1), json!("big"), json!(1u64 << 40)] {
+        let mut tokenize = step(
+            "tokenize",
+            "127.0.0.1:1",
+            "jobs.test.Tokenizer/Tokenize",
+            &[],
+        );
+        tokenize["maxResponseBytes"] = bad.clone();
+        let findings =
+            CompiledWorkflow::compile(&workflow("w", vec![tokenize], None)).expect_err("refused");
+        assert!(
+            findings
+                .0
+                .iter()
+                .any(|f| f.path == "$.steps[0].maxResponseBytes"),
+            "{bad}: {findings}"
+        );
+    }
+}
