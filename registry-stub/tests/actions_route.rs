@@ -348,7 +348,7 @@ async fn run_workflow_answers_the_embedding_from_real_servers() {
 }
 
 #[tokio::test]
-async fn run_workflow_refuses_an_external_step_with_the_engines_sentence() {
+async fn run_workflow_refuses_on_reaching_an_external_step_with_the_engines_sentence() {
     let server = FixtureServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     let router = router(dir.path(), None).await;
@@ -361,7 +361,11 @@ async fn run_workflow_refuses_an_external_step_with_the_engines_sentence() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["ok"], false);
     assert_eq!(body["error"], workflow::SYNC_REFUSAL);
-    assert_eq!(server.stats.tokenize_calls(), 0);
+    assert_eq!(
+        (server.stats.tokenize_calls(), server.stats.embed_calls()),
+        (1, 0),
+        "refused on reaching the external step: the step before it ran"
+    );
 }
 
 #[tokio::test]

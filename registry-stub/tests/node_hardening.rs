@@ -224,6 +224,7 @@ async fn limited_router(
             workflows_dir: dir.to_owned(),
             run_timeout_ms,
             max_concurrent_runs,
+            ..RegistrySection::default()
         }))
         .mount()
         .await

@@ -89,6 +89,24 @@ impl<K: Eq + Hash + Clone, V: Clone> LruCache<K, V> {
     }
 }
 
+/// One unary call: where, what, and its bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// `host:port` of the server.
+    pub target: &'a str,
+    /// Reach it over TLS.
+    pub tls: bool,
+    /// The method; its input and output types encode the request and decode the
+    /// response.
+    pub method: &'a MethodDescriptor,
+    /// How long to wait for the answer.
+    pub deadline: Duration,
+    /// Request headers.
+    pub metadata: &'a [(String, String)],
+    /// The largest response accepted.
+    pub max_response_bytes: usize,
+}
+
 /// Why a call did not produce a response.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallError {
@@ -208,18 +226,20 @@ impl GrpcClient {
         Ok(endpoint.connect_lazy())
     }
 
-    /// Calls `method` on `target` with `request`, waiting at most `deadline`, sending
-    /// `metadata` as request headers.
+    /// Makes `call` with `request`.
     pub async fn call(
         &self,
-        target: &str,
-        tls: bool,
-        method: &MethodDescriptor,
+        call: &Call<'_>,
         request: DynamicMessage,
-        deadline: Duration,
-        metadata: &[(String, String)],
-        max_response_bytes: usize,
     ) -> Result<DynamicMessage, CallError> {
+        let Call {
+            target,
+            tls,
+            method,
+            deadline,
+            metadata,
+            max_response_bytes,
+        } = *call;
         let channel = self.channel(target, tls)?;
         let path = PathAndQuery::try_from(format!(
             "/{}/{}",

@@ -22,7 +22,7 @@ use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
 use crate::compile::{CompiledStep, CompiledWorkflow, RULES_TIME_LIMIT, encode_json};
 use crate::failure::{FailureKind, StepFailure};
 use crate::gate::GATE_TIME_LIMIT;
-use crate::grpc::{CallError, GrpcClient};
+use crate::grpc::{Call, CallError, GrpcClient};
 use crate::rules::apply_rule;
 use crate::scope::Scope;
 
@@ -338,17 +338,18 @@ impl Runner {
             .as_deref()
             .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a target".into()))?;
         let limit = step.max_response_bytes.unwrap_or(self.max_response_bytes);
+        let headers = metadata.for_step(step);
+        let call = Call {
+            target,
+            tls: step.tls,
+            method: &step.method,
+            deadline,
+            metadata: &headers,
+            max_response_bytes: limit,
+        };
         let response = self
             .grpc
-            .call(
-                target,
-                step.tls,
-                &step.method,
-                request,
-                deadline,
-                &metadata.for_step(step),
-                limit,
-            )
+            .call(&call, request)
             .await
             .map_err(|e| match e {
                 CallError::Status {
