@@ -112,6 +112,60 @@ pub struct RegistrySection {
     /// The largest step response the node's engine accepts (both `run-workflow` and
     /// jobs), unless a step declares its own `maxResponseBytes`.
     pub max_response_bytes: usize,
+    /// How TLS steps reach their targets (`[[registry.tls]]`): a CA bundle and a client
+    /// certificate per target pattern; the first match applies, public roots otherwise.
+    pub tls: Vec<TlsSection>,
+}
+
+/// One `[[registry.tls]]` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// `host:port` pattern, `*` matching any run of characters (`*.internal:443`).
+    pub targets: String,
+    /// PEM CA bundle to trust for these targets instead of the public roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain (mutual TLS); needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
+impl TlsSection {
+    /// Reads the files; the error names the entry, the key and the file.
+    pub async fn load(&self, index: usize) -> Result<workflow::grpc::TlsTarget, String> {
+        let read = |key: &'static str, path: &PathBuf| {
+            let path = path.clone();
+            async move {
+                tokio::fs::read_to_string(&path).await.map_err(|e| {
+                    format!(
+                        "registry.tls[{index}].{key}: cannot read {}: {e}",
+                        path.display()
+                    )
+                })
+            }
+        };
+        let ca_pem = match &self.ca_file {
+            Some(path) => Some(read("ca_file", path).await?),
+            None => None,
+        };
+        let identity = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                Some((read("cert_file", cert).await?, read("key_file", key).await?))
+            }
+            (None, None) => None,
+            _ => {
+                return Err(format!(
+                    "registry.tls[{index}]: cert_file and key_file go together (a client certificate needs its key)"
+                ));
+            }
+        };
+        Ok(workflow::grpc::TlsTarget {
+            pattern: self.targets.clone(),
+            ca_pem,
+            identity,
+        })
+    }
 }
 
 impl Default for RegistrySection {
@@ -122,6 +176,7 @@ impl Default for RegistrySection {
             run_timeout_ms: limits.run_timeout_ms,
             max_concurrent_runs: limits.max_concurrent_runs,
             max_response_bytes: workflow::runner::DEFAULT_MAX_RESPONSE_BYTES,
+            tls: Vec::new(),
         }
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use workflow::{Checkpoint, CompiledWorkflow, Findings, RunError, Runner};
 
 use crate::action::{Action, ActionError, ActionRequest, ActionResult};
-use crate::config::{RegistryConfig, RegistrySection, RunLimits};
+use crate::config::{RegistryConfig, RegistrySection, RunLimits, TlsSection};
 use crate::node::{MountContext, MountError, Role};
 use crate::repository::{FileWorkflowRepository, RepositoryError, WorkflowRepository, check_name};
 
@@ -32,6 +32,7 @@ pub struct RegistryRole {
     config: RegistryConfig,
     limits: RunLimits,
     max_response_bytes: usize,
+    tls: Vec<TlsSection>,
 }
 
 impl RegistryRole {
@@ -42,6 +43,7 @@ impl RegistryRole {
             config,
             limits: RunLimits::default(),
             max_response_bytes: workflow::runner::DEFAULT_MAX_RESPONSE_BYTES,
+            tls: Vec::new(),
         }
     }
 
@@ -50,6 +52,14 @@ impl RegistryRole {
         Self::new(section.store())
             .with_run_limits(section.run_limits())
             .with_max_response_bytes(section.max_response_bytes)
+            .with_tls(section.tls.clone())
+    }
+
+    /// How TLS steps reach their targets (`[[registry.tls]]`); the files are read when
+    /// the role mounts, and a file that cannot be read stops the node from booting.
+    pub fn with_tls(mut self, tls: Vec<TlsSection>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The largest step response the shared engine accepts (unless a step says
@@ -114,7 +124,15 @@ impl Role for RegistryRole {
                     ))
                 })?,
         );
-        let runner = Arc::new(Runner::new().with_max_response_bytes(self.max_response_bytes));
+        let mut tls = Vec::with_capacity(self.tls.len());
+        for (index, entry) in self.tls.iter().enumerate() {
+            tls.push(entry.load(index).await.map_err(MountError)?);
+        }
+        let runner = Arc::new(
+            Runner::new()
+                .with_max_response_bytes(self.max_response_bytes)
+                .with_tls_targets(tls),
+        );
         ctx.provide::<Arc<dyn WorkflowRepository>>(repository.clone());
         ctx.provide::<Arc<Runner>>(runner.clone());
 

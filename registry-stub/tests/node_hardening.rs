@@ -324,3 +324,46 @@ async fn run_workflow_over_the_concurrency_cap_answers_unavailable_at_once() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["ok"], true, "{body}");
 }
+
+#[tokio::test]
+async fn tls_files_that_cannot_be_read_stop_the_node_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = |tls: Vec<registry_stub::config::TlsSection>| {
+        let section = RegistrySection {
+            workflows_dir: dir.path().to_owned(),
+            tls,
+            ..RegistrySection::default()
+        };
+        async move {
+            Node::new()
+                .role(RegistryRole::from_section(&section))
+                .mount()
+                .await
+                .err()
+                .expect("refused")
+                .to_string()
+        }
+    };
+    let missing = mount(vec![registry_stub::config::TlsSection {
+        targets: "*.internal:443".into(),
+        ca_file: Some("/nonexistent/ca.pem".into()),
+        cert_file: None,
+        key_file: None,
+    }])
+    .await;
+    assert!(
+        missing.contains("registry.tls[0].ca_file: cannot read /nonexistent/ca.pem"),
+        "{missing}"
+    );
+    let half = mount(vec![registry_stub::config::TlsSection {
+        targets: "*".into(),
+        ca_file: None,
+        cert_file: Some("/x.pem".into()),
+        key_file: None,
+    }])
+    .await;
+    assert!(
+        half.contains("cert_file and key_file go together"),
+        "{half}"
+    );
+}

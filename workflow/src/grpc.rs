@@ -18,7 +18,7 @@ use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor, MethodDescriptor};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataValue};
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 const DEADLINE_GRACE: Duration = Duration::from_millis(250);
@@ -119,6 +119,8 @@ pub enum CallError {
         /// Made on this side from a failed connection, not answered by the target.
         transport: bool,
     },
+    /// The TLS handshake failed over certificates; retrying cannot help.
+    Certificate(String),
     /// No answer within the deadline.
     Deadline(Duration),
 }
@@ -178,16 +180,58 @@ impl Decoder for DynamicDecoder {
     }
 }
 
+/// How TLS steps reach the targets matching `pattern`: a CA bundle to trust instead
+/// of the public roots, and a client certificate to present (mutual TLS).
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsTarget {
+    /// `host:port` with `*` matching any run of characters (`*.internal:443`,
+    /// `10.0.0.7:*`, `*`); the first matching entry applies.
+    pub pattern: String,
+    /// PEM certificates to trust for these targets (the public roots otherwise).
+    pub ca_pem: Option<String>,
+    /// PEM client certificate chain and its private key.
+    pub identity: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for TlsTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The private key never reaches a log line.
+        f.debug_struct("TlsTarget")
+            .field("pattern", &self.pattern)
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl TlsTarget {
+    /// True when `target` matches the pattern.
+    pub fn matches(&self, target: &str) -> bool {
+        glob_matches(self.pattern.as_bytes(), target.as_bytes())
+    }
+}
+
+/// `*` matches any run of bytes; everything else matches itself.
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_matches(rest, &text[skip..])),
+        Some((c, rest)) => text.first() == Some(c) && glob_matches(rest, &text[1..]),
+    }
+}
+
 /// A gRPC client for any method of any target, with channels cached per target
 /// (at most [`MAX_CHANNELS`], see the module docs).
 pub struct GrpcClient {
     channels: Mutex<LruCache<(String, bool), Channel>>,
+    tls: Vec<TlsTarget>,
 }
 
 impl Default for GrpcClient {
     fn default() -> Self {
         GrpcClient {
             channels: Mutex::new(LruCache::new(MAX_CHANNELS, CHANNEL_IDLE)),
+            tls: Vec::new(),
         }
     }
 }
@@ -198,16 +242,24 @@ impl GrpcClient {
         Self::default()
     }
 
+    /// A client whose TLS steps use `tls` for the targets each entry matches.
+    pub fn with_tls(tls: Vec<TlsTarget>) -> Self {
+        GrpcClient {
+            tls,
+            ..GrpcClient::default()
+        }
+    }
+
     fn channel(&self, target: &str, tls: bool) -> Result<Channel, CallError> {
         let key = (target.to_owned(), tls);
         // A poisoned lock only means another call panicked mid-insert; the map is
         // still a valid cache.
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.get_or_try_insert(&key, Instant::now(), || Self::connect(target, tls))
+        channels.get_or_try_insert(&key, Instant::now(), || self.connect(target, tls))
     }
 
     /// A lazily connecting channel to `target`.
-    fn connect(target: &str, tls: bool) -> Result<Channel, CallError> {
+    fn connect(&self, target: &str, tls: bool) -> Result<Channel, CallError> {
         let unavailable = |e: String| CallError::Status {
             code: Code::Unavailable,
             message: e,
@@ -219,8 +271,21 @@ impl GrpcClient {
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
         if tls {
+            let mut config = ClientTlsConfig::new();
+            match self.tls.iter().find(|entry| entry.matches(target)) {
+                Some(entry) => {
+                    config = match &entry.ca_pem {
+                        Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+                        None => config.with_webpki_roots(),
+                    };
+                    if let Some((cert, key)) = &entry.identity {
+                        config = config.identity(Identity::from_pem(cert, key));
+                    }
+                }
+                None => config = config.with_webpki_roots(),
+            }
             endpoint = endpoint
-                .tls_config(ClientTlsConfig::new().with_webpki_roots())
+                .tls_config(config)
                 .map_err(|e| unavailable(format!("TLS set-up for '{target}': {e}")))?;
         }
         Ok(endpoint.connect_lazy())
@@ -269,23 +334,52 @@ impl GrpcClient {
         let call = async move {
             let mut grpc =
                 tonic::client::Grpc::new(channel).max_decoding_message_size(max_response_bytes);
-            grpc.ready()
-                .await
-                .map_err(|e| Status::unavailable(format!("target not ready: {e}")))?;
+            grpc.ready().await.map_err(|e| {
+                Status::unavailable(format!("target not ready: {}", error_chain(&e)))
+            })?;
             grpc.unary(request, path, codec).await
         };
         match tokio::time::timeout(deadline, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             // A status the target sent has no source; one tonic made from a failed
             // connection (reset, closed mid-call) carries the transport error.
-            Ok(Err(status)) => Err(CallError::Status {
-                code: status.code(),
-                message: status.message().to_owned(),
-                transport: std::error::Error::source(&status).is_some(),
-            }),
+            Ok(Err(status)) => {
+                let chain = error_chain(&status);
+                if is_certificate_failure(&chain) {
+                    return Err(CallError::Certificate(chain));
+                }
+                Err(CallError::Status {
+                    code: status.code(),
+                    message: status.message().to_owned(),
+                    transport: std::error::Error::source(&status).is_some(),
+                })
+            }
             Err(_) => Err(CallError::Deadline(deadline)),
         }
     }
+}
+
+/// An error and every error under it, `: `-joined (tonic's own text is often just
+/// "transport error"; the reason is further down).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// A TLS handshake that failed over certificates (an unknown issuer, a name or date
+/// mismatch, a client certificate refused or missing): configuration, not weather.
+fn is_certificate_failure(chain: &str) -> bool {
+    let lower = chain.to_ascii_lowercase();
+    lower.contains("certificate") || lower.contains("unknownca")
 }
 
 #[cfg(test)]

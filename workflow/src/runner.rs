@@ -128,7 +128,8 @@ pub enum RunError {
 /// own default).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Runs compiled workflows; holds the gRPC channel cache, so share one per process.
+/// Runs compiled workflows; holds the gRPC channel cache (and the TLS settings per
+/// target), so share one per process.
 pub struct Runner {
     grpc: GrpcClient,
     max_response_bytes: usize,
@@ -155,6 +156,13 @@ impl Runner {
     /// A runner with an empty channel cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// TLS steps reach the targets each entry matches with its CA bundle and client
+    /// certificate (the first match applies; the public roots otherwise).
+    pub fn with_tls_targets(mut self, tls: Vec<crate::grpc::TlsTarget>) -> Self {
+        self.grpc = GrpcClient::with_tls(tls);
+        self
     }
 
     /// Accepts step responses up to `bytes` (a step's `maxResponseBytes` overrides
@@ -381,6 +389,12 @@ impl Runner {
                         said,
                     )
                 }
+                CallError::Certificate(reason) => fail(
+                    FailureKind::Workflow,
+                    format!(
+                        "the TLS handshake with '{target}' failed over certificates: {reason}: check the CA bundle and client certificate configured for this target ([[registry.tls]])"
+                    ),
+                ),
                 CallError::Deadline(waited) => fail(
                     FailureKind::Deadline,
                     deadline_message(waited, step.deadline, remaining),
