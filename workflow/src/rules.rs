@@ -11,7 +11,10 @@
 //! dotted path rooted at `input` or at an earlier step's name (that step's response),
 //! or a literal: a JSON string (`"text"`), a number, `true` or `false`. Values convert
 //! only where protobuf itself widens without loss (int32 into int64 or double, float
-//! into double, ...); a string never becomes a number.
+//! into double, ...); a string never becomes a number. A number literal must fit its
+//! field exactly ([`literal_value`]): `1e39` is refused for a `float` field, and an
+//! integer a `double` (above 2^53) or a `float` (above 2^24) cannot hold exactly is
+//! refused, at compile time.
 
 use std::fmt;
 
@@ -301,7 +304,15 @@ pub fn check_rule(
                     target.describe()
                 ));
             }
-            literal_value(literal, &target.kind).map(|_| ())
+            literal_value(literal, &target.kind)
+                .map(|_| ())
+                .map_err(|e| {
+                    format!(
+                        "cannot write it into '{}' ({}): {e}",
+                        field.name(),
+                        target.describe()
+                    )
+                })
         }
         RuleOp::Assign(Source::Path { .. }) => {
             let source = source.ok_or("the source has no known type")?;
@@ -380,8 +391,14 @@ pub fn assignable(from: &Kind, to: &Kind) -> bool {
 }
 
 /// The value a literal takes in a field of `kind`, or why it cannot.
+///
+/// Numbers convert only without loss: an integer must fit the integer field, and
+/// become exactly the same number in a `double` or `float` field (every integer up to
+/// 2^53 in magnitude for `double`, 2^24 for `float`; larger ones only when exactly
+/// representable); a fractional literal must stay within `float`'s range and not
+/// underflow to zero (rounding the decimal to the nearest `float`, as any parser
+/// does, is not a loss).
 pub fn literal_value(literal: &Literal, kind: &Kind) -> Result<Value, String> {
-    let out_of_range = |what: &str| format!("{what} is out of range for {}", kind_name(kind));
     let wrong = || format!("literal {literal:?} cannot become {}", kind_name(kind));
     match (literal, kind) {
         (Literal::String(s), Kind::String) => Ok(Value::String(s.clone())),
@@ -395,45 +412,69 @@ pub fn literal_value(literal: &Literal, kind: &Kind) -> Result<Value, String> {
             .ok_or_else(|| format!("{s:?} is not a value of enum {}", e.full_name())),
         (Literal::Bool(b), Kind::Bool) => Ok(Value::Bool(*b)),
         (Literal::Float(f), Kind::Double) => Ok(Value::F64(*f)),
-        (Literal::Float(f), Kind::Float) => Ok(Value::F32(*f as f32)),
-        (Literal::Int(i), _) => integer_value(i128::from(*i), kind).ok_or_else(|| {
-            if is_integer_kind(kind) {
-                out_of_range(&i.to_string())
-            } else {
-                wrong()
-            }
-        }),
-        (Literal::UInt(u), _) => integer_value(i128::from(*u), kind).ok_or_else(|| {
-            if is_integer_kind(kind) {
-                out_of_range(&u.to_string())
-            } else {
-                wrong()
-            }
-        }),
+        (Literal::Float(f), Kind::Float) => narrow_float(*f).map(Value::F32),
+        (Literal::Int(i), _) => integer_value(i128::from(*i), kind).unwrap_or_else(|| Err(wrong())),
+        (Literal::UInt(u), _) => {
+            integer_value(i128::from(*u), kind).unwrap_or_else(|| Err(wrong()))
+        }
         _ => Err(wrong()),
     }
 }
 
-fn is_integer_kind(kind: &Kind) -> bool {
-    use Kind::*;
-    matches!(
-        kind,
-        Int32 | Sint32 | Sfixed32 | Int64 | Sint64 | Sfixed64 | Uint32 | Fixed32 | Uint64 | Fixed64
-    )
+/// A fractional literal in a `float` field: refused when `f32` cannot hold its
+/// magnitude (it would become infinity, or zero).
+fn narrow_float(f: f64) -> Result<f32, String> {
+    // `as` rounds to the nearest f32, saturating to infinity above f32::MAX and
+    // flushing to zero below the smallest subnormal: both are checked right after.
+    let narrowed = f as f32;
+    if narrowed.is_infinite() {
+        Err(format!(
+            "{f} is beyond the range of float (at most {:e} in magnitude) and would become infinity",
+            f32::MAX
+        ))
+    } else if narrowed == 0.0 && f != 0.0 {
+        Err(format!("{f} is too small for float and would become 0"))
+    } else {
+        Ok(narrowed)
+    }
 }
 
-fn integer_value(n: i128, kind: &Kind) -> Option<Value> {
+/// An integer literal in a field of `kind`: `None` when `kind` takes no integer,
+/// an error when the number does not fit exactly.
+fn integer_value(n: i128, kind: &Kind) -> Option<Result<Value, String>> {
     use Kind::*;
-    match kind {
-        Int32 | Sint32 | Sfixed32 => i32::try_from(n).ok().map(Value::I32),
-        Int64 | Sint64 | Sfixed64 => i64::try_from(n).ok().map(Value::I64),
-        Uint32 | Fixed32 => u32::try_from(n).ok().map(Value::U32),
-        Uint64 | Fixed64 => u64::try_from(n).ok().map(Value::U64),
-        // Integer literals into floating fields, as JSON would read them.
-        Double => Some(Value::F64(n as f64)),
-        Float => Some(Value::F32(n as f32)),
-        _ => None,
-    }
+    let out_of_range = || format!("{n} is out of range for {}", kind_name(kind));
+    let inexact = |significand: u32| {
+        format!(
+            "{n} is not exactly representable in {} (integers are exact only up to 2^{significand} in magnitude) and would lose precision",
+            kind_name(kind)
+        )
+    };
+    Some(match kind {
+        Int32 | Sint32 | Sfixed32 => i32::try_from(n).map(Value::I32).map_err(|_| out_of_range()),
+        Int64 | Sint64 | Sfixed64 => i64::try_from(n).map(Value::I64).map_err(|_| out_of_range()),
+        Uint32 | Fixed32 => u32::try_from(n).map(Value::U32).map_err(|_| out_of_range()),
+        Uint64 | Fixed64 => u64::try_from(n).map(Value::U64).map_err(|_| out_of_range()),
+        // `as` rounds to the nearest float (every i64/u64 is within range); converting
+        // back and comparing proves the result is exactly `n`.
+        Double => {
+            let float = n as f64;
+            if float as i128 == n {
+                Ok(Value::F64(float))
+            } else {
+                Err(inexact(53))
+            }
+        }
+        Float => {
+            let float = n as f32;
+            if float as i128 == n {
+                Ok(Value::F32(float))
+            } else {
+                Err(inexact(24))
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// Converts a runtime value into a field of `kind` (the pairs [`assignable`] allows).
@@ -627,5 +668,35 @@ mod tests {
         );
         assert!(literal_value(&Literal::String("1".into()), &Kind::Int64).is_err());
         assert!(literal_value(&Literal::Bool(true), &Kind::String).is_err());
+    }
+
+    #[test]
+    fn number_literals_into_floating_fields_are_exact_or_refused() {
+        let f32_of = |l: Literal| literal_value(&l, &Kind::Float);
+        let f64_of = |l: Literal| literal_value(&l, &Kind::Double);
+        assert!(f32_of(Literal::Float(1e39)).is_err(), "would be infinity");
+        assert!(f32_of(Literal::Float(-1e39)).is_err(), "would be -infinity");
+        assert!(f32_of(Literal::Float(1e-50)).is_err(), "would be 0");
+        assert_eq!(f32_of(Literal::Float(0.0)).unwrap(), Value::F32(0.0));
+        assert_eq!(f32_of(Literal::Float(0.1)).unwrap(), Value::F32(0.1));
+        assert_eq!(
+            f32_of(Literal::Int(1 << 24)).unwrap(),
+            Value::F32(16_777_216.0)
+        );
+        assert!(f32_of(Literal::Int((1 << 24) + 1)).is_err());
+        assert!(f32_of(Literal::Int(-(1 << 24) - 1)).is_err());
+        assert_eq!(
+            f64_of(Literal::Int(1 << 53)).unwrap(),
+            Value::F64(9_007_199_254_740_992.0)
+        );
+        assert!(f64_of(Literal::Int((1 << 53) + 1)).is_err());
+        assert!(f64_of(Literal::Int(i64::MAX)).is_err());
+        // Exactly representable, if large: no loss.
+        assert_eq!(
+            f64_of(Literal::Int(1 << 60)).unwrap(),
+            Value::F64(2f64.powi(60))
+        );
+        assert!(f64_of(Literal::UInt(u64::MAX)).is_err());
+        assert!(literal_value(&Literal::Float(2.5), &Kind::Int64).is_err());
     }
 }
