@@ -15,7 +15,25 @@
 //! field exactly ([`literal_value`]): `1e39` is refused for a `float` field, and an
 //! integer a `double` (above 2^53) or a `float` (above 2^24) cannot hold exactly is
 //! refused, at compile time.
+//!
+//! # Presence
+//!
+//! Rules never invent presence. A source that tracks presence (a singular message
+//! field, wrappers and `Timestamp` included, a proto3 `optional` scalar, a oneof
+//! member, a proto2 optional field) and is unset is **absent**, and a rule with an
+//! absent source does nothing: the target stays as it was (unset on a fresh message),
+//! never its default. So one rule per oneof member (`a = input.a`, `b = input.b`)
+//! copies only the member the source set. A source path through an unset message
+//! (`input.meta.id` with `meta` unset) is absent too. Unlike a `when` gate, where that
+//! read is a failure, a rule treats it as a no-op: a mapping copies what is there.
+//! A plain proto3 scalar (implicit presence) always reads its value, default
+//! included; repeated and map fields always read, empty copying nothing.
+//!
+//! A rule that writes nothing creates nothing: `-meta.notes` does nothing when the
+//! built message has no `meta`, `+=` with an absent or empty source appends nothing,
+//! and neither creates `meta`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine as _;
@@ -477,7 +495,8 @@ fn integer_value(n: i128, kind: &Kind) -> Option<Result<Value, String>> {
     })
 }
 
-/// Converts a runtime value into a field of `kind` (the pairs [`assignable`] allows).
+/// Converts a runtime value into a field of `kind` (the pairs [`assignable`] allows),
+/// with conversions that cannot lose: anything else is an error, never a cast.
 fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
     use Kind::*;
     Ok(match (value, kind) {
@@ -493,11 +512,17 @@ fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
         (Value::F32(v), Float) => Value::F32(v),
         (Value::F32(v), Double) => Value::F64(v.into()),
         (Value::F64(v), Double) => Value::F64(v),
-        (
-            value @ (Value::Bool(_) | Value::String(_) | Value::Bytes(_) | Value::EnumNumber(_)),
-            _,
-        ) => value,
-        (Value::Message(m), Message(_)) => Value::Message(m),
+        (Value::Bool(v), Bool) => Value::Bool(v),
+        (Value::String(v), String) => Value::String(v),
+        (Value::Bytes(v), Bytes) => Value::Bytes(v),
+        // Enum numbers are only assignable between the same enum type (verified).
+        (Value::EnumNumber(v), Enum(_)) => Value::EnumNumber(v),
+        // `Value::is_valid` accepts any message for any message field: check the type.
+        (Value::Message(m), Message(target))
+            if m.descriptor().full_name() == target.full_name() =>
+        {
+            Value::Message(m)
+        }
         (value, kind) => {
             return Err(format!(
                 "a {value:?} value cannot become {}",
@@ -507,67 +532,179 @@ fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
     })
 }
 
-/// Applies one (verified) rule to `message`, reading sources from `scope`.
-pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> Result<(), String> {
-    let (parents, last) = rule.target.split_at(rule.target.len().saturating_sub(1));
+/// Reads a source path with protobuf presence: `None` when the field is unset and
+/// tracks presence (a singular message, a proto3 `optional` scalar, a oneof member, a
+/// proto2 optional field), or when the path passes through an unset message. Fields
+/// without presence (plain proto3 scalars, repeated, maps) always read their value.
+///
+/// Only the value read is cloned, never the root message.
+fn read_source(scope: &Scope, root: &str, fields: &[String]) -> Result<Option<Value>, String> {
+    let message = scope
+        .get(root)
+        .ok_or_else(|| format!("'{root}' is not in scope yet"))?;
+    let Some((last, parents)) = fields.split_last() else {
+        return Ok(Some(Value::Message(message.clone())));
+    };
+    let field_of = |message: &DynamicMessage, name: &str| {
+        message
+            .descriptor()
+            .get_field_by_name(name)
+            .ok_or_else(|| format!("{} has no field '{name}'", message.descriptor().full_name()))
+    };
+    let mut current = message;
+    for name in parents {
+        let field = field_of(current, name)?;
+        if !current.has_field(&field) {
+            return Ok(None);
+        }
+        current = match current.get_field(&field) {
+            // A set field is stored in the message, so the value is borrowed.
+            Cow::Borrowed(Value::Message(inner)) => inner,
+            _ => return Err(format!("'{name}' is not a message")),
+        };
+    }
+    let field = field_of(current, last)?;
+    if field.supports_presence() && !current.has_field(&field) {
+        return Ok(None);
+    }
+    Ok(Some(current.get_field(&field).into_owned()))
+}
+
+/// The message holding the target field: walks `parents` down from `message`,
+/// creating unset parents only when `create` is true (`None` when one is unset).
+fn target_parent<'m>(
+    message: &'m mut DynamicMessage,
+    parents: &[String],
+    create: bool,
+) -> Result<Option<&'m mut DynamicMessage>, String> {
     let mut current = message;
     for name in parents {
         let field = current
             .descriptor()
             .get_field_by_name(name)
             .ok_or_else(|| format!("no field '{name}'"))?;
+        if !create && !current.has_field(&field) {
+            return Ok(None);
+        }
         current = current
             .get_field_mut(&field)
             .as_message_mut()
             .ok_or_else(|| format!("'{name}' is not a message"))?;
     }
-    let name = last.first().ok_or("a rule needs a target field")?;
-    let field = current
-        .descriptor()
-        .get_field_by_name(name)
-        .ok_or_else(|| format!("no field '{name}'"))?;
-    let kind = field.kind();
+    Ok(Some(current))
+}
+
+/// Applies one (verified) rule to `message`, reading sources from `scope`.
+///
+/// Presence is honoured: a rule whose source is absent (see [`read_source`]) leaves
+/// the target untouched, so an unset wrapper, timestamp, sub-message, `optional`
+/// scalar or oneof member stays unset rather than becoming its default, and a rule per
+/// oneof member keeps the member the source set. A rule that writes nothing (an
+/// absent source, an empty `+=`, a clear, an empty list or map) never creates the
+/// target's parent messages.
+pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> Result<(), String> {
+    let (name, parents) = rule
+        .target
+        .split_last()
+        .ok_or("a rule needs a target field")?;
+    let target_field = |parent: &DynamicMessage| {
+        parent
+            .descriptor()
+            .get_field_by_name(name)
+            .ok_or_else(|| format!("no field '{name}'"))
+    };
     match &rule.op {
-        RuleOp::Clear => current.clear_field(&field),
-        RuleOp::Assign(source) => {
-            let value = match source {
-                Source::Literal(literal) => literal_value(literal, &kind)?,
-                Source::Path { root, fields } => {
-                    let value = scope.read(root, fields)?;
-                    match value {
-                        Value::List(items) => Value::List(
-                            items
-                                .into_iter()
-                                .map(|v| convert(v, &kind))
-                                .collect::<Result<_, _>>()?,
-                        ),
-                        map @ Value::Map(_) => map,
-                        single => convert(single, &kind)?,
-                    }
-                }
-            };
-            current
+        RuleOp::Clear => {
+            if let Some(parent) = target_parent(message, parents, false)? {
+                let field = target_field(parent)?;
+                parent.clear_field(&field);
+            }
+        }
+        RuleOp::Assign(Source::Literal(literal)) => {
+            let parent = created_parent(message, parents)?;
+            let field = target_field(parent)?;
+            let value = literal_value(literal, &field.kind())?;
+            parent
                 .try_set_field(&field, value)
                 .map_err(|e| e.to_string())?;
         }
-        RuleOp::Append(source) => {
-            let additions = match source {
-                Source::Literal(literal) => vec![literal_value(literal, &kind)?],
-                Source::Path { root, fields } => match scope.read(root, fields)? {
-                    Value::List(items) => items
+        RuleOp::Assign(Source::Path { root, fields }) => {
+            let Some(value) = read_source(scope, root, fields)? else {
+                return Ok(());
+            };
+            let empty = match &value {
+                Value::List(items) => items.is_empty(),
+                Value::Map(entries) => entries.is_empty(),
+                _ => false,
+            };
+            // An empty list or map replaces what earlier rules wrote, but does not
+            // create a parent just to hold nothing.
+            let Some(parent) = target_parent(message, parents, !empty)? else {
+                return Ok(());
+            };
+            let field = target_field(parent)?;
+            let kind = field.kind();
+            let value = match value {
+                Value::List(items) => Value::List(
+                    items
                         .into_iter()
                         .map(|v| convert(v, &kind))
                         .collect::<Result<_, _>>()?,
-                    single => vec![convert(single, &kind)?],
-                },
+                ),
+                map @ Value::Map(_) => map,
+                single => convert(single, &kind)?,
             };
-            let list = current
-                .get_field_mut(&field)
-                .as_list_mut()
-                .ok_or_else(|| format!("'{name}' is not repeated"))?;
-            list.extend(additions);
+            parent
+                .try_set_field(&field, value)
+                .map_err(|e| e.to_string())?;
+        }
+        RuleOp::Append(Source::Literal(literal)) => {
+            let parent = created_parent(message, parents)?;
+            let field = target_field(parent)?;
+            let value = literal_value(literal, &field.kind())?;
+            append(parent, &field, vec![value])?;
+        }
+        RuleOp::Append(Source::Path { root, fields }) => {
+            let additions = match read_source(scope, root, fields)? {
+                None => return Ok(()),
+                Some(Value::List(items)) => items,
+                Some(single) => vec![single],
+            };
+            if additions.is_empty() {
+                return Ok(());
+            }
+            let parent = created_parent(message, parents)?;
+            let field = target_field(parent)?;
+            let kind = field.kind();
+            let additions = additions
+                .into_iter()
+                .map(|v| convert(v, &kind))
+                .collect::<Result<_, _>>()?;
+            append(parent, &field, additions)?;
         }
     }
+    Ok(())
+}
+
+/// [`target_parent`] creating every unset parent, for a rule that writes a value.
+fn created_parent<'m>(
+    message: &'m mut DynamicMessage,
+    parents: &[String],
+) -> Result<&'m mut DynamicMessage, String> {
+    target_parent(message, parents, true)?
+        .ok_or_else(|| "the target's parent could not be created".to_owned())
+}
+
+fn append(
+    parent: &mut DynamicMessage,
+    field: &FieldDescriptor,
+    additions: Vec<Value>,
+) -> Result<(), String> {
+    parent
+        .get_field_mut(field)
+        .as_list_mut()
+        .ok_or_else(|| format!("'{}' is not repeated", field.name()))?
+        .extend(additions);
     Ok(())
 }
 
@@ -698,5 +835,17 @@ mod tests {
         );
         assert!(f64_of(Literal::UInt(u64::MAX)).is_err());
         assert!(literal_value(&Literal::Float(2.5), &Kind::Int64).is_err());
+    }
+
+    #[test]
+    fn runtime_conversion_refuses_what_it_cannot_keep() {
+        assert!(convert(Value::I64(1), &Kind::Double).is_err());
+        assert!(convert(Value::F64(1.0), &Kind::Float).is_err());
+        assert!(convert(Value::String("1".into()), &Kind::Int64).is_err());
+        assert!(convert(Value::Bool(true), &Kind::String).is_err());
+        assert_eq!(
+            convert(Value::I32(-3), &Kind::Double).unwrap(),
+            Value::F64(-3.0)
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! fixture server's.
 
 use base64::Engine as _;
-use prost_reflect::{DynamicMessage, Value as Field};
+use prost_reflect::{DynamicMessage, ReflectMessage, Value as Field};
 use serde_json::{Value, json};
 use workflow::testkit::FixtureServer;
 use workflow::{CompiledWorkflow, Finding, Runner};
@@ -77,6 +77,14 @@ async fn record_output(rules: &[&str], input: Value) -> DynamicMessage {
     output_of("jobs.test.Record", rules, input).await
 }
 
+fn has(message: &DynamicMessage, name: &str) -> bool {
+    let field = message
+        .descriptor()
+        .get_field_by_name(name)
+        .unwrap_or_else(|| panic!("no field {name}"));
+    message.has_field(&field)
+}
+
 fn json_of(message: &DynamicMessage) -> Value {
     workflow::compile::encode_json(message)
 }
@@ -98,6 +106,103 @@ fn assert_finding(all: &[Finding], path: &str, needles: &[&str]) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+#[tokio::test]
+async fn an_unset_wrapper_stays_unset_and_a_set_zero_stays_set() {
+    let rules = ["count = input.count"];
+    let unset = record_output(&rules, json!({ "name": "x" })).await;
+    assert!(!has(&unset, "count"), "absent must not become 0");
+    let zero = record_output(&rules, json!({ "name": "x", "count": 0 })).await;
+    assert!(has(&zero, "count"), "a set 0 is present");
+    assert_eq!(json_of(&zero)["count"], json!(0));
+}
+
+#[tokio::test]
+async fn an_unset_timestamp_stays_unset() {
+    let rules = ["at = input.at"];
+    let unset = record_output(&rules, json!({ "name": "x" })).await;
+    assert!(!has(&unset, "at"), "absent must not become the epoch");
+    let set = record_output(&rules, json!({ "name": "x", "at": "2026-12-02T21:00:00Z" })).await;
+    assert_eq!(json_of(&set)["at"], json!("2026-12-02T21:00:00Z"));
+}
+
+#[tokio::test]
+async fn an_unset_sub_message_stays_unset_even_through_a_nested_path() {
+    let rules = ["meta = input.meta", "meta.notes = input.meta.notes"];
+    let unset = record_output(&rules, json!({ "name": "x" })).await;
+    assert!(
+        !has(&unset, "meta"),
+        "neither the copy nor the nested read may create meta: {}",
+        json_of(&unset)
+    );
+    let empty = record_output(&rules, json!({ "name": "x", "meta": {} })).await;
+    assert!(has(&empty, "meta"), "a set empty message is present");
+    // A nested read alone through a set message still copies.
+    let nested = record_output(
+        &["meta.notes = input.meta.notes"],
+        json!({ "name": "x", "meta": { "notes": "n" } }),
+    )
+    .await;
+    assert_eq!(json_of(&nested)["meta"], json!({ "notes": "n" }));
+}
+
+#[tokio::test]
+async fn an_unset_optional_scalar_stays_unset() {
+    let rules = ["level = input.level"];
+    let unset = record_output(&rules, json!({ "name": "x" })).await;
+    assert!(!has(&unset, "level"), "absent must not become 0");
+    let zero = record_output(&rules, json!({ "name": "x", "level": 0 })).await;
+    assert!(has(&zero, "level"), "a set 0 is present");
+}
+
+#[tokio::test]
+async fn one_rule_per_oneof_member_keeps_the_member_the_input_set() {
+    let rules = ["a = input.a", "b = input.b"];
+    let first = record_output(&rules, json!({ "name": "x", "a": "kept" })).await;
+    assert!(has(&first, "a") && !has(&first, "b"), "{}", json_of(&first));
+    assert_eq!(json_of(&first)["a"], json!("kept"));
+    let second = record_output(&rules, json!({ "name": "x", "b": 7 })).await;
+    assert!(
+        has(&second, "b") && !has(&second, "a"),
+        "{}",
+        json_of(&second)
+    );
+    let neither = record_output(&rules, json!({ "name": "x" })).await;
+    assert!(!has(&neither, "a") && !has(&neither, "b"));
+}
+
+#[tokio::test]
+async fn a_clear_rule_does_not_create_the_parent() {
+    let alone = record_output(&["-meta.notes"], json!({ "name": "x" })).await;
+    assert!(!has(&alone, "meta"), "{}", json_of(&alone));
+    // It still clears inside a parent an earlier rule wrote.
+    let copied = record_output(
+        &["meta = input.meta", "-meta.notes"],
+        json!({ "name": "x", "meta": { "id": "m1", "notes": "secret" } }),
+    )
+    .await;
+    assert_eq!(json_of(&copied)["meta"], json!({ "id": "m1" }));
+}
+
+#[tokio::test]
+async fn appending_an_absent_value_appends_nothing() {
+    let rules = ["levels += input.level"];
+    let unset = record_output(&rules, json!({ "name": "x" })).await;
+    assert_eq!(json_of(&unset).get("levels"), None, "{}", json_of(&unset));
+    let set = record_output(&rules, json!({ "name": "x", "level": 0 })).await;
+    assert_eq!(json_of(&set)["levels"], json!([0]));
+}
+
+#[tokio::test]
+async fn implicit_presence_scalars_still_copy_their_default() {
+    // `name` has no presence: reading it yields '' and writing it is harmless.
+    let out = record_output(&["a = input.name"], json!({})).await;
+    assert!(
+        has(&out, "a"),
+        "a oneof member written from a plain scalar is set"
+    );
+    assert_eq!(json_of(&out)["a"], json!(""));
 }
 
 #[test]
