@@ -14,7 +14,8 @@
 //! into double, ...); a string never becomes a number. A number literal must fit its
 //! field exactly ([`literal_value`]): `1e39` is refused for a `float` field, and an
 //! integer a `double` (above 2^53) or a `float` (above 2^24) cannot hold exactly is
-//! refused, at compile time.
+//! refused, at compile time. A map copies into a map with the same key and value types,
+//! whichever messages hold the two maps.
 //!
 //! # Presence
 //!
@@ -34,11 +35,12 @@
 //! and neither creates `meta`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 use base64::Engine as _;
 use prost_reflect::{
-    DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value,
+    DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
 };
 
 use crate::scope::Scope;
@@ -348,7 +350,7 @@ pub fn check_rule(
                 ));
             }
             let compatible = if target.cardinality == Cardinality::Map {
-                source.kind == target.kind
+                same_map_types(&source.kind, &target.kind)
             } else {
                 assignable(&source.kind, &target.kind)
             };
@@ -381,6 +383,29 @@ pub fn check_rule(
             Ok(())
         }
     }
+}
+
+/// True when two map fields (given by their entry types) have the same key type and
+/// the same value type. Each map field has its own entry message, so two maps of
+/// different messages never share an entry type even when their keys and values match.
+fn same_map_types(source: &Kind, target: &Kind) -> bool {
+    let (Kind::Message(source), Kind::Message(target)) = (source, target) else {
+        return false;
+    };
+    // The entry accessors below may panic on a message that is not a map entry.
+    if !source.is_map_entry() || !target.is_map_entry() {
+        return false;
+    }
+    let same = |a: &FieldDescriptor, b: &FieldDescriptor| match (a.kind(), b.kind()) {
+        (Kind::Message(a), Kind::Message(b)) => a.full_name() == b.full_name(),
+        (Kind::Enum(a), Kind::Enum(b)) => a.full_name() == b.full_name(),
+        (a, b) => a == b,
+    };
+    same(&source.map_entry_key_field(), &target.map_entry_key_field())
+        && same(
+            &source.map_entry_value_field(),
+            &target.map_entry_value_field(),
+        )
 }
 
 /// True when protobuf widens `from` into `to` without loss.
@@ -532,6 +557,31 @@ fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
     })
 }
 
+/// Converts every entry of a map value into the map field `field` (keys of the same
+/// kind, values through [`convert`]).
+fn convert_map(entries: HashMap<MapKey, Value>, field: &FieldDescriptor) -> Result<Value, String> {
+    let entry = match field.kind() {
+        // The entry accessors below may panic on a message that is not a map entry.
+        Kind::Message(entry) if field.is_map() && entry.is_map_entry() => entry,
+        _ => return Err(format!("'{}' is not a map", field.name())),
+    };
+    let key_kind = entry.map_entry_key_field().kind();
+    let value_kind = entry.map_entry_value_field().kind();
+    entries
+        .into_iter()
+        .map(|(key, value)| {
+            if !key.is_valid(&key_kind) {
+                return Err(format!(
+                    "a map key {key:?} cannot become {}",
+                    kind_name(&key_kind)
+                ));
+            }
+            Ok((key, convert(value, &value_kind)?))
+        })
+        .collect::<Result<_, _>>()
+        .map(Value::Map)
+}
+
 /// Reads a source path with protobuf presence: `None` when the field is unset and
 /// tracks presence (a singular message, a proto3 `optional` scalar, a oneof member, a
 /// proto2 optional field), or when the path passes through an unset message. Fields
@@ -651,7 +701,7 @@ pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> R
                         .map(|v| convert(v, &kind))
                         .collect::<Result<_, _>>()?,
                 ),
-                map @ Value::Map(_) => map,
+                Value::Map(entries) => convert_map(entries, &field)?,
                 single => convert(single, &kind)?,
             };
             parent

@@ -252,3 +252,35 @@ async fn exact_number_literals_still_compile_and_run() {
     assert_eq!(score, Some(Field::F64(9_007_199_254_740_992.0)));
     assert_eq!(json_of(&out)["levels"], json!([3]));
 }
+
+#[tokio::test]
+async fn a_map_copies_into_a_map_of_another_message_with_the_same_types() {
+    let out = output_of(
+        "jobs.test.Summary",
+        &["counts = input.totals", "by_id = input.metas"],
+        json!({
+            "name": "x",
+            "totals": { "a": 1, "b": "9007199254740993" },
+            "metas": { "m1": { "id": "m1", "notes": "n" } },
+        }),
+    )
+    .await;
+    assert_eq!(
+        json_of(&out),
+        json!({
+            "counts": { "a": 1, "b": 9_007_199_254_740_993_i64 },
+            "byId": { "m1": { "id": "m1", "notes": "n" } },
+        })
+    );
+}
+
+#[test]
+fn a_map_with_other_value_types_is_still_refused() {
+    let all = findings(&envelope(
+        "127.0.0.1:1",
+        "jobs.test.Summary",
+        &["narrow = input.totals", "by_id = input.totals"],
+    ));
+    assert_finding(&all, "$.output.rules[0]", &["cannot assign", "'narrow'"]);
+    assert_finding(&all, "$.output.rules[1]", &["cannot assign", "'by_id'"]);
+}
