@@ -646,12 +646,12 @@ fn target_parent<'m>(
 
 /// Applies one (verified) rule to `message`, reading sources from `scope`.
 ///
-/// Presence is honoured: a rule whose source is absent (see [`read_source`]) leaves
-/// the target untouched, so an unset wrapper, timestamp, sub-message, `optional`
-/// scalar or oneof member stays unset rather than becoming its default, and a rule per
-/// oneof member keeps the member the source set. A rule that writes nothing (an
-/// absent source, an empty `+=`, a clear, an empty list or map) never creates the
-/// target's parent messages.
+/// Presence is honoured: a rule whose source is absent (unset and tracking presence,
+/// or behind an unset message) leaves the target untouched, so an unset wrapper,
+/// timestamp, sub-message, `optional` scalar or oneof member stays unset rather than
+/// becoming its default, and a rule per oneof member keeps the member the source set.
+/// A rule that writes nothing (an absent source, an empty `+=`, a clear, an empty
+/// list or map) never creates the target's parent messages.
 pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> Result<(), String> {
     let (name, parents) = rule
         .target
@@ -885,6 +885,40 @@ mod tests {
         );
         assert!(f64_of(Literal::UInt(u64::MAX)).is_err());
         assert!(literal_value(&Literal::Float(2.5), &Kind::Int64).is_err());
+    }
+
+    fn pool() -> prost_reflect::DescriptorPool {
+        crate::schema::compile_proto_pool(
+            "t.proto",
+            "syntax = \"proto3\"; package t;\n\
+             message Inner { repeated int64 ids = 1; }\n\
+             message M { repeated int64 ids = 1; Inner inner = 2; }",
+        )
+        .unwrap()
+    }
+
+    fn apply(rules: &[&str], message: &mut DynamicMessage, scope: &Scope) {
+        for text in rules {
+            apply_rule(&parse_rule(text).unwrap(), message, scope).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_empty_list_replaces_earlier_values_but_creates_no_parent() {
+        let m = pool().get_message_by_name("t.M").unwrap();
+        let scope = Scope::new(DynamicMessage::new(m.clone()));
+        let mut built = DynamicMessage::new(m.clone());
+        apply(
+            &["inner.ids = input.ids", "ids += input.ids"],
+            &mut built,
+            &scope,
+        );
+        assert!(!built.has_field_by_name("inner"), "{built:?}");
+        apply(&["ids += 1", "ids = input.ids"], &mut built, &scope);
+        assert_eq!(
+            built.get_field_by_name("ids").unwrap().as_list(),
+            Some(&[][..])
+        );
     }
 
     #[test]
