@@ -11,13 +11,36 @@
 //! dotted path rooted at `input` or at an earlier step's name (that step's response),
 //! or a literal: a JSON string (`"text"`), a number, `true` or `false`. Values convert
 //! only where protobuf itself widens without loss (int32 into int64 or double, float
-//! into double, ...); a string never becomes a number.
+//! into double, ...); a string never becomes a number. A number literal must fit its
+//! field exactly ([`literal_value`]): `1e39` is refused for a `float` field, and an
+//! integer a `double` (above 2^53) or a `float` (above 2^24) cannot hold exactly is
+//! refused, at compile time. A map copies into a map with the same key and value types,
+//! whichever messages hold the two maps.
+//!
+//! # Presence
+//!
+//! Rules never invent presence. A source that tracks presence (a singular message
+//! field, wrappers and `Timestamp` included, a proto3 `optional` scalar, a oneof
+//! member, a proto2 optional field) and is unset is **absent**, and a rule with an
+//! absent source does nothing: the target stays as it was (unset on a fresh message),
+//! never its default. So one rule per oneof member (`a = input.a`, `b = input.b`)
+//! copies only the member the source set. A source path through an unset message
+//! (`input.meta.id` with `meta` unset) is absent too. Unlike a `when` gate, where that
+//! read is a failure, a rule treats it as a no-op: a mapping copies what is there.
+//! A plain proto3 scalar (implicit presence) always reads its value, default
+//! included; repeated and map fields always read, empty copying nothing.
+//!
+//! A rule that writes nothing creates nothing: `-meta.notes` does nothing when the
+//! built message has no `meta`, `+=` with an absent or empty source appends nothing,
+//! and neither creates `meta`.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 
 use base64::Engine as _;
 use prost_reflect::{
-    DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, ReflectMessage, Value,
+    DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
 };
 
 use crate::scope::Scope;
@@ -301,7 +324,15 @@ pub fn check_rule(
                     target.describe()
                 ));
             }
-            literal_value(literal, &target.kind).map(|_| ())
+            literal_value(literal, &target.kind)
+                .map(|_| ())
+                .map_err(|e| {
+                    format!(
+                        "cannot write it into '{}' ({}): {e}",
+                        field.name(),
+                        target.describe()
+                    )
+                })
         }
         RuleOp::Assign(Source::Path { .. }) => {
             let source = source.ok_or("the source has no known type")?;
@@ -319,7 +350,7 @@ pub fn check_rule(
                 ));
             }
             let compatible = if target.cardinality == Cardinality::Map {
-                source.kind == target.kind
+                same_map_types(&source.kind, &target.kind)
             } else {
                 assignable(&source.kind, &target.kind)
             };
@@ -354,6 +385,29 @@ pub fn check_rule(
     }
 }
 
+/// True when two map fields (given by their entry types) have the same key type and
+/// the same value type. Each map field has its own entry message, so two maps of
+/// different messages never share an entry type even when their keys and values match.
+fn same_map_types(source: &Kind, target: &Kind) -> bool {
+    let (Kind::Message(source), Kind::Message(target)) = (source, target) else {
+        return false;
+    };
+    // The entry accessors below may panic on a message that is not a map entry.
+    if !source.is_map_entry() || !target.is_map_entry() {
+        return false;
+    }
+    let same = |a: &FieldDescriptor, b: &FieldDescriptor| match (a.kind(), b.kind()) {
+        (Kind::Message(a), Kind::Message(b)) => a.full_name() == b.full_name(),
+        (Kind::Enum(a), Kind::Enum(b)) => a.full_name() == b.full_name(),
+        (a, b) => a == b,
+    };
+    same(&source.map_entry_key_field(), &target.map_entry_key_field())
+        && same(
+            &source.map_entry_value_field(),
+            &target.map_entry_value_field(),
+        )
+}
+
 /// True when protobuf widens `from` into `to` without loss.
 pub fn assignable(from: &Kind, to: &Kind) -> bool {
     use Kind::*;
@@ -380,8 +434,14 @@ pub fn assignable(from: &Kind, to: &Kind) -> bool {
 }
 
 /// The value a literal takes in a field of `kind`, or why it cannot.
+///
+/// Numbers convert only without loss: an integer must fit the integer field, and
+/// become exactly the same number in a `double` or `float` field (every integer up to
+/// 2^53 in magnitude for `double`, 2^24 for `float`; larger ones only when exactly
+/// representable); a fractional literal must stay within `float`'s range and not
+/// underflow to zero (rounding the decimal to the nearest `float`, as any parser
+/// does, is not a loss).
 pub fn literal_value(literal: &Literal, kind: &Kind) -> Result<Value, String> {
-    let out_of_range = |what: &str| format!("{what} is out of range for {}", kind_name(kind));
     let wrong = || format!("literal {literal:?} cannot become {}", kind_name(kind));
     match (literal, kind) {
         (Literal::String(s), Kind::String) => Ok(Value::String(s.clone())),
@@ -395,48 +455,73 @@ pub fn literal_value(literal: &Literal, kind: &Kind) -> Result<Value, String> {
             .ok_or_else(|| format!("{s:?} is not a value of enum {}", e.full_name())),
         (Literal::Bool(b), Kind::Bool) => Ok(Value::Bool(*b)),
         (Literal::Float(f), Kind::Double) => Ok(Value::F64(*f)),
-        (Literal::Float(f), Kind::Float) => Ok(Value::F32(*f as f32)),
-        (Literal::Int(i), _) => integer_value(i128::from(*i), kind).ok_or_else(|| {
-            if is_integer_kind(kind) {
-                out_of_range(&i.to_string())
-            } else {
-                wrong()
-            }
-        }),
-        (Literal::UInt(u), _) => integer_value(i128::from(*u), kind).ok_or_else(|| {
-            if is_integer_kind(kind) {
-                out_of_range(&u.to_string())
-            } else {
-                wrong()
-            }
-        }),
+        (Literal::Float(f), Kind::Float) => narrow_float(*f).map(Value::F32),
+        (Literal::Int(i), _) => integer_value(i128::from(*i), kind).unwrap_or_else(|| Err(wrong())),
+        (Literal::UInt(u), _) => {
+            integer_value(i128::from(*u), kind).unwrap_or_else(|| Err(wrong()))
+        }
         _ => Err(wrong()),
     }
 }
 
-fn is_integer_kind(kind: &Kind) -> bool {
-    use Kind::*;
-    matches!(
-        kind,
-        Int32 | Sint32 | Sfixed32 | Int64 | Sint64 | Sfixed64 | Uint32 | Fixed32 | Uint64 | Fixed64
-    )
-}
-
-fn integer_value(n: i128, kind: &Kind) -> Option<Value> {
-    use Kind::*;
-    match kind {
-        Int32 | Sint32 | Sfixed32 => i32::try_from(n).ok().map(Value::I32),
-        Int64 | Sint64 | Sfixed64 => i64::try_from(n).ok().map(Value::I64),
-        Uint32 | Fixed32 => u32::try_from(n).ok().map(Value::U32),
-        Uint64 | Fixed64 => u64::try_from(n).ok().map(Value::U64),
-        // Integer literals into floating fields, as JSON would read them.
-        Double => Some(Value::F64(n as f64)),
-        Float => Some(Value::F32(n as f32)),
-        _ => None,
+/// A fractional literal in a `float` field: refused when `f32` cannot hold its
+/// magnitude (it would become infinity, or zero).
+fn narrow_float(f: f64) -> Result<f32, String> {
+    // `as` rounds to the nearest f32, saturating to infinity above f32::MAX and
+    // flushing to zero below the smallest subnormal: both are checked right after.
+    let narrowed = f as f32;
+    if narrowed.is_infinite() {
+        Err(format!(
+            "{f} is beyond the range of float (at most {:e} in magnitude) and would become infinity",
+            f32::MAX
+        ))
+    } else if narrowed == 0.0 && f != 0.0 {
+        Err(format!("{f} is too small for float and would become 0"))
+    } else {
+        Ok(narrowed)
     }
 }
 
-/// Converts a runtime value into a field of `kind` (the pairs [`assignable`] allows).
+/// An integer literal in a field of `kind`: `None` when `kind` takes no integer,
+/// an error when the number does not fit exactly.
+fn integer_value(n: i128, kind: &Kind) -> Option<Result<Value, String>> {
+    use Kind::*;
+    let out_of_range = || format!("{n} is out of range for {}", kind_name(kind));
+    let inexact = |significand: u32| {
+        format!(
+            "{n} is not exactly representable in {} (integers are exact only up to 2^{significand} in magnitude) and would lose precision",
+            kind_name(kind)
+        )
+    };
+    Some(match kind {
+        Int32 | Sint32 | Sfixed32 => i32::try_from(n).map(Value::I32).map_err(|_| out_of_range()),
+        Int64 | Sint64 | Sfixed64 => i64::try_from(n).map(Value::I64).map_err(|_| out_of_range()),
+        Uint32 | Fixed32 => u32::try_from(n).map(Value::U32).map_err(|_| out_of_range()),
+        Uint64 | Fixed64 => u64::try_from(n).map(Value::U64).map_err(|_| out_of_range()),
+        // `as` rounds to the nearest float (every i64/u64 is within range); converting
+        // back and comparing proves the result is exactly `n`.
+        Double => {
+            let float = n as f64;
+            if float as i128 == n {
+                Ok(Value::F64(float))
+            } else {
+                Err(inexact(53))
+            }
+        }
+        Float => {
+            let float = n as f32;
+            if float as i128 == n {
+                Ok(Value::F32(float))
+            } else {
+                Err(inexact(24))
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Converts a runtime value into a field of `kind` (the pairs [`assignable`] allows),
+/// with conversions that cannot lose: anything else is an error, never a cast.
 fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
     use Kind::*;
     Ok(match (value, kind) {
@@ -452,11 +537,17 @@ fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
         (Value::F32(v), Float) => Value::F32(v),
         (Value::F32(v), Double) => Value::F64(v.into()),
         (Value::F64(v), Double) => Value::F64(v),
-        (
-            value @ (Value::Bool(_) | Value::String(_) | Value::Bytes(_) | Value::EnumNumber(_)),
-            _,
-        ) => value,
-        (Value::Message(m), Message(_)) => Value::Message(m),
+        (Value::Bool(v), Bool) => Value::Bool(v),
+        (Value::String(v), String) => Value::String(v),
+        (Value::Bytes(v), Bytes) => Value::Bytes(v),
+        // Enum numbers are only assignable between the same enum type (verified).
+        (Value::EnumNumber(v), Enum(_)) => Value::EnumNumber(v),
+        // `Value::is_valid` accepts any message for any message field: check the type.
+        (Value::Message(m), Message(target))
+            if m.descriptor().full_name() == target.full_name() =>
+        {
+            Value::Message(m)
+        }
         (value, kind) => {
             return Err(format!(
                 "a {value:?} value cannot become {}",
@@ -466,67 +557,204 @@ fn convert(value: Value, kind: &Kind) -> Result<Value, String> {
     })
 }
 
-/// Applies one (verified) rule to `message`, reading sources from `scope`.
-pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> Result<(), String> {
-    let (parents, last) = rule.target.split_at(rule.target.len().saturating_sub(1));
+/// Converts every entry of a map value into the map field `field` (keys of the same
+/// kind, values through [`convert`]).
+fn convert_map(entries: HashMap<MapKey, Value>, field: &FieldDescriptor) -> Result<Value, String> {
+    let entry = match field.kind() {
+        // The entry accessors below may panic on a message that is not a map entry.
+        Kind::Message(entry) if field.is_map() && entry.is_map_entry() => entry,
+        _ => return Err(format!("'{}' is not a map", field.name())),
+    };
+    let key_kind = entry.map_entry_key_field().kind();
+    let value_kind = entry.map_entry_value_field().kind();
+    entries
+        .into_iter()
+        .map(|(key, value)| {
+            if !key.is_valid(&key_kind) {
+                return Err(format!(
+                    "a map key {key:?} cannot become {}",
+                    kind_name(&key_kind)
+                ));
+            }
+            Ok((key, convert(value, &value_kind)?))
+        })
+        .collect::<Result<_, _>>()
+        .map(Value::Map)
+}
+
+/// Reads a source path with protobuf presence: `None` when the field is unset and
+/// tracks presence (a singular message, a proto3 `optional` scalar, a oneof member, a
+/// proto2 optional field), or when the path passes through an unset message. Fields
+/// without presence (plain proto3 scalars, repeated, maps) always read their value.
+///
+/// Only the value read is cloned, never the root message.
+fn read_source(scope: &Scope, root: &str, fields: &[String]) -> Result<Option<Value>, String> {
+    let message = scope
+        .get(root)
+        .ok_or_else(|| format!("'{root}' is not in scope yet"))?;
+    let Some((last, parents)) = fields.split_last() else {
+        return Ok(Some(Value::Message(message.clone())));
+    };
+    let field_of = |message: &DynamicMessage, name: &str| {
+        message
+            .descriptor()
+            .get_field_by_name(name)
+            .ok_or_else(|| format!("{} has no field '{name}'", message.descriptor().full_name()))
+    };
+    let mut current = message;
+    for name in parents {
+        let field = field_of(current, name)?;
+        if !current.has_field(&field) {
+            return Ok(None);
+        }
+        current = match current.get_field(&field) {
+            // A set field is stored in the message, so the value is borrowed.
+            Cow::Borrowed(Value::Message(inner)) => inner,
+            _ => return Err(format!("'{name}' is not a message")),
+        };
+    }
+    let field = field_of(current, last)?;
+    if field.supports_presence() && !current.has_field(&field) {
+        return Ok(None);
+    }
+    Ok(Some(current.get_field(&field).into_owned()))
+}
+
+/// The message holding the target field: walks `parents` down from `message`,
+/// creating unset parents only when `create` is true (`None` when one is unset).
+fn target_parent<'m>(
+    message: &'m mut DynamicMessage,
+    parents: &[String],
+    create: bool,
+) -> Result<Option<&'m mut DynamicMessage>, String> {
     let mut current = message;
     for name in parents {
         let field = current
             .descriptor()
             .get_field_by_name(name)
             .ok_or_else(|| format!("no field '{name}'"))?;
+        if !create && !current.has_field(&field) {
+            return Ok(None);
+        }
         current = current
             .get_field_mut(&field)
             .as_message_mut()
             .ok_or_else(|| format!("'{name}' is not a message"))?;
     }
-    let name = last.first().ok_or("a rule needs a target field")?;
-    let field = current
-        .descriptor()
-        .get_field_by_name(name)
-        .ok_or_else(|| format!("no field '{name}'"))?;
-    let kind = field.kind();
+    Ok(Some(current))
+}
+
+/// Applies one (verified) rule to `message`, reading sources from `scope`.
+///
+/// Presence is honoured: a rule whose source is absent (unset and tracking presence,
+/// or behind an unset message) leaves the target untouched, so an unset wrapper,
+/// timestamp, sub-message, `optional` scalar or oneof member stays unset rather than
+/// becoming its default, and a rule per oneof member keeps the member the source set.
+/// A rule that writes nothing (an absent source, an empty `+=`, a clear, an empty
+/// list or map) never creates the target's parent messages.
+pub fn apply_rule(rule: &Rule, message: &mut DynamicMessage, scope: &Scope) -> Result<(), String> {
+    let (name, parents) = rule
+        .target
+        .split_last()
+        .ok_or("a rule needs a target field")?;
+    let target_field = |parent: &DynamicMessage| {
+        parent
+            .descriptor()
+            .get_field_by_name(name)
+            .ok_or_else(|| format!("no field '{name}'"))
+    };
     match &rule.op {
-        RuleOp::Clear => current.clear_field(&field),
-        RuleOp::Assign(source) => {
-            let value = match source {
-                Source::Literal(literal) => literal_value(literal, &kind)?,
-                Source::Path { root, fields } => {
-                    let value = scope.read(root, fields)?;
-                    match value {
-                        Value::List(items) => Value::List(
-                            items
-                                .into_iter()
-                                .map(|v| convert(v, &kind))
-                                .collect::<Result<_, _>>()?,
-                        ),
-                        map @ Value::Map(_) => map,
-                        single => convert(single, &kind)?,
-                    }
-                }
-            };
-            current
+        RuleOp::Clear => {
+            if let Some(parent) = target_parent(message, parents, false)? {
+                let field = target_field(parent)?;
+                parent.clear_field(&field);
+            }
+        }
+        RuleOp::Assign(Source::Literal(literal)) => {
+            let parent = created_parent(message, parents)?;
+            let field = target_field(parent)?;
+            let value = literal_value(literal, &field.kind())?;
+            parent
                 .try_set_field(&field, value)
                 .map_err(|e| e.to_string())?;
         }
-        RuleOp::Append(source) => {
-            let additions = match source {
-                Source::Literal(literal) => vec![literal_value(literal, &kind)?],
-                Source::Path { root, fields } => match scope.read(root, fields)? {
-                    Value::List(items) => items
+        RuleOp::Assign(Source::Path { root, fields }) => {
+            let Some(value) = read_source(scope, root, fields)? else {
+                return Ok(());
+            };
+            let empty = match &value {
+                Value::List(items) => items.is_empty(),
+                Value::Map(entries) => entries.is_empty(),
+                _ => false,
+            };
+            // An empty list or map replaces what earlier rules wrote, but does not
+            // create a parent just to hold nothing.
+            let Some(parent) = target_parent(message, parents, !empty)? else {
+                return Ok(());
+            };
+            let field = target_field(parent)?;
+            let kind = field.kind();
+            let value = match value {
+                Value::List(items) => Value::List(
+                    items
                         .into_iter()
                         .map(|v| convert(v, &kind))
                         .collect::<Result<_, _>>()?,
-                    single => vec![convert(single, &kind)?],
-                },
+                ),
+                Value::Map(entries) => convert_map(entries, &field)?,
+                single => convert(single, &kind)?,
             };
-            let list = current
-                .get_field_mut(&field)
-                .as_list_mut()
-                .ok_or_else(|| format!("'{name}' is not repeated"))?;
-            list.extend(additions);
+            parent
+                .try_set_field(&field, value)
+                .map_err(|e| e.to_string())?;
+        }
+        RuleOp::Append(Source::Literal(literal)) => {
+            let parent = created_parent(message, parents)?;
+            let field = target_field(parent)?;
+            let value = literal_value(literal, &field.kind())?;
+            append(parent, &field, vec![value])?;
+        }
+        RuleOp::Append(Source::Path { root, fields }) => {
+            let additions = match read_source(scope, root, fields)? {
+                None => return Ok(()),
+                Some(Value::List(items)) => items,
+                Some(single) => vec![single],
+            };
+            if additions.is_empty() {
+                return Ok(());
+            }
+            let parent = created_parent(message, parents)?;
+            let field = target_field(parent)?;
+            let kind = field.kind();
+            let additions = additions
+                .into_iter()
+                .map(|v| convert(v, &kind))
+                .collect::<Result<_, _>>()?;
+            append(parent, &field, additions)?;
         }
     }
+    Ok(())
+}
+
+/// [`target_parent`] creating every unset parent, for a rule that writes a value.
+fn created_parent<'m>(
+    message: &'m mut DynamicMessage,
+    parents: &[String],
+) -> Result<&'m mut DynamicMessage, String> {
+    target_parent(message, parents, true)?
+        .ok_or_else(|| "the target's parent could not be created".to_owned())
+}
+
+fn append(
+    parent: &mut DynamicMessage,
+    field: &FieldDescriptor,
+    additions: Vec<Value>,
+) -> Result<(), String> {
+    parent
+        .get_field_mut(field)
+        .as_list_mut()
+        .ok_or_else(|| format!("'{}' is not repeated", field.name()))?
+        .extend(additions);
     Ok(())
 }
 
@@ -627,5 +855,81 @@ mod tests {
         );
         assert!(literal_value(&Literal::String("1".into()), &Kind::Int64).is_err());
         assert!(literal_value(&Literal::Bool(true), &Kind::String).is_err());
+    }
+
+    #[test]
+    fn number_literals_into_floating_fields_are_exact_or_refused() {
+        let f32_of = |l: Literal| literal_value(&l, &Kind::Float);
+        let f64_of = |l: Literal| literal_value(&l, &Kind::Double);
+        assert!(f32_of(Literal::Float(1e39)).is_err(), "would be infinity");
+        assert!(f32_of(Literal::Float(-1e39)).is_err(), "would be -infinity");
+        assert!(f32_of(Literal::Float(1e-50)).is_err(), "would be 0");
+        assert_eq!(f32_of(Literal::Float(0.0)).unwrap(), Value::F32(0.0));
+        assert_eq!(f32_of(Literal::Float(0.1)).unwrap(), Value::F32(0.1));
+        assert_eq!(
+            f32_of(Literal::Int(1 << 24)).unwrap(),
+            Value::F32(16_777_216.0)
+        );
+        assert!(f32_of(Literal::Int((1 << 24) + 1)).is_err());
+        assert!(f32_of(Literal::Int(-(1 << 24) - 1)).is_err());
+        assert_eq!(
+            f64_of(Literal::Int(1 << 53)).unwrap(),
+            Value::F64(9_007_199_254_740_992.0)
+        );
+        assert!(f64_of(Literal::Int((1 << 53) + 1)).is_err());
+        assert!(f64_of(Literal::Int(i64::MAX)).is_err());
+        // Exactly representable, if large: no loss.
+        assert_eq!(
+            f64_of(Literal::Int(1 << 60)).unwrap(),
+            Value::F64(2f64.powi(60))
+        );
+        assert!(f64_of(Literal::UInt(u64::MAX)).is_err());
+        assert!(literal_value(&Literal::Float(2.5), &Kind::Int64).is_err());
+    }
+
+    fn pool() -> prost_reflect::DescriptorPool {
+        crate::schema::compile_proto_pool(
+            "t.proto",
+            "syntax = \"proto3\"; package t;\n\
+             message Inner { repeated int64 ids = 1; }\n\
+             message M { repeated int64 ids = 1; Inner inner = 2; }",
+        )
+        .unwrap()
+    }
+
+    fn apply(rules: &[&str], message: &mut DynamicMessage, scope: &Scope) {
+        for text in rules {
+            apply_rule(&parse_rule(text).unwrap(), message, scope).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_empty_list_replaces_earlier_values_but_creates_no_parent() {
+        let m = pool().get_message_by_name("t.M").unwrap();
+        let scope = Scope::new(DynamicMessage::new(m.clone()));
+        let mut built = DynamicMessage::new(m.clone());
+        apply(
+            &["inner.ids = input.ids", "ids += input.ids"],
+            &mut built,
+            &scope,
+        );
+        assert!(!built.has_field_by_name("inner"), "{built:?}");
+        apply(&["ids += 1", "ids = input.ids"], &mut built, &scope);
+        assert_eq!(
+            built.get_field_by_name("ids").unwrap().as_list(),
+            Some(&[][..])
+        );
+    }
+
+    #[test]
+    fn runtime_conversion_refuses_what_it_cannot_keep() {
+        assert!(convert(Value::I64(1), &Kind::Double).is_err());
+        assert!(convert(Value::F64(1.0), &Kind::Float).is_err());
+        assert!(convert(Value::String("1".into()), &Kind::Int64).is_err());
+        assert!(convert(Value::Bool(true), &Kind::String).is_err());
+        assert_eq!(
+            convert(Value::I32(-3), &Kind::Double).unwrap(),
+            Value::F64(-3.0)
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! What a running segment can read: the input and the responses of earlier steps.
 //!
 //! A skipped step is in scope with its output type's default message, so a later
-//! reference to its fields reads defaults instead of failing.
+//! reference to its fields does not fail: a plain scalar reads its default, repeated
+//! and map fields read empty, and a field that tracks presence is unset, so a rule
+//! copying it does nothing (see [`crate::rules`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;

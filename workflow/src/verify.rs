@@ -2,9 +2,16 @@
 //! types before anything runs, and every problem is reported, not just the first.
 //!
 //! A rule's target must exist on the request type with a type the source converts
-//! into; a source must be rooted at `input` or at an *earlier* step (a later step is
-//! a forward reference, an unknown root a typo); a `when` gate must compile as CEL
-//! within the bounds of [`crate::gate::analyze`] and read only those same roots. Output rules may read every step.
+//! into (a literal exactly, without loss: see [`crate::rules::literal_value`]; a map
+//! into a map with the same key and value types); a source must be rooted at `input`
+//! or at an *earlier* step (a later step is a forward reference, an unknown root a
+//! typo); a `when` gate must compile as CEL within the bounds of
+//! [`crate::gate::analyze`] and read only those same roots. Output rules may read
+//! every step.
+//!
+//! Presence is a run-time matter, not a finding: a rule whose source turns out unset
+//! (or whose path passes through an unset message) does nothing (see
+//! [`crate::rules`]), where a gate reading through an unset message fails.
 
 use prost_reflect::MessageDescriptor;
 
