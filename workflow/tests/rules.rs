@@ -86,7 +86,7 @@ fn has(message: &DynamicMessage, name: &str) -> bool {
 }
 
 fn json_of(message: &DynamicMessage) -> Value {
-    workflow::compile::encode_json(message)
+    workflow::compile::encode_json(message).expect("a JSON form")
 }
 
 fn findings(envelope: &Value) -> Vec<Finding> {
