@@ -20,8 +20,10 @@ use workflow::{CompiledWorkflow, Findings};
 
 /// Most definitions kept.
 pub const MAX_ENTRIES: usize = 256;
-/// Most bytes of definition text (its JSON) kept.
-pub const MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Most bytes of definition text (its JSON) kept. A compiled workflow takes up to
+/// about 25 times its definition text in memory (the decoded descriptor pool), so the
+/// cache holds at most some 200 MiB.
+pub const MAX_BYTES: usize = 8 * 1024 * 1024;
 
 struct Entry {
     definition: Value,
@@ -87,24 +89,11 @@ impl CompiledCache {
 
     /// The compiled workflow of `definition`, compiled on a miss.
     pub fn get_or_compile(&self, definition: &Value) -> Result<Arc<CompiledWorkflow>, Findings> {
-        let text = definition.to_string();
-        let mut hasher = DefaultHasher::new();
-        text.hash(&mut hasher);
-        let key = hasher.finish();
-        {
-            // A poisoned lock only means a panic mid-insert; entries are still whole.
-            let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-            entries.clock += 1;
-            let now = entries.clock;
-            if let Some(entry) = entries
-                .by_hash
-                .get_mut(&key)
-                .and_then(|bucket| bucket.iter_mut().find(|e| &e.definition == definition))
-            {
-                entry.last_used = now;
-                return Ok(entry.compiled.clone());
-            }
+        if let Some(hit) = self.cached(definition) {
+            return Ok(hit);
         }
+        let text = definition.to_string();
+        let key = hash_of(&text);
         let compiled = Arc::new(CompiledWorkflow::compile(definition)?);
         let bytes = text.len();
         if bytes > self.max_bytes {
@@ -130,12 +119,56 @@ impl CompiledCache {
         Ok(compiled)
     }
 
+    /// [`Self::get_or_compile`], compiling a miss on tokio's blocking pool: a large
+    /// envelope takes seconds to compile and verify, which must not stall the async
+    /// threads (nor, in the worker, the lease renewal beside it). Compiling is bounded
+    /// by the envelope's static limits, so the blocking thread always finishes.
+    pub async fn get_or_compile_off_thread(
+        self: &Arc<Self>,
+        definition: &Value,
+    ) -> Result<Arc<CompiledWorkflow>, Findings> {
+        if let Some(hit) = self.cached(definition) {
+            return Ok(hit);
+        }
+        let (cache, definition) = (self.clone(), definition.clone());
+        match tokio::task::spawn_blocking(move || cache.get_or_compile(&definition)).await {
+            Ok(compiled) => compiled,
+            // The compile task panicked (a defect): say so as a finding, never crash.
+            Err(join) => Err(Findings(vec![workflow::Finding {
+                step: None,
+                path: "$".into(),
+                message: format!("compiling the workflow failed: {join}"),
+            }])),
+        }
+    }
+
+    /// The compiled workflow of `definition` when it is kept.
+    fn cached(&self, definition: &Value) -> Option<Arc<CompiledWorkflow>> {
+        let key = hash_of(&definition.to_string());
+        // A poisoned lock only means a panic mid-insert; entries are still whole.
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.clock += 1;
+        let now = entries.clock;
+        let entry = entries
+            .by_hash
+            .get_mut(&key)
+            .and_then(|bucket| bucket.iter_mut().find(|e| &e.definition == definition))?;
+        entry.last_used = now;
+        Some(entry.compiled.clone())
+    }
+
     /// Definitions and bytes kept.
     #[cfg(test)]
     fn size(&self) -> (usize, usize) {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         (entries.count, entries.bytes)
     }
+}
+
+fn hash_of(text: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 #[cfg(test)]

@@ -307,6 +307,7 @@ impl RequestHandler {
             definition,
             input,
             max_attempts: 1,
+            by_name: true,
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })

@@ -13,15 +13,16 @@
 //! | the broker's answer                                                   | the row                          |
 //! |-----------------------------------------------------------------------|----------------------------------|
 //! | ack                                                                   | PUBLISHED                        |
-//! | the record is refused (too large, invalid, not authorised)            | one attempt spent, backoff; FAILED at `relay_max_attempts` (10) |
-//! | an outage: a timeout, no leader for the partition, not enough in-sync replicas, broker transport down, unknown topic | PENDING, attempts untouched; the relay backs off |
-//! | no answer to the metadata check (every partition needs a leader)       | PENDING, attempts untouched; the relay backs off |
+//! | the record is refused (too large, invalid)                            | one attempt spent, backoff; FAILED at `relay_max_attempts` (10) |
+//! | an outage: a timeout, no leader for the partition, not enough in-sync replicas, broker transport down, unknown topic, not authorised, a fenced producer | PENDING, attempts untouched, deferred so other rows go first; the relay backs off when nothing got through |
+//! | no answer to the metadata check for the topic                          | PENDING, attempts untouched; the relay backs off |
 //!
 //! A FAILED row is the dead-letter queue and is never picked again by the relay; the
-//! job's later rows are **held** behind it (never published past it, so consumers see
-//! no gap and no reordering) until an operator redrives it
-//! ([`Store::redrive_failed_event`]); the relay logs the held count. Published rows
-//! are retained.
+//! job's later rows are **HELD** (never published past it, so consumers see no gap
+//! and no reordering; kept out of the relay's scan, so stuck jobs cost the lane
+//! nothing) until an operator redrives it ([`Store::redrive_failed_event`]); the
+//! relay logs the held count when it dead-letters a row and every minute while any
+//! is held. Published rows are retained.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,8 +141,9 @@ impl Publisher {
         self.schema_id
     }
 
-    /// True when the broker answers a metadata request for the events topic and every
-    /// partition of it has a leader.
+    /// True when the broker answers a metadata request for the events topic. A
+    /// partition without a leader does not stop the lane: its records time out, count
+    /// as an outage and are deferred, while the other partitions publish.
     async fn reachable(&self) -> bool {
         let producer = self.producer.clone();
         let topic = self.topic.clone();
@@ -151,14 +153,10 @@ impl Publisher {
                 .client()
                 .fetch_metadata(Some(&topic), Duration::from_secs(3))
                 .map(|metadata| {
-                    metadata.topics().iter().any(|t| {
-                        t.name() == topic
-                            && t.error().is_none()
-                            && !t.partitions().is_empty()
-                            && t.partitions()
-                                .iter()
-                                .all(|p| p.error().is_none() && p.leader() >= 0)
-                    })
+                    metadata
+                        .topics()
+                        .iter()
+                        .any(|t| t.name() == topic && t.error().is_none())
                 })
                 .unwrap_or(false)
         })
@@ -239,6 +237,11 @@ pub fn classify(error: &KafkaError) -> PublishOutcome {
                 | ThrottlingQuotaExceeded
                 | PurgeQueue
                 | BrokerDestroy
+                // Not any one record's fault: an ACL change, or a producer the broker
+                // fenced (librdkafka's fatal state), stops every record alike.
+                | TopicAuthorizationFailed
+                | ClusterAuthorizationFailed
+                | Fatal
         )
     );
     if outage {
@@ -247,6 +250,9 @@ pub fn classify(error: &KafkaError) -> PublishOutcome {
         PublishOutcome::Failed(error.to_string())
     }
 }
+
+/// How often the relay reports rows held behind dead-lettered ones.
+const HELD_REPORT_EVERY: Duration = Duration::from_secs(60);
 
 /// Drains the outbox until `shutdown`, woken early by outbox NOTIFYs.
 pub async fn relay_loop(
@@ -258,6 +264,9 @@ pub async fn relay_loop(
 ) {
     let poll = Duration::from_millis(config.relay_poll_interval_ms);
     let mut unreachable_for = 0;
+    // Held rows wait for an operator: say so now and then, not only when a row is
+    // dead-lettered (events of a stuck job keep arriving HELD).
+    let mut next_held_report = tokio::time::Instant::now();
     while !shutdown.is_cancelled() {
         let woken = wake.notified();
         tokio::pin!(woken);
@@ -281,6 +290,10 @@ pub async fn relay_loop(
                 unreachable_for = 0;
                 for event_id in &report.dead_lettered {
                     tracing::warn!(%event_id, attempts = config.relay_max_attempts, "an outbox row spent its publish attempts and landed FAILED (dead-lettered); the job's later events are held until it is redriven");
+                    log_held(&store).await;
+                }
+                if tokio::time::Instant::now() >= next_held_report {
+                    next_held_report = tokio::time::Instant::now() + HELD_REPORT_EVERY;
                     log_held(&store).await;
                 }
                 if report.handled() > 0 {
@@ -346,6 +359,8 @@ mod tests {
             AllBrokersDown,
             BrokerTransportFailure,
             UnknownTopicOrPartition,
+            TopicAuthorizationFailed,
+            Fatal,
         ] {
             let error = KafkaError::MessageProduction(outage);
             assert!(
@@ -353,7 +368,7 @@ mod tests {
                 "{outage:?} is an outage"
             );
         }
-        for refusal in [MessageSizeTooLarge, InvalidRecord, TopicAuthorizationFailed] {
+        for refusal in [MessageSizeTooLarge, InvalidRecord, InvalidMessage] {
             let error = KafkaError::MessageProduction(refusal);
             assert!(
                 matches!(classify(&error), PublishOutcome::Failed(_)),

@@ -103,7 +103,7 @@ impl Submitter {
 
     /// Resolves, compiles, verifies and validates, then inserts the job.
     pub async fn submit(&self, submission: Submission) -> Result<Submitted, SubmitError> {
-        let (job, _) = self.prepare(submission)?;
+        let (job, _) = self.prepare(submission).await?;
         let inserted = self.store.insert_job(&job).await?;
         Ok(Submitted {
             job_id: job.job_id,
@@ -113,10 +113,13 @@ impl Submitter {
     }
 
     /// Everything up to the insert: the row to write and the compiled workflow.
-    pub fn prepare(
+    /// Compiling (on a cache miss) and checking the input's rules run off the async
+    /// threads, bounded.
+    pub async fn prepare(
         &self,
         submission: Submission,
     ) -> Result<(NewJob, Arc<CompiledWorkflow>), SubmitError> {
+        let by_name = matches!(submission.source, DefinitionSource::Stored(_));
         let envelope = match submission.source {
             DefinitionSource::Inline(envelope) => envelope,
             DefinitionSource::Stored(name) => {
@@ -129,7 +132,7 @@ impl Submitter {
         if let Some(path) = nul_path(&envelope, "workflow") {
             return Err(SubmitError::Unstorable(path));
         }
-        let compiled = self.compiled.get_or_compile(&envelope)?;
+        let compiled = self.compiled.get_or_compile_off_thread(&envelope).await?;
         let input = compiled.parse_input(&submission.input)?;
         if let Some(path) = nul_path(&submission.input, "input") {
             return Err(SubmitError::Unstorable(path));
@@ -144,6 +147,7 @@ impl Submitter {
             workflow_name: compiled.name.clone(),
             definition: envelope,
             input: canonical,
+            by_name,
             max_attempts: submission
                 .max_attempts
                 .filter(|n| *n > 0)

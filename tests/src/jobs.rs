@@ -148,6 +148,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             definition: workflow.clone(),
             input: serde_json::json!({ "text": format!("job {i}") }),
             max_attempts: 3,
+            by_name: false,
         };
         store.insert_job(&job).await.expect("insert");
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use http::StatusCode;
 use jobs_role::JobStatus;
-use jobs_role::store::{Settlement, Store};
+use jobs_role::store::Store;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::hostile::{HostileAnswer, HostileDesk};
 use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
@@ -89,15 +89,11 @@ async fn a_released_claim_never_writes_again_even_when_its_owner_claims_the_job_
         .await
         .unwrap()
         .expect("claimable");
-    store
-        .settle(
-            &first.claim,
-            Settlement::Release {
-                delay: Duration::ZERO,
-            },
-        )
+    let released = store
+        .release_claim(&first.claim, Duration::ZERO, 10, "a test")
         .await
         .unwrap();
+    assert_eq!(released, JobStatus::Queued);
     let second = store
         .claim_next_job("worker/loop-0", lease)
         .await
@@ -478,5 +474,104 @@ async fn a_recursive_input_type_with_a_gate_runs_as_a_job_and_synchronously_and_
     );
     let after = node.submit(&workflow, chain).await;
     node.wait_for_status(&after, "COMPLETED", WAIT).await;
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_that_made_progress_is_not_counted_as_a_release_without_progress() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let server = FixtureServer::start().await;
+    let job_id = node
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "x" }))
+        .await;
+    let store: &Store = &node.store;
+    let lease = Duration::from_secs(60);
+    // One release without progress already.
+    let first = store
+        .claim_next_job("w/loop-0", lease)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .release_claim(&first.claim, Duration::ZERO, 2, "a shutdown")
+        .await
+        .unwrap();
+    assert_eq!(node.job(&job_id).await["releases"], 1);
+
+    // This claim checkpoints a step, then is given back: progress, so not DEAD.
+    let second = store
+        .claim_next_job("w/loop-0", lease)
+        .await
+        .unwrap()
+        .unwrap();
+    let checkpoint = json!({ "name": "tokenize", "skipped": false, "response": { "ids": [120] } });
+    store
+        .append_checkpoint(&second.claim, "tokenize", &checkpoint)
+        .await
+        .unwrap();
+    let after = store
+        .release_claim(&second.claim, Duration::ZERO, 2, "a shutdown")
+        .await
+        .unwrap();
+    assert_eq!(after, JobStatus::Queued, "the checkpoint was progress");
+    assert_eq!(node.job(&job_id).await["releases"], 1);
+
+    // A claim that makes none, given back again: the second in a row is DEAD.
+    let third = store
+        .claim_next_job("w/loop-0", lease)
+        .await
+        .unwrap()
+        .unwrap();
+    let last = store
+        .release_claim(&third.claim, Duration::ZERO, 2, "a shutdown")
+        .await
+        .unwrap();
+    assert_eq!(last, JobStatus::Dead);
+    let job = node.job(&job_id).await;
+    assert!(
+        job["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("RELEASED: the claim was given back 2 times in a row without progress"),
+        "{job}"
+    );
+    let events = store
+        .job_events(uuid::Uuid::parse_str(&job_id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(events.last().unwrap().event_type, "DEAD");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_retried_stored_name_submission_after_the_workflow_was_edited_is_not_a_conflict() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let mut stored = two_step_workflow(&server.target());
+    node.ok("put-workflow", json!({ "workflow": stored })).await;
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let body = json!({ "workflowName": "embed-text", "input": { "text": "x" }, "jobId": job_id });
+    assert_eq!(
+        node.ok("submit-workflow", body.clone()).await["created"],
+        true
+    );
+
+    // The stored workflow is edited; the client's retry of the same request is the
+    // same submission (it sent a name and an input, not a definition).
+    stored["deadlineMs"] = json!(12_345);
+    node.ok("put-workflow", json!({ "workflow": stored })).await;
+    let again = node.ok("submit-workflow", body).await;
+    assert_eq!(again["created"], false, "{again}");
+
+    // A different input under the same id is still a conflict.
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "workflowName": "embed-text", "input": { "text": "y" }, "jobId": job_id }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     node.stop().await;
 }

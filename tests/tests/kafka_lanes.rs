@@ -109,6 +109,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         definition: json!({}),
         input: json!({}),
         max_attempts: 1,
+        by_name: false,
     };
     let client = db.connect().await;
     client
@@ -542,6 +543,7 @@ async fn a_crash_between_ack_and_mark_republishes_with_the_same_event_id() {
         definition: json!({}),
         input: json!({}),
         max_attempts: 3,
+        by_name: false,
     };
     node.store.insert_job(&job).await.unwrap();
     let publisher = Publisher::new(&config, config.kafka_bootstrap.as_deref().unwrap()).unwrap();
@@ -682,6 +684,7 @@ async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
         definition: json!({}),
         input: json!({}),
         max_attempts: 3,
+        by_name: false,
     };
     node.store.insert_job(&job).await.unwrap();
     // Two more rows of the same job: one too large to publish, one after it.
@@ -721,8 +724,34 @@ async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
     );
     let counts = node.store.lane_counts().await.unwrap();
     assert_eq!((counts.failed_events, counts.held_events), (1, 1));
+    let statuses = |rows: Vec<jobs_role::store::OutboxRow>| -> Vec<String> {
+        rows.into_iter().map(|r| r.status).collect()
+    };
+    assert_eq!(
+        statuses(node.store.job_events(job.job_id).await.unwrap()),
+        ["PUBLISHED", "FAILED", "HELD"],
+        "the row behind the FAILED one is HELD, out of the relay's scan"
+    );
 
-    // The operator fixes the cause and redrives: both rows follow, in order.
+    // The job goes on: its new event is written HELD too, never ahead of the others.
+    let claimed = node
+        .store
+        .claim_next_job("w/loop-0", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("the job is claimable");
+    let checkpoint = json!({ "name": "tokenize", "skipped": false, "response": {} });
+    node.store
+        .append_checkpoint(&claimed.claim, "tokenize", &checkpoint)
+        .await
+        .unwrap();
+    assert_eq!(
+        statuses(node.store.job_events(job.job_id).await.unwrap()),
+        ["PUBLISHED", "FAILED", "HELD", "HELD"]
+    );
+    assert_eq!(drain_once(&node.store, &strict).await.handled(), 0);
+
+    // The operator fixes the cause and redrives: the rows follow, in order.
     client
         .execute(
             "UPDATE workflow_run_events_outbox SET payload = 'row2' WHERE event_id = $1::text::uuid",
@@ -732,11 +761,14 @@ async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
         .unwrap();
     assert!(node.store.redrive_failed_event(big).await.unwrap());
     assert!(!node.store.redrive_failed_event(big).await.unwrap(), "once");
-    assert_eq!(drain_once(&node.store, &strict).await.published, 1);
-    assert_eq!(drain_once(&node.store, &strict).await.published, 1);
-    let records = read_until(&topic, WAIT, |r| r.len() >= 3).await;
+    for _ in 0..3 {
+        assert_eq!(drain_once(&node.store, &strict).await.published, 1);
+    }
+    let records = read_until(&topic, WAIT, |r| r.len() >= 4).await;
     let payloads: Vec<&[u8]> = records.iter().map(|r| r.payload.as_slice()).collect();
-    assert_eq!(&payloads[1..], [b"row2".as_slice(), b"row3".as_slice()]);
+    assert_eq!(&payloads[1..3], [b"row2".as_slice(), b"row3".as_slice()]);
+    let last = WorkflowRunEvent::decode_validated(&records[3].payload).unwrap();
+    assert_eq!(last.step, "tokenize", "the checkpoint event came last");
     assert_eq!(node.store.lane_counts().await.unwrap().held_events, 0);
     node.stop().await;
 }

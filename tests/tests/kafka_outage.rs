@@ -180,6 +180,7 @@ async fn a_publish_the_broker_cannot_take_is_an_outage_and_spends_no_attempt() {
         definition: json!({}),
         input: json!({}),
         max_attempts: 3,
+        by_name: false,
     };
     node.store.insert_job(&job).await.unwrap();
     let bootstrap = config.kafka_bootstrap.clone().unwrap();

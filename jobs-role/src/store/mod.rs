@@ -60,7 +60,7 @@ pub enum StoreError {
     Data {
         /// The SQLSTATE, e.g. `22P05` (a NUL in `jsonb`).
         sqlstate: String,
-        /// PostgreSQL's own message (and detail), with any NUL shown as `\\u0000`.
+        /// PostgreSQL's own message (not its detail), with any NUL shown as `\\u0000`.
         message: String,
     },
     /// No connection could be had from the pool.
@@ -99,15 +99,15 @@ pub enum StoreError {
 impl From<tokio_postgres::Error> for StoreError {
     fn from(error: tokio_postgres::Error) -> Self {
         match error.as_db_error() {
+            // PostgreSQL's message names the problem; its detail can quote the whole
+            // failing row (a CHECK violation), so it stays in the log, out of answers.
             Some(db) if is_data_class(db.code().code()) => {
-                let mut message = db.message().to_owned();
                 if let Some(detail) = db.detail() {
-                    message.push_str(": ");
-                    message.push_str(detail);
+                    tracing::debug!(sqlstate = db.code().code(), detail, "a value was refused");
                 }
                 StoreError::Data {
                     sqlstate: db.code().code().to_owned(),
-                    message: printable(&message),
+                    message: printable(db.message()),
                 }
             }
             _ => StoreError::Database(error),
@@ -191,6 +191,10 @@ pub struct NewJob {
     pub input: Value,
     /// Attempts allowed.
     pub max_attempts: i32,
+    /// Submitted by a stored workflow's name: a resubmission with the same id matches
+    /// on the name and the input only, since the stored workflow may have been edited
+    /// since (an inline submission matches on its definition too).
+    pub by_name: bool,
 }
 
 /// What an insert did.
@@ -269,11 +273,6 @@ pub enum Settlement<'a> {
         /// The error that caused it.
         error: &'a str,
     },
-    /// QUEUED again without burning the attempt, claimable after `delay`.
-    Release {
-        /// When another worker may take it.
-        delay: Duration,
-    },
 }
 
 impl Settlement<'_> {
@@ -283,7 +282,7 @@ impl Settlement<'_> {
             Settlement::Waiting { .. } => JobStatus::Waiting,
             Settlement::Failed { .. } => JobStatus::Failed,
             Settlement::Dead { .. } => JobStatus::Dead,
-            Settlement::Retry { .. } | Settlement::Release { .. } => JobStatus::Queued,
+            Settlement::Retry { .. } => JobStatus::Queued,
         }
     }
 }
@@ -420,8 +419,8 @@ pub struct LaneCounts {
     pub pending_events: i64,
     /// Outbox rows that spent their attempts (the dead-letter queue).
     pub failed_events: i64,
-    /// PENDING rows held back because an earlier row of the same job is FAILED: they
-    /// publish once an operator redrives that row.
+    /// HELD rows: an earlier row of the same job is FAILED; they publish, in order,
+    /// once an operator redrives that row.
     pub held_events: i64,
     /// Poison records of the request topic.
     pub rejected_requests: i64,
@@ -748,17 +747,63 @@ impl Store {
                 )
                 .await
             }
-            Settlement::Release { delay } => {
-                self.fenced(
-                    claim,
-                    sql::RELEASE_CLAIM,
-                    &[&millis(delay)],
-                    None,
-                    delay.is_zero(),
-                )
-                .await
-            }
         }
+    }
+
+    /// Gives a claim back without spending its attempt (claimable again after
+    /// `delay`), unless the job was given back `max_releases` times in a row without a
+    /// checkpoint in between: then it lands DEAD (`RELEASED: ...`, naming `reason`)
+    /// with its event. Decided on the row, under the fence. Returns the status after.
+    pub async fn release_claim(
+        &self,
+        claim: &Claim,
+        delay: Duration,
+        max_releases: i32,
+        reason: &str,
+    ) -> Result<JobStatus, StoreError> {
+        let reason = printable(reason);
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let Some(row) = tx
+            .query_opt(
+                sql::RELEASE_CLAIM,
+                &[
+                    &claim.job_id,
+                    &claim.owner,
+                    &claim.token,
+                    &millis(delay),
+                    &max_releases,
+                    &reason,
+                ],
+            )
+            .await?
+        else {
+            tx.rollback().await?;
+            return Err(StoreError::LostClaim {
+                job_id: claim.job_id,
+                attempt: claim.attempt,
+            });
+        };
+        let status: JobStatus = row.get::<_, String>("status").parse()?;
+        if status == JobStatus::Dead {
+            let error: Option<String> = row.get("error");
+            let event = EventFacts {
+                job_id: claim.job_id,
+                workflow_name: &claim.workflow_name,
+                kind: Type::Dead,
+                step: None,
+                attempt: row.get("attempt"),
+                verdict: None,
+                error: error.as_deref(),
+                status,
+            };
+            insert_event(&tx, &event).await?;
+        } else if delay.is_zero() {
+            tx.execute(sql::NOTIFY_QUEUED, &[&claim.job_id.to_string()])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(status)
     }
 
     /// Requeues RUNNING jobs whose lease passed (attempts kept); a job on its last
@@ -958,10 +1003,12 @@ impl Store {
         };
         let mut report = DrainReport::default();
         let mut published = Vec::new();
+        let mut deferred = Vec::new();
         for ((event_id, attempts), outcome) in ids.into_iter().zip(outcomes) {
             match outcome {
                 PublishOutcome::Published => published.push(event_id),
                 PublishOutcome::Outage(error) => {
+                    deferred.push(event_id);
                     report.outage += 1;
                     report.outage_error = Some(error);
                 }
@@ -978,6 +1025,7 @@ impl Store {
                         )
                         .await?;
                     if row.get::<_, String>("status") == "FAILED" {
+                        tx.execute(sql::HOLD_BEHIND_FAILED, &[&event_id]).await?;
                         report.dead_lettered.push(event_id);
                     } else {
                         report.retrying += 1;
@@ -987,6 +1035,12 @@ impl Store {
         }
         if !published.is_empty() {
             tx.execute(sql::MARK_PUBLISHED, &[&published]).await?;
+        }
+        if !deferred.is_empty() {
+            // Not the rows' fault: no attempt is spent, but the next batch reaches
+            // other rows first (their partitions may be healthy).
+            tx.execute(sql::DEFER_AFTER_OUTAGE, &[&deferred, &millis(backoff(1))])
+                .await?;
         }
         tx.commit().await?;
         report.published = published.len();
@@ -1034,17 +1088,17 @@ impl Store {
     }
 
     /// An operator's redrive of a FAILED (dead-lettered) outbox row: PENDING again
-    /// with a fresh budget; the job's later rows, held behind it, follow in order.
-    /// False when the row is not FAILED.
+    /// with a fresh budget, and the job's HELD rows behind it PENDING too, so they
+    /// follow in order. False when the row is not FAILED.
     pub async fn redrive_failed_event(&self, event_id: Uuid) -> Result<bool, StoreError> {
         let client = self.pool.get().await?;
-        let changed = client
-            .execute(sql::REDRIVE_FAILED_EVENT, &[&event_id])
+        let released = client
+            .query(sql::REDRIVE_FAILED_EVENT, &[&event_id])
             .await?;
-        if changed > 0 {
+        if !released.is_empty() {
             client.execute(sql::NOTIFY_OUTBOX, &[]).await?;
         }
-        Ok(changed > 0)
+        Ok(!released.is_empty())
     }
 
     /// An outbox row's status, attempts and last error.
@@ -1073,7 +1127,13 @@ async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inser
     let row = tx
         .query_one(
             sql::SAME_SUBMISSION,
-            &[&job.job_id, &job.workflow_name, &job.definition, &job.input],
+            &[
+                &job.job_id,
+                &job.workflow_name,
+                &job.definition,
+                &job.input,
+                &job.by_name,
+            ],
         )
         .await?;
     if row.get::<_, bool>("same") {

@@ -46,15 +46,24 @@ RETURNING status";
 
 /// What an existing job was submitted with, to tell a resubmission from a conflict.
 /// Runs in the inserting transaction, after the insert found the id taken (so it
-/// never needs a second connection). `$1` job id, `$2` workflow name, `$3`
-/// definition, `$4` input.
+/// never needs a second connection). A submission by a stored name matches on the
+/// name and input (the stored workflow may have changed since); an inline one on its
+/// definition too. `$1` job id, `$2` workflow name, `$3` definition, `$4` input, `$5`
+/// submitted by name.
 pub const SAME_SUBMISSION: &str = "\
-SELECT workflow_name = $2 AND workflow_definition = $3::jsonb AND input = $4::jsonb AS same, status
+SELECT workflow_name = $2 AND input = $4::jsonb AND ($5 OR workflow_definition = $3::jsonb) AS same,
+       status
   FROM workflow_run WHERE job_id = $1";
 
-/// Writes one outbox row. `$1` event id, `$2` job id, `$3` event type, `$4` payload.
+/// Writes one outbox row: PENDING, or HELD when the job already has a dead-lettered
+/// (FAILED) or held row, so it never overtakes them. `$1` event id, `$2` job id, `$3`
+/// event type, `$4` payload.
 pub const INSERT_EVENT: &str = "\
-INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload) VALUES ($1, $2, $3, $4)";
+INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
+SELECT $1, $2, $3, $4,
+       CASE WHEN EXISTS (SELECT 1 FROM workflow_run_events_outbox
+                          WHERE job_id = $2 AND status IN ('FAILED', 'HELD'))
+            THEN 'HELD' ELSE 'PENDING' END";
 
 /// The whole claim in one statement: the sub-select finds the oldest eligible QUEUED
 /// row and locks it, skipping rows other workers hold; the update flips it to RUNNING
@@ -130,13 +139,27 @@ pub const SETTLE_RETRY: &str = fenced!(
 );
 
 /// Gives a claim back without burning its attempt (shutdown, or a transient store
-/// failure while checkpointing), counting the release. The fencing token is kept, so
+/// failure while checkpointing), counting the release; decided on the row's own
+/// count (a checkpoint of this claim reset it), so a claim that made progress is
+/// never counted as one that did not. At `$5` releases in a row the job lands DEAD
+/// instead, with `RELEASED: ...` and `$6` the reason. The fencing token is kept, so
 /// the released (owner, claims) pair can never match again. `$4` delay in
 /// milliseconds.
-pub const RELEASE_CLAIM: &str = fenced!(
-    "UPDATE workflow_run SET status = 'QUEUED', attempt = attempt - 1, releases = releases + 1,
+pub const RELEASE_CLAIM: &str = concat!(
+    fenced!(
+        "UPDATE workflow_run SET
+       status = CASE WHEN releases + 1 >= $5 THEN 'DEAD' ELSE 'QUEUED' END,
+       attempt = CASE WHEN releases + 1 >= $5 THEN attempt ELSE attempt - 1 END,
+       error = CASE WHEN releases + 1 >= $5
+                    THEN 'RELEASED: the claim was given back ' || (releases + 1)
+                         || ' times in a row without progress (jobs.max_releases); the last time because ' || $6
+                    ELSE error END,
+       finished_at = CASE WHEN releases + 1 >= $5 THEN now() ELSE NULL END,
+       releases = releases + 1,
        run_after = now() + $4::bigint * interval '1 millisecond',
        lease_owner = NULL, lease_until = NULL, updated_at = now()"
+    ),
+    "\nRETURNING status, attempt, error"
 );
 
 /// Requeues RUNNING rows whose lease has passed (their worker went quiet), keeping the
@@ -206,26 +229,54 @@ pub const LISTEN_OUTBOX: &str = "LISTEN protomolt_jobs_outbox";
 pub const NOTIFY_OUTBOX: &str = "SELECT pg_notify('protomolt_jobs_outbox', '')";
 
 /// Locks the relay's next batch: PENDING rows due for (re)publishing, oldest first,
-/// skipping rows another relay holds. Only a job's earliest unpublished row is taken,
-/// so one job's events are published in order even with several relays; and a job
-/// with a FAILED (dead-lettered) row publishes nothing more until an operator redrives
-/// that row ([`REDRIVE_FAILED_EVENT`]), so consumers never see a gap. `$1` batch size.
+/// skipping rows another relay holds. Only a job's earliest PENDING row is taken, so
+/// one job's events are published in order even with several relays. A job with a
+/// FAILED (dead-lettered) row has its later rows HELD, outside this scan, until an
+/// operator redrives it ([`REDRIVE_FAILED_EVENT`]), so consumers never see a gap and
+/// stuck jobs cost the lane nothing. `$1` batch size.
 pub const CLAIM_OUTBOX_BATCH: &str = "\
 SELECT o.event_id, o.job_id, o.payload, o.attempts
   FROM workflow_run_events_outbox o
  WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
    AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox e
-                    WHERE e.job_id = o.job_id AND e.status IN ('PENDING', 'FAILED') AND e.seq < o.seq)
+                    WHERE e.job_id = o.job_id AND e.status = 'PENDING' AND e.seq < o.seq)
  ORDER BY o.created_at, o.seq
  FOR UPDATE SKIP LOCKED
  LIMIT $1";
 
-/// An operator's redrive of a dead-lettered outbox row: PENDING again with a fresh
-/// budget, so it (and the job's events held behind it) publish in order. `$1` event id.
+/// Holds a job's rows behind one that was just dead-lettered. `$1` the FAILED row's id.
+pub const HOLD_BEHIND_FAILED: &str = "\
+UPDATE workflow_run_events_outbox o SET status = 'HELD'
+  FROM workflow_run_events_outbox f
+ WHERE f.event_id = $1 AND o.job_id = f.job_id AND o.seq > f.seq AND o.status = 'PENDING'";
+
+/// An operator's redrive of a dead-lettered outbox row: it and the job's HELD rows are
+/// PENDING again (the row with a fresh budget), so they publish in order, unless an
+/// earlier FAILED row of the job still holds them. `$1` event id; returns the rows
+/// released.
 pub const REDRIVE_FAILED_EVENT: &str = "\
+WITH failed AS (
+    SELECT job_id FROM workflow_run_events_outbox
+     WHERE event_id = $1 AND status = 'FAILED'
+       FOR UPDATE)
+UPDATE workflow_run_events_outbox o
+   SET status = 'PENDING', next_attempt_at = now(),
+       attempts = CASE WHEN o.event_id = $1 THEN 0 ELSE o.attempts END
+  FROM failed r
+ WHERE o.job_id = r.job_id
+   AND (o.event_id = $1 OR o.status = 'HELD')
+   AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox f
+                    WHERE f.job_id = r.job_id AND f.status = 'FAILED'
+                      AND f.event_id <> $1 AND f.seq < o.seq)
+RETURNING o.event_id";
+
+/// Puts a row an outage kept from the broker back for later without spending an
+/// attempt, so the next batch reaches other rows (other partitions may be healthy).
+/// `$1` event ids, `$2` delay in milliseconds.
+pub const DEFER_AFTER_OUTAGE: &str = "\
 UPDATE workflow_run_events_outbox
-   SET status = 'PENDING', attempts = 0, next_attempt_at = now()
- WHERE event_id = $1 AND status = 'FAILED'";
+   SET next_attempt_at = now() + $2::bigint * interval '1 millisecond'
+ WHERE event_id = ANY($1) AND status = 'PENDING'";
 
 /// Marks rows the broker acknowledged. `$1` event ids.
 pub const MARK_PUBLISHED: &str = "\
@@ -243,15 +294,12 @@ UPDATE workflow_run_events_outbox
  WHERE event_id = $1
 RETURNING status, attempts";
 
-/// Counts of the lanes' backlog, for metrics: PENDING and FAILED outbox rows, the
-/// PENDING rows held behind a FAILED row of the same job, and rejected requests.
+/// Counts of the lanes' backlog, for metrics: PENDING, FAILED and HELD outbox rows,
+/// and rejected requests (each from its own partial index).
 pub const LANE_COUNTS: &str = "\
 SELECT (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'PENDING') AS pending,
        (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'FAILED') AS failed,
-       (SELECT count(*) FROM workflow_run_events_outbox o
-         WHERE o.status = 'PENDING'
-           AND EXISTS (SELECT 1 FROM workflow_run_events_outbox f
-                        WHERE f.job_id = o.job_id AND f.status = 'FAILED' AND f.seq < o.seq)) AS held,
+       (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'HELD') AS held,
        (SELECT count(*) FROM workflow_run_request_rejects) AS rejected";
 
 /// Keeps a poison record of the request topic, once per record. `$1` topic, `$2`

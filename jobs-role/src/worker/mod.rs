@@ -42,6 +42,7 @@ pub use sweeper::sweep_loop;
 
 use crate::compiled::CompiledCache;
 use crate::config::JobsConfig;
+use crate::status::JobStatus;
 use crate::store::{Claim, ClaimedJob, Settlement, Store, StoreError};
 
 /// What the claim loops of one node share.
@@ -108,7 +109,6 @@ impl Worker {
     /// the grace period; after that its claim is released for another node.
     pub async fn run_job(&self, job: ClaimedJob, shutdown: &CancellationToken) {
         let claim = job.claim.clone();
-        let releases = job.releases;
         let run = self.execute(job);
         tokio::pin!(run);
         let settled = tokio::select! {
@@ -122,7 +122,7 @@ impl Worker {
             Some(result) => result,
             None => {
                 tracing::info!(job_id = %claim.job_id, "shutdown grace over: releasing the claim for another node");
-                self.release(&claim, releases, Duration::ZERO, "the node shut down")
+                self.release(&claim, Duration::ZERO, "the node shut down")
                     .await
             }
         };
@@ -147,29 +147,23 @@ impl Worker {
     }
 
     /// Gives the claim back without spending its attempt, unless the job was given
-    /// back `max_releases` times in a row without progress: then it lands DEAD with
-    /// the reason, so a job that can never make progress does not loop for ever.
+    /// back `max_releases` times in a row without progress (the row's own count, which
+    /// a checkpoint resets): then it lands DEAD with the reason, so a job that can
+    /// never make progress does not loop for ever.
     async fn release(
         &self,
         claim: &Claim,
-        releases_before: i32,
         delay: Duration,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let releases = releases_before.saturating_add(1);
-        if releases >= self.config.max_releases {
-            let error = format!(
-                "RELEASED: the claim was given back {releases} times in a row without progress (jobs.max_releases); the last time because {reason}"
-            );
-            tracing::warn!(job_id = %claim.job_id, %error, "landing the job DEAD");
-            return self
-                .store
-                .settle(claim, Settlement::Dead { error: &error })
-                .await;
+        let status = self
+            .store
+            .release_claim(claim, delay, self.config.max_releases, reason)
+            .await?;
+        if status == JobStatus::Dead {
+            tracing::warn!(job_id = %claim.job_id, %reason, "released too often without progress: the job is DEAD");
         }
-        self.store
-            .settle(claim, Settlement::Release { delay })
-            .await
+        Ok(())
     }
 
     /// Runs the claimed job and settles it; the lease is renewed from the claim until
@@ -190,7 +184,11 @@ impl Worker {
     /// Compiles, replays, waits for the permit and runs one segment.
     async fn run_segment(&self, job: &ClaimedJob) -> Ran {
         let claim = &job.claim;
-        let compiled = match self.compiled.get_or_compile(&job.definition) {
+        let compiled = match self
+            .compiled
+            .get_or_compile_off_thread(&job.definition)
+            .await
+        {
             Ok(compiled) => compiled,
             Err(findings) => {
                 return Ran::Drifted(format!(
@@ -317,7 +315,7 @@ impl Worker {
                     tracing::warn!(job_id = %claim.job_id, %step, error = %store_error, "checkpointing failed; requeueing without burning the attempt");
                     let delay = self.config.backoff(claim.attempt);
                     let reason = format!("checkpointing step '{step}' failed: {store_error}");
-                    self.release(claim, job.releases, delay, &reason).await
+                    self.release(claim, delay, &reason).await
                 }
                 Err(other) => {
                     let error = format!(
