@@ -233,13 +233,15 @@ pub const NOTIFY_OUTBOX: &str = "SELECT pg_notify('protomolt_jobs_outbox', '')";
 /// one job's events are published in order even with several relays. A job with a
 /// FAILED (dead-lettered) row has its later rows HELD, outside this scan, until an
 /// operator redrives it ([`REDRIVE_FAILED_EVENT`]), so consumers never see a gap and
-/// stuck jobs cost the lane nothing. `$1` batch size.
+/// stuck jobs cost the lane nothing. The FAILED check here still guards a row written
+/// PENDING by a transaction racing the one that dead-lettered its job's row.
+/// `$1` batch size.
 pub const CLAIM_OUTBOX_BATCH: &str = "\
 SELECT o.event_id, o.job_id, o.payload, o.attempts
   FROM workflow_run_events_outbox o
  WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
    AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox e
-                    WHERE e.job_id = o.job_id AND e.status = 'PENDING' AND e.seq < o.seq)
+                    WHERE e.job_id = o.job_id AND e.status IN ('PENDING', 'FAILED') AND e.seq < o.seq)
  ORDER BY o.created_at, o.seq
  FOR UPDATE SKIP LOCKED
  LIMIT $1";
