@@ -273,3 +273,66 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
         "the lease runs the requested five minutes"
     );
 }
+
+#[tokio::test]
+async fn held_rows_stay_out_of_the_relays_scan() {
+    let (_db, client) = migrated().await;
+    // 500 stuck jobs (a FAILED row and 20 HELD rows each, all older), then 10 healthy
+    // jobs with one PENDING row each.
+    client
+        .batch_execute(
+            "
+        INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at)
+        SELECT gen_random_uuid(), 'w', '{}', '{}', 'FAILED', 'e', now() FROM generate_series(1, 510);
+        WITH stuck AS (SELECT job_id, row_number() OVER () AS n FROM workflow_run)
+        INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status, created_at)
+        SELECT gen_random_uuid(), job_id, 'STEP_CHECKPOINT', '\\x00',
+               CASE WHEN k = 0 THEN 'FAILED' ELSE 'HELD' END,
+               now() - interval '1 hour' + k * interval '1 ms'
+          FROM stuck, generate_series(0, 20) AS k WHERE n <= 500;
+        WITH healthy AS (SELECT job_id, row_number() OVER () AS n FROM workflow_run)
+        INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload)
+        SELECT gen_random_uuid(), job_id, 'ACCEPTED', '\\x00' FROM healthy WHERE n > 500;
+        ANALYZE workflow_run_events_outbox;",
+        )
+        .await
+        .unwrap();
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_OUTBOX_BATCH);
+    let plan: serde_json::Value = client.query_one(&explain, &[&100i64]).await.unwrap().get(0);
+    let text = plan.to_string();
+    assert!(text.contains("outbox_pending"), "the PENDING index: {text}");
+    let batch = client
+        .query(sql::CLAIM_OUTBOX_BATCH, &[&100i64])
+        .await
+        .unwrap();
+    assert_eq!(batch.len(), 10, "the healthy rows, none of the held ones");
+    // The scan reads the PENDING rows only: the 10,000 held rows are not in it.
+    let mut scanned = Vec::new();
+    collect_scans(&plan, &mut scanned);
+    assert!(
+        scanned.iter().all(|rows| *rows <= 10.0),
+        "rows read by the scans: {scanned:?}"
+    );
+    let counts = client.query_one(sql::LANE_COUNTS, &[]).await.unwrap();
+    assert_eq!(counts.get::<_, i64>("held"), 10_000);
+    assert_eq!(counts.get::<_, i64>("failed"), 500);
+}
+
+/// The actual rows of every scan of the outbox in a JSON plan.
+fn collect_scans(node: &serde_json::Value, rows: &mut Vec<f64>) {
+    match node {
+        serde_json::Value::Object(fields) => {
+            if fields.get("Relation Name").and_then(|r| r.as_str())
+                == Some("workflow_run_events_outbox")
+                && fields.get("Parent Relationship").and_then(|p| p.as_str()) != Some("SubPlan")
+            {
+                if let Some(actual) = fields.get("Actual Rows").and_then(|a| a.as_f64()) {
+                    rows.push(actual);
+                }
+            }
+            fields.values().for_each(|v| collect_scans(v, rows));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_scans(v, rows)),
+        _ => {}
+    }
+}
