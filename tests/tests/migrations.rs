@@ -322,13 +322,16 @@ async fn held_rows_stay_out_of_the_relays_scan() {
 fn collect_scans(node: &serde_json::Value, rows: &mut Vec<f64>) {
     match node {
         serde_json::Value::Object(fields) => {
-            if fields.get("Relation Name").and_then(|r| r.as_str())
-                == Some("workflow_run_events_outbox")
-                && fields.get("Parent Relationship").and_then(|p| p.as_str()) != Some("SubPlan")
-            {
-                if let Some(actual) = fields.get("Actual Rows").and_then(|a| a.as_f64()) {
-                    rows.push(actual);
-                }
+            let outbox = fields.get("Relation Name").and_then(|r| r.as_str())
+                == Some("workflow_run_events_outbox");
+            let subplan =
+                fields.get("Parent Relationship").and_then(|p| p.as_str()) == Some("SubPlan");
+            if let (true, false, Some(actual)) = (
+                outbox,
+                subplan,
+                fields.get("Actual Rows").and_then(|a| a.as_f64()),
+            ) {
+                rows.push(actual);
             }
             fields.values().for_each(|v| collect_scans(v, rows));
         }
