@@ -32,6 +32,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use workflow::compile::decode_json;
 use workflow::{
     CallMetadata, Checkpoint, CheckpointSink, CompiledStep, CompiledWorkflow, FailureKind, Runner,
     SegmentError, SegmentOutcome, SinkError, StepFailure, replay_checkpoints,
@@ -196,7 +197,10 @@ impl Worker {
                 ));
             }
         };
-        let input = match compiled.parse_input(&job.input) {
+        // The input's rules were checked when it was submitted; re-parsing it catches a
+        // drifted snapshot without running the workflow author's CEL again here, in
+        // the task that also renews the lease.
+        let input = match decode_json(&compiled.input_type, &job.input) {
             Ok(input) => input,
             Err(e) => {
                 return Ran::Drifted(format!("WORKFLOW: the stored input no longer parses: {e}"));
