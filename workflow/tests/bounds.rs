@@ -522,3 +522,118 @@ fn a_deeply_nested_rule_is_a_finding_not_a_crash() {
         &["jobs.test.Nested", "cannot be used", "Recursion limit"],
     );
 }
+
+/// A workflow whose input type `jobs.test.Pairs` carries `rule` as a message rule.
+fn input_ruled(rule: &str) -> CompiledWorkflow {
+    let extra = format!(
+        r#"
+        message Pairs {{
+          option (buf.validate.message).cel = {{ id: "pairs" expression: "{rule}" }};
+          repeated int64 values = 1;
+          string name = 2;
+        }}
+        "#
+    );
+    compile(&json!({
+        "name": "ruled",
+        "schema": { "descriptorSetBase64": schema_base64(&extra) },
+        "inputType": "jobs.test.Pairs",
+        "steps": [{ "name": "tokenize", "target": "127.0.0.1:1",
+                    "method": "jobs.test.Tokenizer/Tokenize", "rules": ["text = input.name"] }],
+    }))
+}
+
+/// Within every static bound, and seconds of work over 2,000 values.
+const QUADRATIC_RULE: &str = "this.values.all(a, this.values.all(b, a + b > -1))";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn slow_input_rules_are_checked_off_the_async_thread_within_the_limit() {
+    let wf = input_ruled(QUADRATIC_RULE);
+    let input = json!({ "name": "n", "values": (0..2_000).collect::<Vec<i64>>() });
+
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            let mut interval = tokio::time::interval(Duration::from_millis(5));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                interval.tick().await;
+                ticks.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let started = Instant::now();
+    let check = tokio::spawn(async move {
+        wf.parse_input_within(&input, Duration::from_millis(300))
+            .await
+    });
+    let err = check.await.expect("the check task").expect_err("too slow");
+    let elapsed = started.elapsed();
+    let during = ticks.load(Ordering::SeqCst);
+    ticker.abort();
+
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(
+        err,
+        workflow::compile::MessageError::RulesTimedOut {
+            type_name: "jobs.test.Pairs".into(),
+            limit_ms: 300,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the rules of jobs.test.Pairs did not finish within 300 ms"
+    );
+    // The one async worker kept serving the ticker while the rules ran.
+    assert!(
+        during >= 20,
+        "{during} ticks in {elapsed:?}: the async worker was pinned"
+    );
+}
+
+#[tokio::test]
+async fn bounded_input_parsing_keeps_the_sync_verdicts() {
+    use prost_reflect::ReflectMessage as _;
+
+    let wf = input_ruled("this.values.all(v, v >= 0)");
+    let limit = Duration::from_secs(5);
+    let good = wf
+        .parse_input_within(&json!({ "values": [1, 2] }), limit)
+        .await
+        .expect("valid");
+    assert_eq!(
+        good,
+        wf.parse_input(&json!({ "values": [1, 2] })).expect("valid")
+    );
+
+    let broken = json!({ "values": [1, -2] });
+    let err = wf
+        .parse_input_within(&broken, limit)
+        .await
+        .expect_err("breaks");
+    assert_eq!(Err(err.clone()), wf.parse_input(&broken));
+    assert!(
+        matches!(&err, workflow::compile::MessageError::Invalid { type_name, violations }
+            if type_name == "jobs.test.Pairs" && violations.len() == 1),
+        "{err}"
+    );
+
+    let unparsable = json!({ "values": "nope" });
+    let err = wf
+        .parse_input_within(&unparsable, limit)
+        .await
+        .expect_err("not JSON of the type");
+    assert!(
+        matches!(err, workflow::compile::MessageError::Unparsable { .. }),
+        "{err}"
+    );
+
+    // Any type of the schema, not only the input's.
+    let text = wf.pool.get_message_by_name("jobs.test.Text").expect("Text");
+    let message = wf
+        .parse_message_within(&text, &json!({ "text": "hi" }), limit)
+        .await
+        .expect("valid Text");
+    assert_eq!(message.descriptor().full_name(), "jobs.test.Text");
+}
