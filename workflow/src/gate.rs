@@ -44,11 +44,13 @@
 //!    only produce as many as it consumes), and each iteration evaluates at most the
 //!    whole expression. Copies the evaluator makes of the values it reads are not
 //!    counted, which is why the time bound exists.
-//! 3. **In time**, at run time ([`Gate::evaluate_within`]): evaluation runs on
-//!    tokio's blocking pool, never on an async worker, and the step waits at most
-//!    the smaller of [`GATE_TIME_LIMIT`] and what is left of the segment. A gate that
-//!    does not answer in time fails the step; its thread finishes in the background,
-//!    its work bounded by the cost check.
+//! 3. **In time**, at run time ([`Gate::evaluate_within`]): evaluation runs on a
+//!    dedicated, detached thread ([`crate::offload`]), never on an async worker nor
+//!    on tokio's blocking pool, and the step waits at most the smaller of
+//!    [`GATE_TIME_LIMIT`] and what is left of the segment (waiting for a free
+//!    evaluation thread included). A gate that does not answer in time fails the
+//!    step; its thread finishes in the background, its work bounded by the cost
+//!    check, without delaying the runtime's shutdown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,6 +61,7 @@ use cel::objects::{Key, Value as CelValue};
 use cel::{Context, IdedExpr, Program};
 use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
 
+use crate::offload::{self, OffloadError};
 use crate::scope::Scope;
 
 /// Longest accepted CEL expression (a `when` gate or a `buf.validate` rule), in characters.
@@ -290,21 +293,21 @@ impl Gate {
         }
     }
 
-    /// [`Gate::evaluate`] on tokio's blocking pool, waiting at most `limit`; the
+    /// [`Gate::evaluate`] on a dedicated evaluation thread ([`crate::offload`]),
+    /// waiting at most `limit`, the wait for a free evaluation thread included; the
     /// async thread that awaits it stays free. On timeout the evaluation is abandoned,
-    /// not stopped (the evaluator cannot be interrupted); the cost check bounds what
-    /// it can still do.
+    /// not stopped (the evaluator cannot be interrupted): the cost check bounds what
+    /// it can still do, and it never delays the runtime's shutdown.
     pub async fn evaluate_within(&self, scope: &Scope, limit: Duration) -> Result<bool, String> {
         let gate = self.clone();
         let roots = scope.subset(&self.roots);
-        let evaluation = tokio::task::spawn_blocking(move || gate.evaluate(&roots));
-        match tokio::time::timeout(limit, evaluation).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join)) => Err(format!("the `when` gate failed while evaluating: {join}")),
-            Err(_) => Err(format!(
+        match offload::run_within(limit, move || gate.evaluate(&roots)).await {
+            Ok(result) => result,
+            Err(OffloadError::TimedOut { limit }) => Err(format!(
                 "the `when` gate did not finish within {} ms",
                 limit.as_millis()
             )),
+            Err(e) => Err(format!("the `when` gate failed while evaluating: it {e}")),
         }
     }
 }
