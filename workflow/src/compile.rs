@@ -37,6 +37,7 @@ use serde_json::{Map, Value};
 
 use crate::failure::{Violation, violations_of};
 use crate::gate::Gate;
+use crate::offload::{self, OffloadError};
 use crate::rules::{Rule, parse_rule};
 use crate::ruleset::{self, TypeRoot};
 use crate::scope::INPUT;
@@ -197,6 +198,15 @@ pub enum MessageError {
         /// The validator's complaint.
         reason: String,
     },
+    /// Checking the type's rules took longer than the caller's limit
+    /// ([`CompiledWorkflow::parse_message_within`]); the check was abandoned.
+    #[error("the rules of {type_name} did not finish within {limit_ms} ms")]
+    RulesTimedOut {
+        /// Full name of the type.
+        type_name: String,
+        /// The limit, in milliseconds.
+        limit_ms: u64,
+    },
 }
 
 impl CompiledWorkflow {
@@ -237,31 +247,62 @@ impl CompiledWorkflow {
         }
     }
 
-    /// Parses an input (proto3 JSON) and checks it against the input type's rules.
+    /// Parses an input (proto3 JSON) and checks it against the input type's rules,
+    /// **on the calling thread**: the rules are user-supplied CEL that cannot be
+    /// interrupted, and a rule within every static bound can still take seconds on a
+    /// large input. From async code use [`CompiledWorkflow::parse_input_within`].
     pub fn parse_input(&self, input: &Value) -> Result<DynamicMessage, MessageError> {
         self.parse_message(&self.input_type, input)
     }
 
-    /// Parses proto3 JSON as `message_type` and checks the type's declared rules.
+    /// Parses proto3 JSON as `message_type` and checks the type's declared rules,
+    /// **on the calling thread** (see [`CompiledWorkflow::parse_input`]). From async
+    /// code use [`CompiledWorkflow::parse_message_within`].
     pub fn parse_message(
         &self,
         message_type: &MessageDescriptor,
         json: &Value,
     ) -> Result<DynamicMessage, MessageError> {
         let message = decode_json(message_type, json)?;
-        let violations =
-            self.violations(&message)
-                .map_err(|reason| MessageError::RulesUnusable {
-                    type_name: message_type.full_name().to_owned(),
-                    reason,
-                })?;
-        if violations.is_empty() {
-            Ok(message)
-        } else {
-            Err(MessageError::Invalid {
-                type_name: message_type.full_name().to_owned(),
-                violations,
-            })
+        let violations = self.violations(&message);
+        judged(message, violations)
+    }
+
+    /// [`CompiledWorkflow::parse_input`] for async code: the input is decoded on the
+    /// calling thread (linear in its size), then its type's rules are checked on a
+    /// dedicated evaluation thread ([`crate::offload`]), waiting at most `limit`
+    /// (the wait for a free evaluation thread included). Past it the check is
+    /// abandoned (it finishes in the background without delaying shutdown) and the
+    /// error is [`MessageError::RulesTimedOut`].
+    pub async fn parse_input_within(
+        &self,
+        input: &Value,
+        limit: Duration,
+    ) -> Result<DynamicMessage, MessageError> {
+        self.parse_message_within(&self.input_type, input, limit)
+            .await
+    }
+
+    /// [`CompiledWorkflow::parse_message`] for async code, bounded by `limit` as
+    /// [`CompiledWorkflow::parse_input_within`] is.
+    pub async fn parse_message_within(
+        &self,
+        message_type: &MessageDescriptor,
+        json: &Value,
+        limit: Duration,
+    ) -> Result<DynamicMessage, MessageError> {
+        let message = decode_json(message_type, json)?;
+        let type_name = message_type.full_name().to_owned();
+        match self.check_within(&message, limit).await {
+            Ok(violations) => judged(message, violations),
+            Err(OffloadError::TimedOut { limit }) => Err(MessageError::RulesTimedOut {
+                type_name,
+                limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            }),
+            Err(e) => Err(MessageError::RulesUnusable {
+                type_name,
+                reason: format!("the rule check {e}"),
+            }),
         }
     }
 
@@ -271,29 +312,59 @@ impl CompiledWorkflow {
         violations_of(&message.descriptor(), self.validator.validate(message))
     }
 
-    /// [`CompiledWorkflow::violations`] on tokio's blocking pool, waiting at most
-    /// `limit`, so CEL rules never hold an async thread. On timeout the check is
-    /// abandoned (the evaluator cannot be interrupted; the static rule bounds limit
-    /// what it can still do) and the error says so.
+    /// [`CompiledWorkflow::violations`] on a dedicated evaluation thread
+    /// ([`crate::offload`]), waiting at most `limit` (the wait for a free evaluation
+    /// thread included), so CEL rules never hold an async thread. On timeout the
+    /// check is abandoned (the evaluator cannot be interrupted; the static rule
+    /// bounds limit what it can still do, and it never delays the runtime's
+    /// shutdown) and the error says so.
     pub async fn violations_within(
         &self,
         message: &DynamicMessage,
         limit: Duration,
     ) -> Result<Vec<Violation>, String> {
-        let validator = self.validator.clone();
-        let message = message.clone();
         let type_name = message.descriptor().full_name().to_owned();
-        let check = tokio::task::spawn_blocking(move || {
-            violations_of(&message.descriptor(), validator.validate(&message))
-        });
-        match tokio::time::timeout(limit, check).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join)) => Err(format!("checking the rules of {type_name} failed: {join}")),
-            Err(_) => Err(format!(
+        match self.check_within(message, limit).await {
+            Ok(result) => result,
+            Err(OffloadError::TimedOut { limit }) => Err(format!(
                 "checking the rules of {type_name} did not finish within {} ms",
                 limit.as_millis()
             )),
+            Err(e) => Err(format!("checking the rules of {type_name} failed: it {e}")),
         }
+    }
+
+    /// Runs the validator over a copy of `message` on an evaluation thread.
+    async fn check_within(
+        &self,
+        message: &DynamicMessage,
+        limit: Duration,
+    ) -> Result<Result<Vec<Violation>, String>, OffloadError> {
+        let validator = self.validator.clone();
+        let message = message.clone();
+        offload::run_within(limit, move || {
+            violations_of(&message.descriptor(), validator.validate(&message))
+        })
+        .await
+    }
+}
+
+/// The verdict of a rule check on `message`: the message when it breaks no rule.
+fn judged(
+    message: DynamicMessage,
+    violations: Result<Vec<Violation>, String>,
+) -> Result<DynamicMessage, MessageError> {
+    let type_name = || message.descriptor().full_name().to_owned();
+    match violations {
+        Ok(violations) if violations.is_empty() => Ok(message),
+        Ok(violations) => Err(MessageError::Invalid {
+            type_name: type_name(),
+            violations,
+        }),
+        Err(reason) => Err(MessageError::RulesUnusable {
+            type_name: type_name(),
+            reason,
+        }),
     }
 }
 

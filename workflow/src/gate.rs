@@ -34,31 +34,44 @@
 //!    `exists_one`, `map`, `filter`); no message construction (`Foo{a: 1}`), which
 //!    the evaluator cannot do (it panics). The same bounds apply to the CEL rules of
 //!    `buf.validate` options, which the same evaluator runs.
-//! 2. **By cost**, before evaluating: converting the roots read is capped at
-//!    [`MAX_MESSAGE_DEPTH`] nested messages, [`MAX_CONVERTED_VALUES`] values and
-//!    [`MAX_CONVERTED_BYTES`] bytes of strings and bytes. Then the estimate
-//!    `(values converted + literal list elements) ^ comprehension depth × AST nodes`
-//!    must not exceed [`MAX_COST`]. The estimate is an upper bound on loop iterations
-//!    times the work of one iteration, not an exact count: comprehensions cannot
-//!    iterate over more elements than the data and the literals hold (a `map` can
-//!    only produce as many as it consumes), and each iteration evaluates at most the
-//!    whole expression. Copies the evaluator makes of the values it reads are not
-//!    counted, which is why the time bound exists.
-//! 3. **In time**, at run time ([`Gate::evaluate_within`]): evaluation runs on
-//!    tokio's blocking pool, never on an async worker, and the step waits at most
-//!    the smaller of [`GATE_TIME_LIMIT`] and what is left of the segment. A gate that
-//!    does not answer in time fails the step; its thread finishes in the background,
-//!    its work bounded by the cost check.
+//! 2. **By cost and memory**, before evaluating: converting the roots read is capped
+//!    at [`MAX_MESSAGE_DEPTH`] nested messages, [`MAX_CONVERTED_VALUES`] values and
+//!    [`MAX_CONVERTED_BYTES`] bytes of strings and bytes. Then two estimates
+//!    ([`Shape::cost`], [`Shape::memory`]) must stay within their bounds:
+//!    - **cost**: `(values converted + literal list elements) ^ cost exponent × AST
+//!      nodes` at most [`MAX_COST`]. The cost exponent sums, along the deepest chain
+//!      of nested comprehensions, 1 for each `all`, `exists`, `exists_one` and 2 for
+//!      each `map` and `filter`: the `cel` evaluator builds their result by copying
+//!      the accumulated list on every iteration, so one `map` over S values does
+//!      about S² work, and a `map` inside an `all` about S³. The estimate is an
+//!      upper bound on loop iterations times the work of one iteration, not an exact
+//!      count: comprehensions cannot iterate over more elements than the data and
+//!      the literals hold, and each iteration evaluates at most the whole expression.
+//!    - **memory**: `(bytes of strings and bytes converted + values converted ×
+//!      the size of one CEL value) × (`+` operators + 1)` at most
+//!      [`MAX_EVALUATION_BYTES`]. Concatenation is the one operator that builds values
+//!      larger than its operands: `input.name + input.name` doubles what was read,
+//!      and a tree of 128 such leaves multiplies it by 128 with no comprehension and
+//!      few nodes. Strings built per element inside a `map` are not counted
+//!      separately; the cost bound and the time bound cover them.
+//! 3. **In time**, at run time ([`Gate::evaluate_within`]): evaluation runs on a
+//!    dedicated, detached thread ([`crate::offload`]), never on an async worker nor
+//!    on tokio's blocking pool, and the step waits at most the smaller of
+//!    [`GATE_TIME_LIMIT`] and what is left of the segment (waiting for a free
+//!    evaluation thread included). A gate that does not answer in time fails the
+//!    step; its thread finishes in the background, its work bounded by the cost
+//!    check, without delaying the runtime's shutdown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cel::common::ast::{EntryExpr, Expr, MapExpr, StructExpr};
+use cel::common::ast::{EntryExpr, Expr, LiteralValue, MapExpr, StructExpr};
 use cel::objects::{Key, Value as CelValue};
 use cel::{Context, IdedExpr, Program};
 use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
 
+use crate::offload::{self, OffloadError};
 use crate::scope::Scope;
 
 /// Longest accepted CEL expression (a `when` gate or a `buf.validate` rule), in characters.
@@ -79,6 +92,14 @@ pub const MAX_CONVERTED_VALUES: u64 = 1_000_000;
 pub const MAX_CONVERTED_BYTES: u64 = 64 * 1024 * 1024;
 /// Largest estimated cost a CEL expression may have (see the module docs).
 pub const MAX_COST: u128 = 1_000_000_000;
+/// Largest estimated memory a gate evaluation may build, in bytes (see
+/// [`Shape::memory`]).
+pub const MAX_EVALUATION_BYTES: u128 = 64 * 1024 * 1024;
+/// What [`Shape::memory`] charges per converted value: the size of one CEL value,
+/// which a list concatenation copies.
+const VALUE_BYTES: u128 = std::mem::size_of::<CelValue>() as u128;
+/// The CEL name of the `+` operator.
+const ADD: &str = "_+_";
 /// Longest a `when` gate may take at run time (less when the segment has less left).
 pub const GATE_TIME_LIMIT: Duration = Duration::from_secs(1);
 
@@ -89,19 +110,36 @@ pub struct Shape {
     pub nodes: usize,
     /// Deepest nesting of comprehensions.
     pub comprehension_depth: usize,
+    /// The exponent of the cost estimate: along the deepest chain of nested
+    /// comprehensions, 1 per `all`/`exists`/`exists_one`, 2 per `map`/`filter`
+    /// (quadratic in the `cel` evaluator, see the module docs).
+    pub cost_exponent: usize,
     /// Elements of every list literal, summed.
     pub literal_elements: usize,
+    /// `+` operators (the only ones that build a value larger than their operands),
+    /// those the `map` and `filter` macros expand to included.
+    pub additions: usize,
 }
 
 impl Shape {
     /// The estimated cost of evaluating over `values` converted values:
-    /// `(values + literal elements) ^ comprehension depth × nodes`, saturating.
+    /// `(values + literal elements) ^ cost exponent × nodes`, saturating.
     pub fn cost(&self, values: u64) -> u128 {
         let base = (u128::from(values) + self.literal_elements as u128).max(1);
-        // A depth above u32::MAX cannot pass analyze(); saturate anyway.
-        let depth = u32::try_from(self.comprehension_depth).unwrap_or(u32::MAX);
-        base.saturating_pow(depth)
+        // An exponent above u32::MAX cannot pass analyze(); saturate anyway.
+        let exponent = u32::try_from(self.cost_exponent).unwrap_or(u32::MAX);
+        base.saturating_pow(exponent)
             .saturating_mul(self.nodes as u128)
+    }
+
+    /// The estimated memory, in bytes, an evaluation can build from `bytes` bytes of
+    /// strings and bytes and `values` values converted: `(bytes + values × the size
+    /// of one CEL value) × (additions + 1)`, saturating. Each `+` can at most hold a
+    /// copy of everything read (a balanced tree of `k` concatenations of the whole
+    /// input builds `k + 1` times its size).
+    pub fn memory(&self, bytes: u64, values: u64) -> u128 {
+        let read = u128::from(bytes).saturating_add(u128::from(values).saturating_mul(VALUE_BYTES));
+        read.saturating_mul(self.additions as u128 + 1)
     }
 }
 
@@ -117,11 +155,12 @@ pub fn analyze(source: &str) -> Result<(Program, Shape), String> {
     }
     let program = parse(source)?;
     let mut shape = Shape::default();
-    walk(program.expression(), 1, 0, &mut shape)?;
+    walk(program.expression(), 1, Nesting::default(), &mut shape)?;
     let cost = shape.cost(0);
     if cost > MAX_COST {
         return Err(format!(
-            "could cost about {cost} operations on its literals alone (list elements ^ comprehension depth × nodes), more than the limit of {MAX_COST}: use shorter literal lists or fewer nested comprehensions"
+            "could cost about {cost} operations on its literals alone (list elements ^ cost exponent {} × {} nodes; map and filter count twice in the exponent), more than the limit of {MAX_COST}: use shorter literal lists or fewer nested comprehensions",
+            shape.cost_exponent, shape.nodes
         ));
     }
     Ok((program, shape))
@@ -148,13 +187,36 @@ fn parse(source: &str) -> Result<Program, String> {
         .map_err(|e| format!("is not valid CEL: {e}"))
 }
 
-/// Counts nodes, comprehension depth and literal elements; refuses what the
-/// evaluator cannot run. Stops as soon as the node or nesting limit is passed, so its
-/// own recursion is bounded by [`MAX_EXPRESSION_DEPTH`].
+/// The comprehensions enclosing an AST node.
+#[derive(Clone, Copy, Default)]
+struct Nesting {
+    /// How many.
+    depth: usize,
+    /// Their summed cost weights (1 for `all`/`exists`/`exists_one`, 2 for
+    /// `map`/`filter`).
+    exponent: usize,
+}
+
+/// The cost weight of a comprehension: 2 when it accumulates a list (`map` and
+/// `filter` start from `[]` and append on every iteration, which the evaluator does
+/// by copying the list), 1 when it accumulates a bool (`all`, `exists`) or a count
+/// (`exists_one`). Anything else the parser might produce counts as a list, so the
+/// estimate errs high.
+fn cost_weight(accu_init: &IdedExpr) -> usize {
+    match &accu_init.expr {
+        Expr::Literal(LiteralValue::Boolean(_) | LiteralValue::Int(_)) => 1,
+        _ => 2,
+    }
+}
+
+/// Counts nodes, additions, comprehension depth, the cost exponent and literal
+/// elements; refuses what the evaluator cannot run. Stops as soon as the node or
+/// nesting limit is passed, so its own recursion is bounded by
+/// [`MAX_EXPRESSION_DEPTH`].
 fn walk(
     expr: &IdedExpr,
     level: usize,
-    comprehensions: usize,
+    comprehensions: Nesting,
     shape: &mut Shape,
 ) -> Result<(), String> {
     shape.nodes += 1;
@@ -176,6 +238,9 @@ fn walk(
             "constructs a message (`{type_name}{{...}}`), which CEL here cannot evaluate: compare fields instead"
         )),
         Expr::Call(call) => {
+            if call.func_name == ADD {
+                shape.additions += 1;
+            }
             if let Some(target) = &call.target {
                 walk(target, level, comprehensions, shape)?;
             }
@@ -184,11 +249,16 @@ fn walk(
                 .try_for_each(|arg| walk(arg, level, comprehensions, shape))
         }
         Expr::Comprehension(comprehension) => {
-            let comprehensions = comprehensions + 1;
-            shape.comprehension_depth = shape.comprehension_depth.max(comprehensions);
-            if comprehensions > MAX_COMPREHENSION_DEPTH {
+            let comprehensions = Nesting {
+                depth: comprehensions.depth + 1,
+                exponent: comprehensions.exponent + cost_weight(&comprehension.accu_init),
+            };
+            shape.comprehension_depth = shape.comprehension_depth.max(comprehensions.depth);
+            shape.cost_exponent = shape.cost_exponent.max(comprehensions.exponent);
+            if comprehensions.depth > MAX_COMPREHENSION_DEPTH {
                 return Err(format!(
-                    "nests {comprehensions} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_DEPTH}: flatten the condition or compute it in a step"
+                    "nests {} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_DEPTH}: flatten the condition or compute it in a step",
+                    comprehensions.depth
                 ));
             }
             [
@@ -264,8 +334,8 @@ impl Gate {
     }
 
     /// Evaluates the gate on the calling thread: converts the roots it reads (within
-    /// the conversion bounds), refuses when the estimated cost is above [`MAX_COST`],
-    /// then runs it. Anything but a boolean is an error. From async code use
+    /// the conversion bounds), refuses when the estimated cost is above [`MAX_COST`]
+    /// or the estimated memory above [`MAX_EVALUATION_BYTES`], then runs it. Anything but a boolean is an error. From async code use
     /// [`Gate::evaluate_within`], which keeps this off the async threads.
     pub fn evaluate(&self, scope: &Scope) -> Result<bool, String> {
         let mut budget = Budget::default();
@@ -279,8 +349,15 @@ impl Gate {
         let cost = self.shape.cost(budget.values);
         if cost > MAX_COST {
             return Err(format!(
-                "the `when` gate could cost about {cost} operations over the {} values it reads ((values + literal list elements) ^ comprehension depth {} × {} nodes), more than the limit of {MAX_COST}",
-                budget.values, self.shape.comprehension_depth, self.shape.nodes
+                "the `when` gate could cost about {cost} operations over the {} values it reads ((values + literal list elements) ^ cost exponent {} × {} nodes; map and filter count twice in the exponent), more than the limit of {MAX_COST}",
+                budget.values, self.shape.cost_exponent, self.shape.nodes
+            ));
+        }
+        let memory = self.shape.memory(budget.bytes, budget.values);
+        if memory > MAX_EVALUATION_BYTES {
+            return Err(format!(
+                "the `when` gate could build about {memory} bytes from the {} bytes and {} values it reads ((bytes + values × {VALUE_BYTES}) × ({} `+` operators + 1)), more than the limit of {MAX_EVALUATION_BYTES} bytes (gate::MAX_EVALUATION_BYTES): concatenate less, or read less of the data",
+                budget.bytes, budget.values, self.shape.additions
             ));
         }
         match self.program.execute(&context) {
@@ -290,21 +367,21 @@ impl Gate {
         }
     }
 
-    /// [`Gate::evaluate`] on tokio's blocking pool, waiting at most `limit`; the
+    /// [`Gate::evaluate`] on a dedicated evaluation thread ([`crate::offload`]),
+    /// waiting at most `limit`, the wait for a free evaluation thread included; the
     /// async thread that awaits it stays free. On timeout the evaluation is abandoned,
-    /// not stopped (the evaluator cannot be interrupted); the cost check bounds what
-    /// it can still do.
+    /// not stopped (the evaluator cannot be interrupted): the cost check bounds what
+    /// it can still do, and it never delays the runtime's shutdown.
     pub async fn evaluate_within(&self, scope: &Scope, limit: Duration) -> Result<bool, String> {
         let gate = self.clone();
         let roots = scope.subset(&self.roots);
-        let evaluation = tokio::task::spawn_blocking(move || gate.evaluate(&roots));
-        match tokio::time::timeout(limit, evaluation).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join)) => Err(format!("the `when` gate failed while evaluating: {join}")),
-            Err(_) => Err(format!(
+        match offload::run_within(limit, move || gate.evaluate(&roots)).await {
+            Ok(result) => result,
+            Err(OffloadError::TimedOut { limit }) => Err(format!(
                 "the `when` gate did not finish within {} ms",
                 limit.as_millis()
             )),
+            Err(e) => Err(format!("the `when` gate failed while evaluating: it {e}")),
         }
     }
 }
@@ -601,6 +678,83 @@ mod tests {
         assert_eq!(eval("size(input.ids) == 10", &scope), Ok(true));
         let err = eval("size(big.ids) > 0", &scope).unwrap_err();
         assert!(err.contains("more than 1000000 values"), "{err}");
+    }
+
+    #[test]
+    fn map_and_filter_weigh_twice_in_the_cost_exponent_and_nesting_multiplies() {
+        for (source, exponent) in [
+            ("input.text == ''", 0),
+            ("input.ids.all(x, x > 0)", 1),
+            ("input.ids.exists(x, x > 0)", 1),
+            ("input.ids.exists_one(x, x > 0)", 1),
+            ("size(input.ids.map(x, x)) > 0", 2),
+            ("size(input.ids.map(x, x > 0, x)) > 0", 2),
+            ("size(input.ids.filter(x, x > 0)) > 0", 2),
+            ("input.ids.all(a, size(input.ids.map(b, a + b)) > 0)", 3),
+            ("size(input.ids.map(a, input.ids.map(b, a + b))) > 0", 4),
+            // Side by side is the larger, not the sum.
+            (
+                "size(input.ids.map(x, x)) > 0 && input.ids.all(x, x > 0)",
+                2,
+            ),
+        ] {
+            let shape = Gate::compile(source).unwrap().shape();
+            assert_eq!(shape.cost_exponent, exponent, "{source}");
+        }
+        let map = Gate::compile("size(input.ids.map(x, x)) > 0")
+            .unwrap()
+            .shape();
+        // The map's own `[x]` is a literal element too.
+        let base = 1_000 + map.literal_elements as u128;
+        assert_eq!(map.cost(1_000), base * base * map.nodes as u128);
+    }
+
+    #[test]
+    fn a_map_over_a_long_literal_is_refused_at_compile_time() {
+        // 200 literal elements: 200^4 × nodes is past the bound, 200^2 × nodes is not.
+        let list = format!("[{}]", vec!["1"; 100].join(","));
+        let err = Gate::compile(&format!("size({list}.map(a, {list}.map(b, b))) > 0")).unwrap_err();
+        assert!(err.contains("cost exponent 4"), "{err}");
+        // The same shape with `all` is linear per level and passes.
+        assert!(Gate::compile(&format!("{list}.all(a, {list}.all(b, b > 0))")).is_ok());
+    }
+
+    #[test]
+    fn the_memory_estimate_multiplies_what_is_read_by_the_concatenations() {
+        let shape = Gate::compile("size(input.text + input.text + input.text) > 0")
+            .unwrap()
+            .shape();
+        assert_eq!(shape.additions, 2);
+        assert_eq!(shape.memory(1_000, 0), 3_000);
+        assert_eq!(shape.memory(0, 10), 3 * 10 * VALUE_BYTES);
+        // The `+` a map expands to counts as well: it builds a list.
+        let map = Gate::compile("size(input.ids.map(x, x)) > 0")
+            .unwrap()
+            .shape();
+        assert_eq!(map.additions, 1);
+    }
+
+    #[test]
+    fn concatenating_a_large_read_is_refused_before_evaluating() {
+        let scope = message(|m| {
+            m.set_field_by_name("text", Value::String("x".repeat(1024 * 1024)));
+        });
+        // A balanced tree of concatenations, `leaves` reads of the text.
+        fn tree(leaves: usize) -> String {
+            if leaves == 1 {
+                return "input.text".to_owned();
+            }
+            format!("({} + {})", tree(leaves / 2), tree(leaves / 2))
+        }
+        // 1 MiB read: about 32 MiB estimated passes, about 128 MiB does not.
+        assert_eq!(eval(&format!("size({}) > 0", tree(32)), &scope), Ok(true));
+        let started = std::time::Instant::now();
+        let err = eval(&format!("size({}) > 0", tree(128)), &scope).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(
+            err.contains("127 `+` operators") && err.contains("MAX_EVALUATION_BYTES"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! | [`scope`]      | what a running segment can read: the input and earlier responses       |
 //! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
 //! | [`grpc`]       | dynamic unary calls over tonic; a bounded LRU cache of channels        |
+//! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
 //! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
@@ -39,6 +40,7 @@ pub mod compile;
 pub mod failure;
 pub mod gate;
 pub mod grpc;
+pub mod offload;
 pub mod rules;
 pub mod ruleset;
 pub mod runner;

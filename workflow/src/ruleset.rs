@@ -5,7 +5,14 @@
 //! with the same lack of cost limits. So every CEL rule on a message type reachable
 //! from the input type and from every step's request and response types must pass
 //! the gate bounds of [`crate::gate::analyze`]: a finding names the type, the rule id
-//! and the limit.
+//! and the limit. Those bounds include the cost estimate over the rule's literals,
+//! with the gate's cost model (`map` and `filter` weigh 2 in the exponent, being
+//! quadratic in the evaluator; `all`, `exists`, `exists_one` weigh 1; nesting adds
+//! up). What a rule costs over real data cannot be estimated here: the validator
+//! converts the message itself, with no hook before it evaluates. So the engine runs
+//! every rule check on a dedicated evaluation thread within a time limit
+//! ([`crate::offload`], [`crate::CompiledWorkflow::violations_within`],
+//! [`crate::CompiledWorkflow::parse_input_within`]).
 //!
 //! And a rule set that cannot be used at all (a CEL rule that does not compile, or
 //! reads a field that does not exist) would refuse every check: for a

@@ -522,3 +522,209 @@ fn a_deeply_nested_rule_is_a_finding_not_a_crash() {
         &["jobs.test.Nested", "cannot be used", "Recursion limit"],
     );
 }
+
+/// A workflow whose input type `jobs.test.Pairs` carries `rule` as a message rule.
+fn input_ruled(rule: &str) -> CompiledWorkflow {
+    let extra = format!(
+        r#"
+        message Pairs {{
+          option (buf.validate.message).cel = {{ id: "pairs" expression: "{rule}" }};
+          repeated int64 values = 1;
+          string name = 2;
+        }}
+        "#
+    );
+    compile(&json!({
+        "name": "ruled",
+        "schema": { "descriptorSetBase64": schema_base64(&extra) },
+        "inputType": "jobs.test.Pairs",
+        "steps": [{ "name": "tokenize", "target": "127.0.0.1:1",
+                    "method": "jobs.test.Tokenizer/Tokenize", "rules": ["text = input.name"] }],
+    }))
+}
+
+/// Within every static bound, and seconds of work over 1,000 values (~12 s over 2,000).
+const QUADRATIC_RULE: &str = "this.values.all(a, this.values.all(b, a + b > -1))";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn slow_input_rules_are_checked_off_the_async_thread_within_the_limit() {
+    let wf = input_ruled(QUADRATIC_RULE);
+    let input = json!({ "name": "n", "values": (0..1_000).collect::<Vec<i64>>() });
+
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            let mut interval = tokio::time::interval(Duration::from_millis(5));
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                interval.tick().await;
+                ticks.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let started = Instant::now();
+    let check = tokio::spawn(async move {
+        wf.parse_input_within(&input, Duration::from_millis(300))
+            .await
+    });
+    let err = check.await.expect("the check task").expect_err("too slow");
+    let elapsed = started.elapsed();
+    let during = ticks.load(Ordering::SeqCst);
+    ticker.abort();
+
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(
+        err,
+        workflow::compile::MessageError::RulesTimedOut {
+            type_name: "jobs.test.Pairs".into(),
+            limit_ms: 300,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the rules of jobs.test.Pairs did not finish within 300 ms"
+    );
+    // The one async worker kept serving the ticker while the rules ran.
+    assert!(
+        during >= 20,
+        "{during} ticks in {elapsed:?}: the async worker was pinned"
+    );
+}
+
+#[tokio::test]
+async fn bounded_input_parsing_keeps_the_sync_verdicts() {
+    use prost_reflect::ReflectMessage as _;
+
+    let wf = input_ruled("this.values.all(v, v >= 0)");
+    let limit = Duration::from_secs(5);
+    let good = wf
+        .parse_input_within(&json!({ "values": [1, 2] }), limit)
+        .await
+        .expect("valid");
+    assert_eq!(
+        good,
+        wf.parse_input(&json!({ "values": [1, 2] })).expect("valid")
+    );
+
+    let broken = json!({ "values": [1, -2] });
+    let err = wf
+        .parse_input_within(&broken, limit)
+        .await
+        .expect_err("breaks");
+    assert_eq!(Err(err.clone()), wf.parse_input(&broken));
+    assert!(
+        matches!(&err, workflow::compile::MessageError::Invalid { type_name, violations }
+            if type_name == "jobs.test.Pairs" && violations.len() == 1),
+        "{err}"
+    );
+
+    let unparsable = json!({ "values": "nope" });
+    let err = wf
+        .parse_input_within(&unparsable, limit)
+        .await
+        .expect_err("not JSON of the type");
+    assert!(
+        matches!(err, workflow::compile::MessageError::Unparsable { .. }),
+        "{err}"
+    );
+
+    // Any type of the schema, not only the input's.
+    let text = wf.pool.get_message_by_name("jobs.test.Text").expect("Text");
+    let message = wf
+        .parse_message_within(&text, &json!({ "text": "hi" }), limit)
+        .await
+        .expect("valid Text");
+    assert_eq!(message.descriptor().full_name(), "jobs.test.Text");
+}
+
+#[tokio::test]
+async fn a_map_too_costly_for_its_data_fails_fast_naming_the_cost_bound() {
+    let server = FixtureServer::start().await;
+    // Linear in the old estimate (20,000 × 7 nodes), quadratic in the evaluator
+    // (minutes in a debug build): `map` counts twice in the exponent now.
+    let wf = compile(&gated(
+        "",
+        "jobs.test.Numbers",
+        "size(input.values.map(x, x)) > 0",
+        &server.target(),
+    ));
+    assert_eq!(run_gate(&server, &wf, &numbers(100)).await, Ok(true));
+    let started = Instant::now();
+    let failure = run_gate(&server, &wf, &numbers(20_000))
+        .await
+        .expect_err("too costly");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(failure.kind, FailureKind::Gate);
+    let text = failure.to_string();
+    assert!(
+        text.contains("cost exponent 2") && text.contains("more than the limit of 1000000000"),
+        "{text}"
+    );
+}
+
+/// `size((input.name + input.name) + ...)`: a balanced tree of `leaves` reads.
+fn concatenations(leaves: usize) -> String {
+    fn tree(leaves: usize) -> String {
+        if leaves == 1 {
+            return "input.name".to_owned();
+        }
+        format!("({} + {})", tree(leaves / 2), tree(leaves / 2))
+    }
+    format!("size({}) > 0", tree(leaves))
+}
+
+#[tokio::test]
+async fn concatenation_that_could_build_too_much_memory_fails_fast_naming_the_bound() {
+    let server = FixtureServer::start().await;
+    // 128 reads of a 2 MiB string: ~256 MiB in the result, and more on the way.
+    let wf = compile(&gated(
+        "",
+        "jobs.test.Numbers",
+        &concatenations(128),
+        &server.target(),
+    ));
+    // A short name concatenates fine.
+    let small = json!({ "name": "ab", "values": [] });
+    assert_eq!(run_gate(&server, &wf, &small).await, Ok(true));
+    let big = json!({ "name": "x".repeat(2 * 1024 * 1024), "values": [] });
+    let started = Instant::now();
+    let failure = run_gate(&server, &wf, &big)
+        .await
+        .expect_err("too much memory");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(failure.kind, FailureKind::Gate);
+    assert!(!failure.is_retryable());
+    let text = failure.to_string();
+    assert!(
+        text.contains("127 `+` operators") && text.contains("gate::MAX_EVALUATION_BYTES"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_rule_nesting_maps_over_a_long_literal_is_a_finding_where_all_is_not() {
+    let list = format!("[{}]", vec!["1"; 100].join(","));
+    // Two nested maps: (100 + marks...) ^ 4 × nodes, past the bound on the literal alone.
+    let maps = judged_message(
+        "Maps",
+        &format!("size(this.marks.map(a, {list}.map(b, b))) >= 0"),
+    );
+    assert_finding(
+        &findings(&validated(&maps, "jobs.test.Text", "Maps")),
+        Some("judge"),
+        "$.steps[0].method",
+        &["jobs.test.Maps", "'Maps.rule'", "cost exponent 4"],
+    );
+    // The same nesting with `all` is (literal) ^ 2 × nodes: within the bound.
+    let alls = judged_message("Alls", &format!("this.marks.all(a, {list}.all(b, b > 0))"));
+    compile(&validated(&alls, "jobs.test.Text", "Alls"));
+}
