@@ -184,7 +184,8 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_at_most_max_entries_and_evicts_the_least_recently_used() {
-        let cache = CompiledCache::default();
+        // The count bound alone (the fixture definitions would hit the byte bound first).
+        let cache = CompiledCache::with_limits(MAX_ENTRIES, usize::MAX);
         cache.get_or_compile(&definition(0)).unwrap();
         for i in 1..MAX_ENTRIES + 20 {
             cache.get_or_compile(&definition(i)).unwrap();
@@ -193,7 +194,7 @@ mod tests {
         }
         let (count, bytes) = cache.size();
         assert_eq!(count, MAX_ENTRIES);
-        assert!(bytes <= MAX_BYTES);
+        assert!(bytes > 0);
         let entries = cache.entries.lock().unwrap();
         let kept: Vec<String> = entries
             .by_hash

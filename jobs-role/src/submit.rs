@@ -12,7 +12,7 @@ use std::sync::Arc;
 use registry_stub::WorkflowRepository;
 use serde_json::Value;
 use uuid::Uuid;
-use workflow::compile::{MessageError, encode_json};
+use workflow::compile::{MessageError, RULES_TIME_LIMIT, encode_json};
 use workflow::{CompiledWorkflow, Findings};
 
 use crate::compiled::CompiledCache;
@@ -133,7 +133,11 @@ impl Submitter {
             return Err(SubmitError::Unstorable(path));
         }
         let compiled = self.compiled.get_or_compile_off_thread(&envelope).await?;
-        let input = compiled.parse_input(&submission.input)?;
+        // The input type's rules are the workflow author's CEL: checked off the async
+        // threads, within a time limit.
+        let input = compiled
+            .parse_input_within(&submission.input, RULES_TIME_LIMIT)
+            .await?;
         if let Some(path) = nul_path(&submission.input, "input") {
             return Err(SubmitError::Unstorable(path));
         }

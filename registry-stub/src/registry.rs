@@ -260,9 +260,18 @@ async fn run_workflow(
     request: &ActionRequest,
 ) -> ActionResult {
     let envelope = requested_envelope(store, request)?;
-    let compiled = CompiledWorkflow::compile(&envelope).map_err(|f| findings_error(&f))?;
+    // Compiling a large envelope takes seconds, and the input's rules are the author's
+    // CEL: neither runs on the async threads.
+    let compiled = tokio::task::spawn_blocking(move || CompiledWorkflow::compile(&envelope))
+        .await
+        .map_err(ActionError::internal)?
+        .map_err(|f| findings_error(&f))?;
     let input = compiled
-        .parse_input(request.get("input").unwrap_or(&json!({})))
+        .parse_input_within(
+            request.get("input").unwrap_or(&json!({})),
+            workflow::compile::RULES_TIME_LIMIT,
+        )
+        .await
         .map_err(|e| ActionError::invalid(format!("input: {e}")))?;
     Ok(match runner.run(&compiled, &input).await {
         Ok(outcome) => json!({

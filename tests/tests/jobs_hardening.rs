@@ -575,3 +575,73 @@ async fn a_retried_stored_name_submission_after_the_workflow_was_edited_is_not_a
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     node.stop().await;
 }
+
+/// An input type whose rule is quadratic in the data yet within every static bound.
+fn quadratic_rule_workflow(target: &str) -> Value {
+    let source = r#"
+        syntax = "proto3";
+        package jobs.test;
+        import "buf/validate/validate.proto";
+        message Text { string text = 1; bool fail = 2; }
+        message Tokens { repeated int64 ids = 1; bool fail = 2; }
+        service Tokenizer { rpc Tokenize(Text) returns (Tokens); }
+        message Numbers {
+          option (buf.validate.message).cel = {
+            id: "numbers.pairwise"
+            message: "every pair sums above -1"
+            expression: "this.values.all(a, this.values.all(b, a + b > -1))"
+          };
+          repeated int64 values = 1;
+          string name = 2;
+        }
+    "#;
+    let bytes = workflow::schema::compile_proto_source("numbers.proto", source).unwrap();
+    json!({
+        "name": "numbers",
+        "schema": { "descriptorSetBase64": base64::engine::general_purpose::STANDARD.encode(bytes) },
+        "inputType": "jobs.test.Numbers",
+        "steps": [{
+            "name": "tokenize", "target": target, "method": "jobs.test.Tokenizer/Tokenize",
+            "rules": ["text = input.name"],
+        }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_rules_too_slow_for_their_data_are_refused_in_bounded_time() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "node-a", 1)).await;
+    let workflow = quadratic_rule_workflow(&server.target());
+
+    // Small data: the rule runs and the job completes.
+    let small = json!({ "name": "n", "values": (0..10).collect::<Vec<i64>>() });
+    let job_id = node.submit(&workflow, small.clone()).await;
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+
+    // 2,000 values: about 12 s of rule evaluation in a debug build. The submission is
+    // refused once the rules' time limit passes, the async threads never held.
+    let large = json!({ "name": "n", "values": (0..2_000).collect::<Vec<i64>>() });
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "workflow": workflow, "input": large }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("the rules of jobs.test.Numbers did not finish within 1000 ms"),
+        "{answer}"
+    );
+    let ran = node
+        .ok(
+            "run-workflow",
+            json!({ "workflow": workflow, "input": small }),
+        )
+        .await;
+    assert_eq!(ran["ok"], true, "the node works on: {ran}");
+    node.stop().await;
+}
