@@ -257,7 +257,7 @@ impl Provider for EnvOverrides {
         for (target, name, value) in overrides {
             let raw = if target.from_file {
                 let path = PathBuf::from(value);
-                let contents = std::fs::read_to_string(&path)
+                let contents = read_secret(&path)
                     .map_err(|e| format!("{name}: cannot read {}: {e}", path.display()))?;
                 contents
                     .strip_suffix('\n')
@@ -276,6 +276,25 @@ impl Provider for EnvOverrides {
         }
         Ok(Profile::Default.collect(dict))
     }
+}
+
+/// The most a `_FILE` secret may hold: a secret, not a data set (and never
+/// `/dev/zero` read until memory runs out).
+const MAX_SECRET_BYTES: u64 = 1024 * 1024;
+
+/// Reads a `_FILE` value, at most [`MAX_SECRET_BYTES`].
+fn read_secret(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut contents = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_SECRET_BYTES + 1)
+        .read_to_string(&mut contents)?;
+    if contents.len() as u64 > MAX_SECRET_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_SECRET_BYTES} bytes; a secret file holds one value"
+        )));
+    }
+    Ok(contents)
 }
 
 #[cfg(test)]
@@ -360,6 +379,11 @@ mod tests {
             err.contains("PROTOMOLT_JOBS__DATABASE_URL_FILE: cannot read /no/such/secret"),
             "{err}"
         );
+
+        // Not a secret: /dev/zero is refused after a megabyte, not read until memory
+        // runs out.
+        let err = load(&[("PROTOMOLT_JOBS__WORKER_ID_FILE", "/dev/zero")]).unwrap_err();
+        assert!(err.contains("larger than 1048576 bytes"), "{err}");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 use workflow::{CompiledWorkflow, Findings};
@@ -127,12 +127,15 @@ fn compile_named(envelope: &Value) -> Result<(String, usize), RepositoryError> {
 /// The registry's store: files plus contributions.
 pub struct FileWorkflowRepository {
     dir: PathBuf,
-    entries: RwLock<BTreeMap<String, StoredWorkflow>>,
+    entries: Arc<RwLock<BTreeMap<String, StoredWorkflow>>>,
     /// Held for a whole put (file written, renamed, directory synced, map updated):
     /// without it two puts of one name could finish their renames and their map
     /// updates in different orders, serving one version while the file holds the
-    /// other. Puts are rare and short, so one lock for every name costs nothing.
-    writer: tokio::sync::Mutex<()>,
+    /// other. Puts are rare and short, so one lock for every name costs nothing. The
+    /// whole put runs on one blocking task that holds it, so a caller that goes away
+    /// mid-put (a client disconnecting, a timeout) cannot leave the write done and the
+    /// served copy stale.
+    writer: Arc<std::sync::Mutex<()>>,
 }
 
 impl FileWorkflowRepository {
@@ -185,8 +188,8 @@ impl FileWorkflowRepository {
         }
         Ok(FileWorkflowRepository {
             dir: dir.to_owned(),
-            entries: RwLock::new(entries),
-            writer: tokio::sync::Mutex::new(()),
+            entries: Arc::new(RwLock::new(entries)),
+            writer: Arc::new(std::sync::Mutex::new(())),
         })
     }
 
@@ -201,32 +204,49 @@ impl FileWorkflowRepository {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        let _writer = self.writer.lock().await;
-        if let Some(WorkflowSource::Role(role)) = self.resolve(&name).map(|s| s.source) {
-            return Err(RepositoryError::Contributed { name, role });
-        }
         // A unique temporary name, so that even a writer outside this lock (another
         // process over the same directory) never renames our half-written file.
         let temporary = self
             .dir
             .join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4()));
-        let dir = self.dir.clone();
-        let target = path.clone();
-        tokio::task::spawn_blocking(move || write_durably(&dir, &temporary, &target, &bytes))
-            .await
-            .map_err(|e| RepositoryError::Io {
-                action: "writing",
-                path: path.clone(),
-                source: std::io::Error::other(e),
-            })??;
+        let (dir, writer, entries) = (self.dir.clone(), self.writer.clone(), self.entries.clone());
         let stored = StoredWorkflow {
             name: name.clone(),
             envelope,
             source: WorkflowSource::File,
             steps,
         };
-        let created = self.write_entries().insert(name.clone(), stored).is_none();
-        Ok((name, created))
+        let target = path.clone();
+        // Lock, write durably and update the served copy on one blocking task: it runs
+        // to the end even when this future is dropped.
+        let put = tokio::task::spawn_blocking(move || {
+            // A poisoned lock means a put panicked; the files and the map are whole.
+            let _writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let contributed = entries
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&stored.name)
+                .map(|s| s.source.clone());
+            if let Some(WorkflowSource::Role(role)) = contributed {
+                return Err(RepositoryError::Contributed {
+                    name: stored.name,
+                    role,
+                });
+            }
+            write_durably(&dir, &temporary, &target, &bytes)?;
+            let name = stored.name.clone();
+            let created = entries
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone(), stored)
+                .is_none();
+            Ok((name, created))
+        });
+        put.await.map_err(|e| RepositoryError::Io {
+            action: "writing",
+            path,
+            source: std::io::Error::other(e),
+        })?
     }
 
     fn write_entries(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, StoredWorkflow>> {

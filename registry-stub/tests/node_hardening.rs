@@ -367,3 +367,49 @@ async fn tls_files_that_cannot_be_read_stop_the_node_naming_the_key() {
         "{half}"
     );
 }
+
+#[tokio::test]
+async fn a_put_whose_caller_goes_away_still_serves_what_it_wrote() {
+    use registry_stub::WorkflowRepository;
+    use registry_stub::repository::FileWorkflowRepository;
+    let server = FixtureServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let repository = FileWorkflowRepository::open(dir.path()).await.unwrap();
+    let version = |i: u32| {
+        let mut envelope = two_step_workflow(&server.target());
+        envelope["name"] = json!("race");
+        envelope["deadlineMs"] = json!(1_000 + i);
+        envelope
+    };
+    // Callers that time out (or disconnect) mid-put: the puts still finish whole.
+    for i in 0..30 {
+        let _ = tokio::time::timeout(Duration::from_micros(1), repository.put(version(i))).await;
+    }
+    let file = dir.path().join("race.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let served = repository
+            .resolve("race")
+            .map(|s| s.envelope["deadlineMs"].clone());
+        let stored: Option<Value> = std::fs::read(&file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .map(|v| v["deadlineMs"].clone());
+        if served.is_some() && served == stored {
+            let reopened = FileWorkflowRepository::open(dir.path()).await.unwrap();
+            assert_eq!(
+                reopened
+                    .resolve("race")
+                    .map(|s| s.envelope["deadlineMs"].clone()),
+                served,
+                "a restart serves what was served"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "served {served:?}, file {stored:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

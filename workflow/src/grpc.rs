@@ -211,13 +211,29 @@ impl TlsTarget {
     }
 }
 
-/// `*` matches any run of bytes; everything else matches itself.
+/// `*` matches any run of bytes; everything else matches itself. Greedy with one
+/// backtrack point (the last `*`), so the cost is at most pattern × text, never
+/// exponential in the number of stars: targets come from workflow authors.
 fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_matches(rest, &text[skip..])),
-        Some((c, rest)) => text.first() == Some(c) && glob_matches(rest, &text[1..]),
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == text[t] {
+            p += 1;
+            t += 1;
+        } else if let Some((star_p, star_t)) = star {
+            // Let the last star swallow one more byte and try again from there.
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
     }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// A gRPC client for any method of any target, with channels cached per target
@@ -334,24 +350,34 @@ impl GrpcClient {
         let call = async move {
             let mut grpc =
                 tonic::client::Grpc::new(channel).max_decoding_message_size(max_response_bytes);
-            grpc.ready().await.map_err(|e| {
-                Status::unavailable(format!("target not ready: {}", error_chain(&e)))
-            })?;
-            grpc.unary(request, path, codec).await
+            // Not ready: the connection (or its TLS handshake) failed; no server spoke.
+            grpc.ready().await.map_err(|e| Err(error_chain(&e)))?;
+            grpc.unary(request, path, codec).await.map_err(Ok)
         };
+        // Only what this side made from a failed connection can be a certificate
+        // failure: a status the target sent is its own answer, whatever its text says.
+        let certificate = |chain: &str| tls && is_certificate_failure(chain);
         match tokio::time::timeout(deadline, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(Err(not_ready))) if certificate(&not_ready) => {
+                Err(CallError::Certificate(not_ready))
+            }
+            Ok(Err(Err(not_ready))) => Err(CallError::Status {
+                code: Code::Unavailable,
+                message: format!("target not ready: {not_ready}"),
+                transport: true,
+            }),
             // A status the target sent has no source; one tonic made from a failed
             // connection (reset, closed mid-call) carries the transport error.
-            Ok(Err(status)) => {
-                let chain = error_chain(&status);
-                if is_certificate_failure(&chain) {
-                    return Err(CallError::Certificate(chain));
+            Ok(Err(Ok(status))) => {
+                let transport = std::error::Error::source(&status).is_some();
+                if transport && certificate(&error_chain(&status)) {
+                    return Err(CallError::Certificate(error_chain(&status)));
                 }
                 Err(CallError::Status {
                     code: status.code(),
                     message: status.message().to_owned(),
-                    transport: std::error::Error::source(&status).is_some(),
+                    transport,
                 })
             }
             Err(_) => Err(CallError::Deadline(deadline)),

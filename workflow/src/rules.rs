@@ -169,6 +169,11 @@ fn parse_source(text: &str) -> Result<Source, String> {
             return Ok(Source::Literal(Literal::UInt(uint)));
         }
         return match text.parse::<f64>() {
+            // A literal with a non-zero digit that parses to zero underflowed: refuse
+            // it rather than let `1e-400` become a silent 0.
+            Ok(float) if float == 0.0 && has_nonzero_digit(text) => Err(format!(
+                "'{text}' is too small for any number type and would become 0"
+            )),
             Ok(float) if float.is_finite() => Ok(Source::Literal(Literal::Float(float))),
             _ => Err(format!("'{text}' is not a number literal")),
         };
@@ -593,6 +598,11 @@ fn read_source(scope: &Scope, root: &str, fields: &[String]) -> Result<Option<Va
         .get(root)
         .ok_or_else(|| format!("'{root}' is not in scope yet"))?;
     let Some((last, parents)) = fields.split_last() else {
+        // A skipped step's response is absent as a whole (its fields still read as
+        // their kinds say: plain scalars at defaults, presence fields absent).
+        if scope.is_skipped(root) {
+            return Ok(None);
+        }
         return Ok(Some(Value::Message(message.clone())));
     };
     let field_of = |message: &DynamicMessage, name: &str| {
@@ -758,6 +768,13 @@ fn append(
     Ok(())
 }
 
+/// True when the mantissa of a number literal (before any exponent) has a non-zero digit.
+fn has_nonzero_digit(text: &str) -> bool {
+    text.split(['e', 'E'])
+        .next()
+        .is_some_and(|mantissa| mantissa.chars().any(|c| ('1'..='9').contains(&c)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -864,6 +881,11 @@ mod tests {
         assert!(f32_of(Literal::Float(1e39)).is_err(), "would be infinity");
         assert!(f32_of(Literal::Float(-1e39)).is_err(), "would be -infinity");
         assert!(f32_of(Literal::Float(1e-50)).is_err(), "would be 0");
+        assert!(parse_source("1e-400").is_err(), "underflows even a double");
+        assert_eq!(
+            parse_source("0e10").unwrap(),
+            Source::Literal(Literal::Float(0.0))
+        );
         assert_eq!(f32_of(Literal::Float(0.0)).unwrap(), Value::F32(0.0));
         assert_eq!(f32_of(Literal::Float(0.1)).unwrap(), Value::F32(0.1));
         assert_eq!(

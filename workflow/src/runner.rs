@@ -215,7 +215,11 @@ impl Runner {
         let mut scope = Scope::new(input.clone());
         let mut steps = Vec::with_capacity(workflow.steps.len());
         for replayed in prior {
-            scope.insert_step(&replayed.checkpoint.name, replayed.response);
+            if replayed.checkpoint.skipped {
+                scope.insert_skipped(&replayed.checkpoint.name, replayed.response);
+            } else {
+                scope.insert_step(&replayed.checkpoint.name, replayed.response);
+            }
             steps.push(replayed.checkpoint);
         }
         for step in workflow.steps.iter().skip(steps.len()) {
@@ -268,7 +272,11 @@ impl Runner {
                     step: step.name.clone(),
                     source,
                 })?;
-            scope.insert_step(&step.name, response);
+            if checkpoint.skipped {
+                scope.insert_skipped(&step.name, response);
+            } else {
+                scope.insert_step(&step.name, response);
+            }
             steps.push(checkpoint);
         }
         let output = build_output(workflow, &scope)?;
@@ -309,7 +317,21 @@ impl Runner {
         }
         gate.evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
             .await
-            .map_err(|e| fail(FailureKind::Gate, e))
+            .map_err(|e| {
+                // Out of segment time (a slow earlier step), not a gate too slow for
+                // its own limit: a retry resumes here with a fresh segment.
+                if remaining < GATE_TIME_LIMIT && Instant::now() >= segment_end {
+                    fail(
+                        FailureKind::Deadline,
+                        format!(
+                            "the segment deadline of {} ms passed while the `when` gate ran ({e})",
+                            workflow.deadline.as_millis()
+                        ),
+                    )
+                } else {
+                    fail(FailureKind::Gate, e)
+                }
+            })
     }
 
     /// Runs one called step; `None` when its gate skipped it.
@@ -416,7 +438,20 @@ impl Runner {
             let violations = workflow
                 .violations_within(&response, RULES_TIME_LIMIT.min(remaining))
                 .await
-                .map_err(|e| fail(FailureKind::Workflow, e))?;
+                .map_err(|e| {
+                    // Out of segment time, not a check too slow for its own limit.
+                    if remaining < RULES_TIME_LIMIT && Instant::now() >= segment_end {
+                        fail(
+                            FailureKind::Deadline,
+                            format!(
+                                "the segment deadline of {} ms passed while the response was checked ({e})",
+                                workflow.deadline.as_millis()
+                            ),
+                        )
+                    } else {
+                        fail(FailureKind::Workflow, e)
+                    }
+                })?;
             if !violations.is_empty() {
                 let listed = violations
                     .iter()

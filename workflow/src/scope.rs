@@ -5,7 +5,7 @@
 //! and map fields read empty, and a field that tracks presence is unset, so a rule
 //! copying it does nothing (see [`crate::rules`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
@@ -20,6 +20,9 @@ pub const INPUT: &str = "input";
 #[derive(Debug, Clone)]
 pub struct Scope {
     roots: HashMap<String, Arc<DynamicMessage>>,
+    /// Steps a gate skipped: in scope with their default message, but their response
+    /// as a whole is absent to rules (copying it must not invent a `{}`).
+    skipped: HashSet<String>,
 }
 
 impl Scope {
@@ -27,7 +30,19 @@ impl Scope {
     pub fn new(input: DynamicMessage) -> Self {
         Scope {
             roots: HashMap::from([(INPUT.to_owned(), Arc::new(input))]),
+            skipped: HashSet::new(),
         }
+    }
+
+    /// Adds a step its gate skipped, with its output type's default message.
+    pub fn insert_skipped(&mut self, name: &str, default: DynamicMessage) {
+        self.roots.insert(name.to_owned(), Arc::new(default));
+        self.skipped.insert(name.to_owned());
+    }
+
+    /// True when `root` is a step its gate skipped.
+    pub fn is_skipped(&self, root: &str) -> bool {
+        self.skipped.contains(root)
     }
 
     /// Adds a step's response (or, for a skipped step, its default message).
@@ -48,6 +63,7 @@ impl Scope {
                 .iter()
                 .filter_map(|name| Some((name.clone(), self.roots.get(name)?.clone())))
                 .collect(),
+            skipped: self.skipped.clone(),
         }
     }
 

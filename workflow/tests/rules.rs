@@ -284,3 +284,33 @@ fn a_map_with_other_value_types_is_still_refused() {
     assert_finding(&all, "$.output.rules[0]", &["cannot assign", "'narrow'"]);
     assert_finding(&all, "$.output.rules[1]", &["cannot assign", "'by_id'"]);
 }
+
+#[tokio::test]
+async fn copying_a_skipped_steps_whole_response_copies_nothing() {
+    let source = r#"
+        syntax = "proto3";
+        package jobs.test;
+        message Text { string text = 1; bool fail = 2; }
+        message Tokens { repeated int64 ids = 1; bool fail = 2; }
+        service Tokenizer { rpc Tokenize(Text) returns (Tokens); }
+        message Out { Tokens tok = 1; string text = 2; }
+    "#;
+    let bytes = workflow::schema::compile_proto_source("skipped.proto", source).unwrap();
+    let server = FixtureServer::start().await;
+    let envelope = json!({
+        "name": "skipped",
+        "schema": { "descriptorSetBase64": base64::engine::general_purpose::STANDARD.encode(bytes) },
+        "inputType": "jobs.test.Text",
+        "steps": [{
+            "name": "tokenize", "target": server.target(), "method": "jobs.test.Tokenizer/Tokenize",
+            "rules": ["text = input.text"], "when": "input.text == 'go'",
+        }],
+        "output": { "type": "jobs.test.Out", "rules": ["tok = tokenize", "text = input.text"] },
+    });
+    let wf = CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{f}"));
+    for (text, present) in [("stop", false), ("go", true)] {
+        let input = wf.parse_input(&json!({ "text": text })).unwrap();
+        let output = Runner::new().run(&wf, &input).await.unwrap().output;
+        assert_eq!(has(&output, "tok"), present, "{text}: {}", json_of(&output));
+    }
+}

@@ -155,4 +155,66 @@ fn patterns_match_hosts_and_ports() {
     assert!(entry("10.0.0.7:*").matches("10.0.0.7:50051"));
     assert!(entry("*").matches("anything:1"));
     assert!(!entry("a:1").matches("a:12"));
+    assert!(entry("*.*.internal:443").matches("a.b.internal:443"));
+    assert!(!entry("*.*.internal:443").matches("ab.internal:443"));
+    assert!(entry("a*b*c").matches("axxbyyc") && !entry("a*b*c").matches("axxbyy"));
+    // Many stars against a long target: pattern × text steps at most (the old
+    // backtracking matcher took minutes here).
+    let long = format!("{}:1", "a.".repeat(20_000));
+    assert!(!entry("*.*.*.*.*.internal:443").matches(&long));
+}
+
+/// A plain-text target whose own answer mentions certificates.
+async fn answering_about_certificates() -> String {
+    use workflow::testkit::proto::Review;
+    use workflow::testkit::proto::review_desk_server::{ReviewDesk, ReviewDeskServer};
+    struct Desk;
+    #[tonic::async_trait]
+    impl ReviewDesk for Desk {
+        async fn review(&self, _: Request<Text>) -> Result<Response<Review>, Status> {
+            Err(Status::unavailable(
+                "certificate service is restarting, try again",
+            ))
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ReviewDeskServer::new(Desk))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    addr.to_string()
+}
+
+#[tokio::test]
+async fn a_servers_own_answer_about_certificates_is_not_a_tls_failure() {
+    let target = answering_about_certificates().await;
+    let envelope = workflow(
+        "review",
+        vec![step(
+            "review",
+            &target,
+            "jobs.test.ReviewDesk/Review",
+            &["text = input.text"],
+        )],
+        None,
+    );
+    let wf = CompiledWorkflow::compile(&envelope).unwrap();
+    let input = wf.parse_input(&json!({ "text": "x" })).unwrap();
+    let Err(RunError::Failed(failure)) = Runner::new().run(&wf, &input).await else {
+        panic!("the target answers UNAVAILABLE")
+    };
+    assert!(
+        matches!(
+            failure.kind,
+            FailureKind::Grpc {
+                code: tonic::Code::Unavailable,
+                transport: false,
+                ..
+            }
+        ),
+        "{failure}"
+    );
+    assert!(failure.is_retryable(), "{failure}");
 }

@@ -190,3 +190,27 @@ fn max_response_bytes_must_be_a_sensible_number() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_gate_cut_short_by_the_segment_deadline_is_a_retryable_deadline() {
+    let server = workflow::testkit::FixtureServer::start_with(workflow::testkit::FixtureOptions {
+        tokenize_delay: Some(std::time::Duration::from_millis(1_800)),
+        ..Default::default()
+    })
+    .await;
+    let mut envelope = workflow::testkit::two_step_workflow(&server.target());
+    envelope["deadlineMs"] = json!(2_000);
+    // Quadratic over the ids: fast alone, but only ~200 ms of segment are left.
+    envelope["steps"][1]["when"] = json!("tokenize.ids.all(x, tokenize.ids.all(y, x + y > 0))");
+    let wf = CompiledWorkflow::compile(&envelope).unwrap();
+    let input = wf.parse_input(&json!({ "text": "a".repeat(600) })).unwrap();
+    match Runner::new().run(&wf, &input).await {
+        Err(RunError::Failed(failure)) => {
+            assert_eq!(failure.kind, FailureKind::Deadline, "{failure}");
+            assert!(failure.is_retryable());
+        }
+        // A fast machine may finish the gate within what is left: nothing to test.
+        Ok(_) => {}
+        Err(other) => panic!("{other}"),
+    }
+}
