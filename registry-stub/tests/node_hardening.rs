@@ -387,6 +387,9 @@ async fn a_put_whose_caller_goes_away_still_serves_what_it_wrote() {
     }
     let file = dir.path().join("race.json");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // The abandoned puts finish on their own; wait until the served copy and the file
+    // agree and stay so (every put done), then restart.
+    let (mut agreeing, mut last) = (0, None);
     loop {
         let served = repository
             .resolve("race")
@@ -395,7 +398,13 @@ async fn a_put_whose_caller_goes_away_still_serves_what_it_wrote() {
             .ok()
             .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
             .map(|v| v["deadlineMs"].clone());
-        if served.is_some() && served == stored {
+        agreeing = if served.is_some() && served == stored && served == last {
+            agreeing + 1
+        } else {
+            0
+        };
+        last = served.clone();
+        if agreeing >= 20 {
             let reopened = FileWorkflowRepository::open(dir.path()).await.unwrap();
             assert_eq!(
                 reopened
