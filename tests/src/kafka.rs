@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use jobs_role::JobsConfig;
+use jobs_role::store::NewJob;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
@@ -98,4 +99,26 @@ pub async fn read_until(
         }
     }
     records
+}
+
+/// A node whose Kafka lanes are configured but not running (the test drives the relay
+/// by hand), over `db`, with one job inserted (so one ACCEPTED outbox row). Returns the
+/// node, the lanes config (fresh topics) and the job.
+pub async fn hand_driven_lanes_node(
+    db: &crate::TestDatabase,
+) -> (crate::jobs::JobsNode, JobsConfig, NewJob) {
+    let config = with_lanes(crate::jobs::test_config(&db.url, "idle", 0)).await;
+    let mut quiet = config.clone();
+    quiet.kafka_bootstrap = None;
+    let node = crate::jobs::JobsNode::start(quiet).await;
+    let job = NewJob {
+        job_id: uuid::Uuid::now_v7(),
+        workflow_name: "w".into(),
+        definition: serde_json::json!({}),
+        input: serde_json::json!({}),
+        max_attempts: 3,
+        by_name: false,
+    };
+    node.store.insert_job(&job).await.expect("insert");
+    (node, config, job)
 }

@@ -80,6 +80,43 @@ impl TestDatabase {
     pub async fn connect(&self) -> Client {
         connect(&self.url).await
     }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// An outage of this database alone: new connections are refused and the open
+    /// sessions cut. [`TestDatabase::allow_connections`] ends it.
+    pub async fn refuse_connections(&self) {
+        let admin = connect(&self.admin_url).await;
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {} ALLOW_CONNECTIONS false",
+                self.name
+            ))
+            .await
+            .expect("refusing connections");
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                &[&self.name],
+            )
+            .await
+            .expect("cutting the sessions");
+    }
+
+    /// Ends [`TestDatabase::refuse_connections`]' outage.
+    pub async fn allow_connections(&self) {
+        connect(&self.admin_url)
+            .await
+            .batch_execute(&format!(
+                "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+                self.name
+            ))
+            .await
+            .expect("allowing connections");
+    }
 }
 
 impl Drop for TestDatabase {

@@ -355,25 +355,7 @@ async fn a_claim_waiting_for_its_per_target_permit_keeps_its_lease() {
 async fn an_unavailable_database_is_answered_without_its_internals() {
     let db = TestDatabase::create().await;
     let node = JobsNode::start(test_config(&db.url, "node-a", 0)).await;
-    let admin = protomolt_e2e::connect(&protomolt_e2e::database_url()).await;
-    let name: String = db
-        .connect()
-        .await
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
-        .await
-        .unwrap();
-    admin
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
-            &[&name],
-        )
-        .await
-        .unwrap();
+    db.refuse_connections().await;
 
     let (status, answer) = node
         .call(
@@ -387,13 +369,10 @@ async fn an_unavailable_database_is_answered_without_its_internals() {
         message.starts_with("the jobs database is unavailable; try again shortly (reference "),
         "{message}"
     );
-    for internal in ["db error", "postgres", &name, "connection"] {
+    for internal in ["db error", "postgres", db.name(), "connection"] {
         assert!(!message.contains(internal), "leaks '{internal}': {message}");
     }
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-        .await
-        .unwrap();
+    db.allow_connections().await;
     node.stop().await;
 }
 

@@ -14,7 +14,7 @@ use jobs_role::submit::Submitter;
 use prost::Message as _;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
-use protomolt_e2e::kafka::{produce, producer, read_until, with_lanes};
+use protomolt_e2e::kafka::{hand_driven_lanes_node, produce, producer, read_until, with_lanes};
 use serde_json::json;
 use workflow::testkit::{FixtureServer, two_step_workflow};
 
@@ -490,35 +490,14 @@ async fn a_database_outage_pauses_request_consumption_until_it_is_back() {
     } = stored_workflow_node().await;
 
     // The outage: this database refuses connections and its sessions are cut.
-    let admin = protomolt_e2e::connect(&protomolt_e2e::database_url()).await;
-    let name: String = db
-        .connect()
-        .await
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
-        .await
-        .unwrap();
-    admin
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
-            &[&name],
-        )
-        .await
-        .unwrap();
+    db.refuse_connections().await;
 
     let job_id = uuid::Uuid::new_v4().to_string();
     send_request(&producer(), &requests, &job_id, "embed-text", "patience").await;
     // Let the consumer meet the outage (it keeps the record, uncommitted, and retries).
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-        .await
-        .unwrap();
+    db.allow_connections().await;
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(
         job["result"]["sourceText"], "patience",
@@ -531,21 +510,9 @@ async fn a_database_outage_pauses_request_consumption_until_it_is_back() {
 async fn a_crash_between_ack_and_mark_republishes_with_the_same_event_id() {
     use jobs_role::relay::{BrokerUnreachable, Publisher};
     let db = TestDatabase::create().await;
-    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
+    // No relay runs on this node: the test drives one by hand.
+    let (node, config, job) = hand_driven_lanes_node(&db).await;
     let topic = config.events_topic.clone();
-    // No relay runs on this node (no kafka_bootstrap): the test drives one by hand.
-    let mut quiet = config.clone();
-    quiet.kafka_bootstrap = None;
-    let node = JobsNode::start(quiet).await;
-    let job = NewJob {
-        job_id: uuid::Uuid::now_v7(),
-        workflow_name: "w".into(),
-        definition: json!({}),
-        input: json!({}),
-        max_attempts: 3,
-        by_name: false,
-    };
-    node.store.insert_job(&job).await.unwrap();
     let publisher = Publisher::new(&config, config.kafka_bootstrap.as_deref().unwrap()).unwrap();
 
     // Published and acked, then "crashed" before the mark: the batch is rolled back.
@@ -673,20 +640,9 @@ async fn hostile_request_records_are_dead_lettered_and_their_partition_flows_on(
 async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
     use jobs_role::relay::Publisher;
     let db = TestDatabase::create().await;
-    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
+    // No relay runs on this node: the test drives one by hand.
+    let (node, config, job) = hand_driven_lanes_node(&db).await;
     let topic = config.events_topic.clone();
-    let mut quiet = config.clone();
-    quiet.kafka_bootstrap = None;
-    let node = JobsNode::start(quiet).await;
-    let job = NewJob {
-        job_id: uuid::Uuid::now_v7(),
-        workflow_name: "w".into(),
-        definition: json!({}),
-        input: json!({}),
-        max_attempts: 3,
-        by_name: false,
-    };
-    node.store.insert_job(&job).await.unwrap();
     // Two more rows of the same job: one too large to publish, one after it.
     let client = db.connect().await;
     let (big, after) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());

@@ -13,7 +13,7 @@ use jobs_proto::v1::WorkflowRunEvent;
 use jobs_role::JobStatus;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
-use protomolt_e2e::kafka::{read_until, with_lanes};
+use protomolt_e2e::kafka::{hand_driven_lanes_node, read_until, with_lanes};
 use serde_json::json;
 use workflow::testkit::{FixtureServer, two_step_workflow};
 
@@ -168,21 +168,9 @@ async fn events_wait_out_a_broker_outage_and_all_arrive() {
 #[tokio::test]
 async fn a_publish_the_broker_cannot_take_is_an_outage_and_spends_no_attempt() {
     use jobs_role::relay::Publisher;
-    use jobs_role::store::NewJob;
     let db = TestDatabase::create().await;
-    let config = with_lanes(test_config(&db.url, "idle", 0)).await;
-    let mut quiet = config.clone();
-    quiet.kafka_bootstrap = None;
-    let node = JobsNode::start(quiet).await;
-    let job = NewJob {
-        job_id: uuid::Uuid::now_v7(),
-        workflow_name: "w".into(),
-        definition: json!({}),
-        input: json!({}),
-        max_attempts: 3,
-        by_name: false,
-    };
-    node.store.insert_job(&job).await.unwrap();
+    // No relay runs on this node: the test drives one by hand.
+    let (node, config, job) = hand_driven_lanes_node(&db).await;
     let bootstrap = config.kafka_bootstrap.clone().unwrap();
     let mut impatient = config.clone();
     impatient

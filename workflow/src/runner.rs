@@ -318,19 +318,13 @@ impl Runner {
         gate.evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
             .await
             .map_err(|e| {
-                // Out of segment time (a slow earlier step), not a gate too slow for
-                // its own limit: a retry resumes here with a fresh segment.
-                if remaining < GATE_TIME_LIMIT && Instant::now() >= segment_end {
-                    fail(
-                        FailureKind::Deadline,
-                        format!(
-                            "the segment deadline of {} ms passed while the `when` gate ran ({e})",
-                            workflow.deadline.as_millis()
-                        ),
-                    )
-                } else {
-                    fail(FailureKind::Gate, e)
-                }
+                let bound = Bounded {
+                    own_limit: GATE_TIME_LIMIT,
+                    remaining,
+                    segment_end,
+                    doing: "the `when` gate ran",
+                };
+                bound.failure(workflow, &step.name, FailureKind::Gate, e)
             })
     }
 
@@ -439,18 +433,13 @@ impl Runner {
                 .violations_within(&response, RULES_TIME_LIMIT.min(remaining))
                 .await
                 .map_err(|e| {
-                    // Out of segment time, not a check too slow for its own limit.
-                    if remaining < RULES_TIME_LIMIT && Instant::now() >= segment_end {
-                        fail(
-                            FailureKind::Deadline,
-                            format!(
-                                "the segment deadline of {} ms passed while the response was checked ({e})",
-                                workflow.deadline.as_millis()
-                            ),
-                        )
-                    } else {
-                        fail(FailureKind::Workflow, e)
-                    }
+                    let bound = Bounded {
+                        own_limit: RULES_TIME_LIMIT,
+                        remaining,
+                        segment_end,
+                        doing: "the response was checked",
+                    };
+                    bound.failure(workflow, &step.name, FailureKind::Workflow, e)
                 })?;
             if !violations.is_empty() {
                 let listed = violations
@@ -468,6 +457,42 @@ impl Runner {
             }
         }
         Ok(Some(response))
+    }
+}
+
+/// A time-bounded evaluation (a gate, a response check) and the bounds it ran under.
+struct Bounded {
+    /// The evaluation's own limit.
+    own_limit: Duration,
+    /// What was left of the segment when it started.
+    remaining: Duration,
+    segment_end: Instant,
+    /// What was going on, for the message ("the `when` gate ran").
+    doing: &'static str,
+}
+
+impl Bounded {
+    /// The step failure for an evaluation that failed with `error`: when the segment's
+    /// end was the binding bound and has passed, the segment ran out (a slow earlier
+    /// step), a retryable deadline, since a retry resumes with a fresh segment;
+    /// otherwise a failure of `kind`.
+    fn failure(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &str,
+        kind: FailureKind,
+        error: String,
+    ) -> StepFailure {
+        if self.remaining < self.own_limit && Instant::now() >= self.segment_end {
+            let message = format!(
+                "the segment deadline of {} ms passed while {} ({error})",
+                workflow.deadline.as_millis(),
+                self.doing
+            );
+            StepFailure::at(step, FailureKind::Deadline, message)
+        } else {
+            StepFailure::at(step, kind, error)
+        }
     }
 }
 
