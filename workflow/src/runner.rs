@@ -304,17 +304,7 @@ impl Runner {
         let Some(gate) = &step.when else {
             return Ok(true);
         };
-        let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
-        let remaining = segment_end.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(fail(
-                FailureKind::Deadline,
-                format!(
-                    "the segment deadline of {} ms passed before the step could run",
-                    workflow.deadline.as_millis()
-                ),
-            ));
-        }
+        let remaining = time_left(workflow, &step.name, segment_end)?;
         gate.evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
             .await
             .map_err(|e| {
@@ -346,16 +336,7 @@ impl Runner {
             apply_rule(rule, &mut request, scope)
                 .map_err(|e| fail(FailureKind::Mapping, format!("rule '{}': {e}", rule.text)))?;
         }
-        let remaining = segment_end.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(fail(
-                FailureKind::Deadline,
-                format!(
-                    "the segment deadline of {} ms passed before the step could run",
-                    workflow.deadline.as_millis()
-                ),
-            ));
-        }
+        let remaining = time_left(workflow, &step.name, segment_end)?;
         let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
         let target = step
             .target
@@ -494,6 +475,26 @@ impl Bounded {
             StepFailure::at(step, kind, error)
         }
     }
+}
+
+/// What is left of the segment; a `DEADLINE` failure of `step` when nothing is.
+fn time_left(
+    workflow: &CompiledWorkflow,
+    step: &str,
+    segment_end: Instant,
+) -> Result<Duration, StepFailure> {
+    let remaining = segment_end.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err(StepFailure::at(
+            step,
+            FailureKind::Deadline,
+            format!(
+                "the segment deadline of {} ms passed before the step could run",
+                workflow.deadline.as_millis()
+            ),
+        ));
+    }
+    Ok(remaining)
 }
 
 fn deadline_message(waited: Duration, own: Option<Duration>, remaining: Duration) -> String {

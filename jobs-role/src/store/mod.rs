@@ -786,18 +786,7 @@ impl Store {
         };
         let status: JobStatus = row.get::<_, String>("status").parse()?;
         if status == JobStatus::Dead {
-            let error: Option<String> = row.get("error");
-            let event = EventFacts {
-                job_id: claim.job_id,
-                workflow_name: &claim.workflow_name,
-                kind: Type::Dead,
-                step: None,
-                attempt: row.get("attempt"),
-                verdict: None,
-                error: error.as_deref(),
-                status,
-            };
-            insert_event(&tx, &event).await?;
+            insert_dead_event(&tx, claim.job_id, &claim.workflow_name, &row).await?;
         } else if delay.is_zero() {
             tx.execute(sql::NOTIFY_QUEUED, &[&claim.job_id.to_string()])
                 .await?;
@@ -818,18 +807,7 @@ impl Store {
             let job_id: Uuid = row.get("job_id");
             if status == JobStatus::Dead {
                 let name: String = row.get("workflow_name");
-                let error: Option<String> = row.get("error");
-                let event = EventFacts {
-                    job_id,
-                    workflow_name: &name,
-                    kind: Type::Dead,
-                    step: None,
-                    attempt: row.get("attempt"),
-                    verdict: None,
-                    error: error.as_deref(),
-                    status,
-                };
-                insert_event(&tx, &event).await?;
+                insert_dead_event(&tx, job_id, &name, row).await?;
                 report.dead += 1;
             } else {
                 tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
@@ -1144,6 +1122,28 @@ async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inser
     } else {
         Err(StoreError::Conflict(job.job_id))
     }
+}
+
+/// The DEAD event of a job a statement just landed DEAD; `row` carries its `attempt`
+/// and `error`.
+async fn insert_dead_event(
+    tx: &Transaction<'_>,
+    job_id: Uuid,
+    workflow_name: &str,
+    row: &tokio_postgres::Row,
+) -> Result<(), StoreError> {
+    let error: Option<String> = row.get("error");
+    let event = EventFacts {
+        job_id,
+        workflow_name,
+        kind: Type::Dead,
+        step: None,
+        attempt: row.get("attempt"),
+        verdict: None,
+        error: error.as_deref(),
+        status: JobStatus::Dead,
+    };
+    insert_event(tx, &event).await
 }
 
 async fn insert_event(tx: &Transaction<'_>, facts: &EventFacts<'_>) -> Result<(), StoreError> {
