@@ -1,0 +1,221 @@
+//! The outbox as the Kafka lanes see it: relay batches, dead-lettered and held rows,
+//! redrives, and poison records of the request topic.
+
+use super::*;
+
+/// One outbox row.
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    /// The event id.
+    pub event_id: Uuid,
+    /// `ACCEPTED`, `STEP_CHECKPOINT`, ...
+    pub event_type: String,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+    /// `PENDING`, `PUBLISHED` or `FAILED`.
+    pub status: String,
+}
+
+/// A PENDING outbox row handed to the relay.
+#[derive(Debug, Clone)]
+pub struct PendingEvent {
+    /// The event id (also the record's event_id).
+    pub event_id: Uuid,
+    /// The job: the record key.
+    pub job_id: Uuid,
+    /// The encoded event.
+    pub payload: Vec<u8>,
+    /// Failed publishes so far.
+    pub attempts: i32,
+}
+
+/// What became of one publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// The broker acknowledged it.
+    Published,
+    /// The record itself was refused (too large, invalid): counts an attempt.
+    Failed(String),
+    /// The broker could not take it right now (a timeout, no leader for the
+    /// partition, not enough in-sync replicas): an outage, not the row's fault. The
+    /// row stays PENDING with its attempts untouched.
+    Outage(String),
+}
+
+/// What one relay batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Rows published.
+    pub published: usize,
+    /// Rows whose publish failed and that wait for another attempt.
+    pub retrying: usize,
+    /// Rows that spent their attempts and landed FAILED.
+    pub dead_lettered: Vec<Uuid>,
+    /// Rows the broker could not take (an outage): PENDING, attempts untouched.
+    pub outage: usize,
+    /// The last outage error, when `outage > 0`.
+    pub outage_error: Option<String>,
+}
+
+impl DrainReport {
+    /// Rows the batch handled (published, retried or dead-lettered; not the rows an
+    /// outage left untouched).
+    pub fn handled(&self) -> usize {
+        self.published + self.retrying + self.dead_lettered.len()
+    }
+}
+
+/// Backlog of the Kafka lanes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounts {
+    /// Outbox rows waiting for the relay.
+    pub pending_events: i64,
+    /// Outbox rows that spent their attempts (the dead-letter queue).
+    pub failed_events: i64,
+    /// HELD rows: an earlier row of the same job is FAILED; they publish, in order,
+    /// once an operator redrives that row.
+    pub held_events: i64,
+    /// Poison records of the request topic.
+    pub rejected_requests: i64,
+}
+
+/// A record of the request topic that could not become a job row.
+#[derive(Debug, Clone)]
+pub struct RejectedRecord<'a> {
+    /// Its topic.
+    pub topic: &'a str,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its key, if any.
+    pub key: Option<&'a [u8]>,
+    /// Its payload, if any.
+    pub payload: Option<&'a [u8]>,
+    /// Why it was rejected.
+    pub error: &'a str,
+}
+
+impl Store {
+    /// One relay batch: locks up to `batch` due PENDING rows (skipping rows other
+    /// relays hold, and all but the earliest PENDING row of each job), hands them to
+    /// `publish`, and records each outcome in the same transaction: PUBLISHED after the
+    /// broker's ack; a refused record counts one more attempt with
+    /// `backoff(attempts)`, and lands FAILED once `max_attempts` are spent; a row an
+    /// outage kept from the broker is left as it was. When `publish` returns `Err`
+    /// (the broker is unreachable) nothing is recorded: the rows stay PENDING,
+    /// attempts untouched.
+    pub async fn drain_outbox<F, Fut, E>(
+        &self,
+        batch: i64,
+        max_attempts: i32,
+        backoff: impl Fn(i32) -> Duration,
+        publish: F,
+    ) -> Result<Result<DrainReport, E>, StoreError>
+    where
+        F: FnOnce(Vec<PendingEvent>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<PublishOutcome>, E>>,
+    {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx.query(sql::CLAIM_OUTBOX_BATCH, &[&batch]).await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(Ok(DrainReport::default()));
+        }
+        let pending: Vec<PendingEvent> = rows
+            .iter()
+            .map(|row| PendingEvent {
+                event_id: row.get("event_id"),
+                job_id: row.get("job_id"),
+                payload: row.get("payload"),
+                attempts: row.get("attempts"),
+            })
+            .collect();
+        let ids: Vec<(Uuid, i32)> = pending.iter().map(|p| (p.event_id, p.attempts)).collect();
+        let outcomes = match publish(pending).await {
+            Ok(outcomes) => outcomes,
+            Err(unreachable) => {
+                tx.rollback().await?;
+                return Ok(Err(unreachable));
+            }
+        };
+        let mut report = DrainReport::default();
+        let mut published = Vec::new();
+        let mut deferred = Vec::new();
+        for ((event_id, attempts), outcome) in ids.into_iter().zip(outcomes) {
+            match outcome {
+                PublishOutcome::Published => published.push(event_id),
+                PublishOutcome::Outage(error) => {
+                    deferred.push(event_id);
+                    report.outage += 1;
+                    report.outage_error = Some(error);
+                }
+                PublishOutcome::Failed(error) => {
+                    let row = tx
+                        .query_one(
+                            sql::MARK_PUBLISH_FAILED,
+                            &[
+                                &event_id,
+                                &printable(&error),
+                                &millis(backoff(attempts + 1)),
+                                &max_attempts,
+                            ],
+                        )
+                        .await?;
+                    if row.get::<_, String>("status") == "FAILED" {
+                        tx.execute(sql::HOLD_BEHIND_FAILED, &[&event_id]).await?;
+                        report.dead_lettered.push(event_id);
+                    } else {
+                        report.retrying += 1;
+                    }
+                }
+            }
+        }
+        if !published.is_empty() {
+            tx.execute(sql::MARK_PUBLISHED, &[&published]).await?;
+        }
+        if !deferred.is_empty() {
+            // Not the rows' fault: no attempt is spent, but the next batch reaches
+            // other rows first (their partitions may be healthy).
+            tx.execute(sql::DEFER_AFTER_OUTAGE, &[&deferred, &millis(backoff(1))])
+                .await?;
+        }
+        tx.commit().await?;
+        report.published = published.len();
+        Ok(Ok(report))
+    }
+
+    /// Keeps a poison record in the dead-letter store (once per record).
+    pub async fn reject_request(&self, record: &RejectedRecord<'_>) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                sql::INSERT_REQUEST_REJECT,
+                &[
+                    &record.topic,
+                    &record.partition,
+                    &record.offset,
+                    &record.key,
+                    &record.payload,
+                    &printable(record.error),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// An operator's redrive of a FAILED (dead-lettered) outbox row: PENDING again
+    /// with a fresh budget, and the job's HELD rows behind it PENDING too, so they
+    /// follow in order. False when the row is not FAILED.
+    pub async fn redrive_failed_event(&self, event_id: Uuid) -> Result<bool, StoreError> {
+        let client = self.pool.get().await?;
+        let released = client
+            .query(sql::REDRIVE_FAILED_EVENT, &[&event_id])
+            .await?;
+        if !released.is_empty() {
+            client.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        }
+        Ok(!released.is_empty())
+    }
+}

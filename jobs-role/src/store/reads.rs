@@ -1,0 +1,99 @@
+//! Reads for the verbs, operators, metrics and tests.
+
+use super::*;
+
+/// Filters of `list-jobs`.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only this status.
+    pub status: Option<JobStatus>,
+    /// Only this workflow.
+    pub workflow_name: Option<String>,
+    /// At most this many.
+    pub limit: i64,
+    /// Skip this many.
+    pub offset: i64,
+}
+
+impl Store {
+    /// One job, every column (snake_case keys, as stored), or `None`.
+    pub async fn get_job(&self, job_id: Uuid) -> Result<Option<Value>, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_opt(sql::GET_JOB, &[&job_id])
+            .await?
+            .map(|row| row.get(0)))
+    }
+
+    /// Job summaries newest first.
+    pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Value>, StoreError> {
+        let client = self.pool.get().await?;
+        let status = filter.status.map(JobStatus::as_str);
+        let rows = client
+            .query(
+                sql::LIST_JOBS,
+                &[
+                    &status,
+                    &filter.workflow_name,
+                    &filter.limit,
+                    &filter.offset,
+                ],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// A job's outbox rows, in order.
+    pub async fn job_events(&self, job_id: Uuid) -> Result<Vec<OutboxRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client.query(sql::JOB_EVENTS, &[&job_id]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| OutboxRow {
+                event_id: row.get("event_id"),
+                event_type: row.get("event_type"),
+                payload: row.get("payload"),
+                status: row.get("status"),
+            })
+            .collect())
+    }
+
+    /// How many jobs are in `status`.
+    pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_one(sql::COUNT_JOBS_IN_STATUS, &[&status.as_str()])
+            .await?
+            .get(0))
+    }
+
+    /// The lanes' backlog.
+    pub async fn lane_counts(&self) -> Result<LaneCounts, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_one(sql::LANE_COUNTS, &[]).await?;
+        Ok(LaneCounts {
+            pending_events: row.get("pending"),
+            failed_events: row.get("failed"),
+            held_events: row.get("held"),
+            rejected_requests: row.get("rejected"),
+        })
+    }
+
+    /// An outbox row's status, attempts and last error.
+    pub async fn outbox_row(
+        &self,
+        event_id: Uuid,
+    ) -> Result<Option<(String, i32, Option<String>)>, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_opt(sql::OUTBOX_ROW, &[&event_id])
+            .await?
+            .map(|row| {
+                (
+                    row.get("status"),
+                    row.get("attempts"),
+                    row.get("last_error"),
+                )
+            }))
+    }
+}
