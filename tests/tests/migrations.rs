@@ -227,7 +227,7 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
-        plan.contains("workflow_run_claimable"),
+        plan.contains("workflow_run_eligible"),
         "the claim uses the partial index:\n{plan}"
     );
     assert!(
@@ -243,7 +243,7 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
     let expected: String = client
         .query_one(
             "SELECT job_id::text FROM workflow_run WHERE status = 'QUEUED' AND run_after <= now()
-              ORDER BY created_at LIMIT 1",
+              ORDER BY run_after, created_at LIMIT 1",
             &[],
         )
         .await
@@ -271,6 +271,49 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
     assert!(
         row.get::<_, bool>(3),
         "the lease runs the requested five minutes"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_never_walks_the_rows_backing_off() {
+    let (_db, mut client) = migrated().await;
+    // 50,000 QUEUED rows backing off (a target outage), all older than the 10
+    // eligible rows, and 5,000 WAITING rows beside them.
+    client
+        .batch_execute(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, created_at, run_after, attempt)
+             SELECT gen_random_uuid(), 'w', '{}', '{}', now() - interval '2 hours' + i * interval '1 ms',
+                    now() + interval '1 hour', 1
+               FROM generate_series(1, 50000) AS i;
+             INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, created_at, run_after)
+             SELECT gen_random_uuid(), 'w', '{}', '{}', now() - interval '1 minute' + i * interval '1 ms',
+                    now() - interval '1 minute'
+               FROM generate_series(1, 10) AS i;
+             INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, outstanding_step)
+             SELECT gen_random_uuid(), 'w', '{}', '{}', 'WAITING', 'review' FROM generate_series(1, 5000);
+             ANALYZE workflow_run;",
+        )
+        .await
+        .unwrap();
+    // EXPLAIN ANALYZE runs the update: inside a transaction that is rolled back.
+    let tx = client.transaction().await.unwrap();
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_NEXT_JOB);
+    let plan: serde_json::Value = tx
+        .query_one(&explain, &[&"worker-1", &300_000i64])
+        .await
+        .unwrap()
+        .get(0);
+    tx.rollback().await.unwrap();
+    let mut scanned = Vec::new();
+    collect_scans(&plan, "workflow_run", &mut scanned);
+    assert!(
+        plan.to_string().contains("workflow_run_eligible"),
+        "the claim range-scans the eligibility index: {plan}"
+    );
+    // The sub-select reads one eligible row; the update reads that row by its key.
+    assert!(
+        scanned.iter().all(|rows| *rows <= 1.0),
+        "rows read by the claim's scans, none of the 50,000 backing off: {scanned:?}"
     );
 }
 
@@ -308,7 +351,7 @@ async fn held_rows_stay_out_of_the_relays_scan() {
     assert_eq!(batch.len(), 10, "the healthy rows, none of the held ones");
     // The scan reads the PENDING rows only: the 10,000 held rows are not in it.
     let mut scanned = Vec::new();
-    collect_scans(&plan, &mut scanned);
+    collect_scans(&plan, "workflow_run_events_outbox", &mut scanned);
     assert!(
         scanned.iter().all(|rows| *rows <= 10.0),
         "rows read by the scans: {scanned:?}"
@@ -318,12 +361,12 @@ async fn held_rows_stay_out_of_the_relays_scan() {
     assert_eq!(counts.get::<_, i64>("failed"), 500);
 }
 
-/// The actual rows of every scan of the outbox in a JSON plan.
-fn collect_scans(node: &serde_json::Value, rows: &mut Vec<f64>) {
+/// The rows every scan of `relation` read (returned plus removed by a filter) in a
+/// JSON plan, sub-plans aside.
+fn collect_scans(node: &serde_json::Value, relation: &str, rows: &mut Vec<f64>) {
     match node {
         serde_json::Value::Object(fields) => {
-            let outbox = fields.get("Relation Name").and_then(|r| r.as_str())
-                == Some("workflow_run_events_outbox");
+            let outbox = fields.get("Relation Name").and_then(|r| r.as_str()) == Some(relation);
             let subplan =
                 fields.get("Parent Relationship").and_then(|p| p.as_str()) == Some("SubPlan");
             if let (true, false, Some(actual)) = (
@@ -331,11 +374,19 @@ fn collect_scans(node: &serde_json::Value, rows: &mut Vec<f64>) {
                 subplan,
                 fields.get("Actual Rows").and_then(|a| a.as_f64()),
             ) {
-                rows.push(actual);
+                let removed = fields
+                    .get("Rows Removed by Filter")
+                    .and_then(|a| a.as_f64())
+                    .unwrap_or(0.0);
+                rows.push(actual + removed);
             }
-            fields.values().for_each(|v| collect_scans(v, rows));
+            fields
+                .values()
+                .for_each(|v| collect_scans(v, relation, rows));
         }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_scans(v, rows)),
+        serde_json::Value::Array(items) => {
+            items.iter().for_each(|v| collect_scans(v, relation, rows))
+        }
         _ => {}
     }
 }

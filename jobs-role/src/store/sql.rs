@@ -65,8 +65,9 @@ SELECT $1, $2, $3, $4,
                           WHERE job_id = $2 AND status IN ('FAILED', 'HELD'))
             THEN 'HELD' ELSE 'PENDING' END";
 
-/// The whole claim in one statement: the sub-select finds the oldest eligible QUEUED
-/// row and locks it, skipping rows other workers hold; the update flips it to RUNNING
+/// The whole claim in one statement: the sub-select finds the QUEUED row eligible the
+/// longest (by `run_after`, then `created_at`, a range scan of the `workflow_run_eligible`
+/// index that never walks rows still backing off) and locks it, skipping rows other workers hold; the update flips it to RUNNING
 /// under that lock, stamps the lease, takes a new fencing token (`claims`) and counts
 /// the attempt. A QUEUED row always has an attempt left (a CHECK constraint says so),
 /// so nothing claimable is ever skipped for its budget.
@@ -79,7 +80,7 @@ UPDATE workflow_run
        claims = claims + 1, attempt = attempt + 1, updated_at = now()
  WHERE job_id = (SELECT job_id FROM workflow_run
                   WHERE status = 'QUEUED' AND run_after <= now()
-                  ORDER BY created_at
+                  ORDER BY run_after, created_at
                   FOR UPDATE SKIP LOCKED
                   LIMIT 1)
 RETURNING job_id, workflow_name, workflow_definition, input, claims, attempt, max_attempts,
