@@ -36,17 +36,56 @@ impl Store {
     /// job (same id, same workflow and input: `created: false`); the same id with a
     /// different submission is [`StoreError::Conflict`].
     pub async fn insert_job(&self, job: &NewJob) -> Result<Inserted, StoreError> {
+        let first = FirstState {
+            statement: sql::INSERT_JOB,
+            last_param: &job.max_attempts,
+            event: Type::Accepted,
+            status: JobStatus::Queued,
+            error: None,
+        };
+        self.insert_new_job(job, first).await
+    }
+
+    /// Inserts a job that is FAILED from the start (a submission that could not be
+    /// accepted, recorded loudly), with its FAILED event; idempotent on the id, and
+    /// [`StoreError::Conflict`] when the id holds a different submission.
+    pub async fn insert_failed_job(
+        &self,
+        job: &NewJob,
+        error: &str,
+    ) -> Result<Inserted, StoreError> {
+        let error = printable(error);
+        let first = FirstState {
+            statement: sql::INSERT_FAILED_JOB,
+            last_param: &error,
+            event: Type::Failed,
+            status: JobStatus::Failed,
+            error: Some(&error),
+        };
+        self.insert_new_job(job, first).await
+    }
+
+    /// The one insert both submissions share: the row, its first event and, for a
+    /// QUEUED job, the wake-up, in one transaction. An id already taken is answered
+    /// on the same transaction: the same submission seen again (a client's retry, a
+    /// redelivery) is `created: false`, a different one a conflict, never a silent
+    /// no-op.
+    async fn insert_new_job(
+        &self,
+        job: &NewJob,
+        first: FirstState<'_>,
+    ) -> Result<Inserted, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let inserted = tx
             .query_opt(
-                sql::INSERT_JOB,
+                first.statement,
                 &[
                     &job.job_id,
                     &job.workflow_name,
                     &job.definition,
                     &job.input,
-                    &job.max_attempts,
+                    first.last_param,
                 ],
             )
             .await?;
@@ -58,70 +97,34 @@ impl Store {
         let facts = EventFacts {
             job_id: job.job_id,
             workflow_name: &job.workflow_name,
-            kind: Type::Accepted,
+            kind: first.event,
             step: None,
             attempt: 0,
             verdict: None,
-            error: None,
-            status: JobStatus::Queued,
+            error: first.error,
+            status: first.status,
         };
         insert_event(&tx, &facts).await?;
-        tx.execute(sql::NOTIFY_QUEUED, &[&job.job_id.to_string()])
-            .await?;
+        if first.status == JobStatus::Queued {
+            tx.execute(sql::NOTIFY_QUEUED, &[&job.job_id.to_string()])
+                .await?;
+        }
         tx.commit().await?;
         Ok(Inserted {
             created: true,
-            status: JobStatus::Queued,
+            status: first.status,
         })
     }
+}
 
-    /// Inserts a job that is FAILED from the start (a submission that could not be
-    /// accepted, recorded loudly), with its FAILED event; idempotent on the id, and
-    /// [`StoreError::Conflict`] when the id holds a different submission.
-    pub async fn insert_failed_job(
-        &self,
-        job: &NewJob,
-        error: &str,
-    ) -> Result<Inserted, StoreError> {
-        let error = &printable(error);
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let inserted = tx
-            .query_opt(
-                sql::INSERT_FAILED_JOB,
-                &[
-                    &job.job_id,
-                    &job.workflow_name,
-                    &job.definition,
-                    &job.input,
-                    &error,
-                ],
-            )
-            .await?;
-        let Some(_) = inserted else {
-            // The same failed submission seen again (a redelivery) is `created: false`;
-            // the id taken by a different submission is a conflict, never a silent no-op.
-            let existing = existing_submission(&tx, job).await;
-            tx.rollback().await?;
-            return existing;
-        };
-        let facts = EventFacts {
-            job_id: job.job_id,
-            workflow_name: &job.workflow_name,
-            kind: Type::Failed,
-            step: None,
-            attempt: 0,
-            verdict: None,
-            error: Some(error),
-            status: JobStatus::Failed,
-        };
-        insert_event(&tx, &facts).await?;
-        tx.commit().await?;
-        Ok(Inserted {
-            created: true,
-            status: JobStatus::Failed,
-        })
-    }
+/// How a new job starts: its insert statement (whose last parameter differs), its
+/// first event and status.
+struct FirstState<'a> {
+    statement: &'static str,
+    last_param: &'a (dyn ToSql + Sync),
+    event: Type,
+    status: JobStatus,
+    error: Option<&'a str>,
 }
 
 /// Tells a resubmission (same workflow name, definition and input: `created: false`)
