@@ -316,13 +316,13 @@ mod tests {
     #[test]
     fn numeric_and_list_keys_still_parse_from_the_environment() {
         let config = load(&[
-            ("PROTOMOLT_JOBS__WORKER_COUNT", "2"),
+            ("PROTOMOLT_JOBS__MAX_IN_FLIGHT", "2"),
             ("PROTOMOLT_NODE__SHUTDOWN_GRACE_MS", "45000"),
             ("PROTOMOLT_NODE__ROLES", "[registry,parse]"),
             ("PROTOMOLT_REGISTRY__MAX_CONCURRENT_RUNS", "3"),
         ])
         .unwrap();
-        assert_eq!(config.jobs.worker_count, 2);
+        assert_eq!(config.jobs.max_in_flight, 2);
         assert_eq!(config.node.shutdown_grace_ms, 45_000);
         assert_eq!(config.node.roles, ["registry", "parse"]);
         assert_eq!(config.registry.max_concurrent_runs, 3);

@@ -172,13 +172,13 @@ fn environment_values_for_string_keys_stay_strings() {
         None,
         &[
             ("PROTOMOLT_JOBS__WORKER_ID", "123"),
-            ("PROTOMOLT_JOBS__WORKER_COUNT", "2"),
+            ("PROTOMOLT_JOBS__MAX_IN_FLIGHT", "2"),
         ],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(stdout.contains("worker_id: \"123\""), "{stdout}");
-    assert!(stdout.contains("worker_count: 2"), "{stdout}");
+    assert!(stdout.contains("max_in_flight: 2"), "{stdout}");
 }
 
 /// Kills the node if a test fails before it exits.

@@ -27,6 +27,8 @@ pub const MAX_BYTES: usize = 8 * 1024 * 1024;
 
 struct Entry {
     definition: Value,
+    /// The snapshot digest the store knows this definition by, once a worker asked.
+    digest: Option<String>,
     compiled: Arc<CompiledWorkflow>,
     bytes: usize,
     last_used: u64,
@@ -112,6 +114,7 @@ impl CompiledCache {
         entries.bytes += bytes;
         entries.by_hash.entry(key).or_default().push(Entry {
             definition: definition.clone(),
+            digest: None,
             compiled: compiled.clone(),
             bytes,
             last_used,
@@ -155,6 +158,36 @@ impl CompiledCache {
             .and_then(|bucket| bucket.iter_mut().find(|e| &e.definition == definition))?;
         entry.last_used = now;
         Some(entry.compiled.clone())
+    }
+
+    /// The compiled workflow of the snapshot with `digest` (the store's
+    /// `definition_digest`), when a worker compiled it before. A scan of at most
+    /// [`MAX_ENTRIES`] entries: far cheaper than receiving and parsing the snapshot.
+    pub fn get_by_digest(&self, digest: &str) -> Option<Arc<CompiledWorkflow>> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.clock += 1;
+        let now = entries.clock;
+        let entry = entries
+            .by_hash
+            .values_mut()
+            .flatten()
+            .find(|e| e.digest.as_deref() == Some(digest))?;
+        entry.last_used = now;
+        Some(entry.compiled.clone())
+    }
+
+    /// Records that `definition` (kept already) has the store digest `digest`, so the
+    /// next job of the same snapshot finds it by [`Self::get_by_digest`].
+    pub fn remember_digest(&self, definition: &Value, digest: &str) {
+        let key = hash_of(&definition.to_string());
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = entries
+            .by_hash
+            .get_mut(&key)
+            .and_then(|bucket| bucket.iter_mut().find(|e| &e.definition == definition))
+        {
+            entry.digest = Some(digest.to_owned());
+        }
     }
 
     /// Definitions and bytes kept.

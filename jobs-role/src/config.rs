@@ -19,8 +19,11 @@ pub struct JobsConfig {
     /// Required and non-blank: every claim is stamped with it, so the row says which
     /// worker holds a job.
     pub worker_id: String,
-    /// Claim loops on this node; 0 makes a node that serves the verbs but runs no jobs.
-    pub worker_count: usize,
+    /// Segments this node runs at once (the claim takes as many jobs as there are
+    /// free slots); 0 makes a node that serves the verbs but runs no jobs. Also
+    /// accepted under its old name, `worker_count`.
+    #[serde(alias = "worker_count")]
+    pub max_in_flight: usize,
     /// How long a claim holds a job before the sweeper may requeue it.
     pub lease_ms: u64,
     /// Fallback poll when no wake-up arrives (LISTEN/NOTIFY wakes idle loops at once).
@@ -71,7 +74,7 @@ impl Default for JobsConfig {
         JobsConfig {
             database_url: None,
             worker_id: String::new(),
-            worker_count: 4,
+            max_in_flight: 32,
             lease_ms: 300_000,
             poll_interval_ms: 1_000,
             sweep_interval_ms: 10_000,
@@ -102,7 +105,7 @@ impl std::fmt::Debug for JobsConfig {
         f.debug_struct("JobsConfig")
             .field("database_url", &self.database_url.as_ref().map(|_| "<set>"))
             .field("worker_id", &self.worker_id)
-            .field("worker_count", &self.worker_count)
+            .field("max_in_flight", &self.max_in_flight)
             .field("lease_ms", &self.lease_ms)
             .field("poll_interval_ms", &self.poll_interval_ms)
             .field("max_attempts_default", &self.max_attempts_default)

@@ -18,8 +18,8 @@
 //! | [`store`]   | PostgreSQL: migrations, every SQL statement, fencing, the outbox     |
 //! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
 //! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
-//! | [`worker`]  | claim loops, segments with lease renewal, settling, the sweeper      |
-//! | [`wake`]    | LISTEN/NOTIFY wake-ups for idle claim loops and relays              |
+//! | [`worker`]  | batched claims, segments with lease renewal, group commit, the sweeper |
+//! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
 //! | [`actions`] | the four verbs: submit-workflow, get-job, list-jobs, complete-step   |

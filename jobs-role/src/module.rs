@@ -2,8 +2,8 @@
 //!
 //! It requires `registry` (stored workflow names resolve through the registry's
 //! `WorkflowRepository`, and it shares the registry's `Runner`), contributes the four
-//! verbs, and runs `worker_count` claim loops, the sweeper and the wake-up listener as
-//! background tasks; with `kafka_bootstrap` also the outbox relay and the request
+//! verbs, and runs the worker (up to `max_in_flight` segments at once), the sweeper
+//! and the wake-up listener as background tasks; with `kafka_bootstrap` also the outbox relay and the request
 //! consumer. Without `[jobs].database_url` it still mounts the verbs, which then
 //! answer `unavailable`.
 
@@ -123,11 +123,8 @@ impl Role for JobsModule {
             state.submitter.compiled(),
         );
         let shutdown = ctx.shutdown_token();
-        for index in 0..self.config.worker_count {
-            ctx.spawn_task(
-                &format!("claim-loop-{index}"),
-                worker.clone().claim_loop(index, shutdown.clone()),
-            );
+        if self.config.max_in_flight > 0 {
+            ctx.spawn_task("worker", worker.run(shutdown.clone()));
         }
         ctx.spawn_task(
             "sweeper",
@@ -151,7 +148,7 @@ impl Role for JobsModule {
                 "jobs.kafka_bootstrap is not set: the Kafka lanes are off; events wait in the outbox (get-job shows them)"
             ),
         }
-        tracing::info!(worker_id = %self.config.worker_id, workers = self.config.worker_count, "jobs role mounted");
+        tracing::info!(worker_id = %self.config.worker_id, max_in_flight = self.config.max_in_flight, "jobs role mounted");
         Ok(())
     }
 }

@@ -74,11 +74,17 @@ pub fn client_config(
     client
 }
 
+/// How long a batch the broker took whole vouches for the broker: the next batch in
+/// that time skips the metadata round trip that checks it is reachable.
+const HEALTHY_FOR: Duration = Duration::from_secs(1);
+
 /// Publishes outbox rows to the events topic.
 pub struct Publisher {
     producer: FutureProducer,
     topic: String,
     schema_id: Option<u32>,
+    /// When the broker last took a whole batch.
+    last_healthy: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Publisher {
@@ -95,6 +101,7 @@ impl Publisher {
             producer,
             topic: config.events_topic.clone(),
             schema_id: None,
+            last_healthy: std::sync::Mutex::new(None),
         })
     }
 
@@ -164,15 +171,38 @@ impl Publisher {
         .unwrap_or(false)
     }
 
-    /// Publishes `events` and waits for every ack; the outcomes are in order.
+    /// Publishes `events` and waits for every ack; the outcomes are in order. The
+    /// broker is checked first (one metadata round trip) unless it took a whole batch
+    /// within the last second: a broker failing since then lands as an outage of this
+    /// batch's records all the same.
     pub async fn publish(
         &self,
         events: Vec<PendingEvent>,
     ) -> Result<Vec<PublishOutcome>, BrokerUnreachable> {
-        if !self.reachable().await {
+        let vouched = self
+            .healthy_since()
+            .is_some_and(|since| since.elapsed() < HEALTHY_FOR);
+        if !vouched && !self.reachable().await {
             return Err(BrokerUnreachable);
         }
-        Ok(self.send_all(events).await)
+        let outcomes = self.send_all(events).await;
+        let whole = outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, PublishOutcome::Published));
+        // A poisoned lock only means a panic while storing an Instant: still whole.
+        let mut healthy = self
+            .last_healthy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *healthy = whole.then(std::time::Instant::now);
+        Ok(outcomes)
+    }
+
+    fn healthy_since(&self) -> Option<std::time::Instant> {
+        *self
+            .last_healthy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Publishes `events` without the reachability check and waits for every ack or

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use registry_stub::WorkflowRepository;
 use serde_json::Value;
 use uuid::Uuid;
@@ -18,6 +19,9 @@ use workflow::{CompiledWorkflow, Findings};
 use crate::compiled::CompiledCache;
 use crate::status::JobStatus;
 use crate::store::{NewJob, Store, StoreError, nul_path};
+
+/// Submissions of one `submit_many` call prepared at once.
+const PREPARING_AT_ONCE: usize = 8;
 
 /// Where the definition comes from: exactly one source.
 #[derive(Debug, Clone)]
@@ -110,6 +114,41 @@ impl Submitter {
             status: inserted.status,
             created: inserted.created,
         })
+    }
+
+    /// Many submissions in one transaction: each is resolved, compiled (from the
+    /// cache, for a workflow seen before) and validated on its own, then every good
+    /// one is inserted together. Each answer is what [`Submitter::submit`] would have
+    /// answered for it alone; one refused submission never sinks the others.
+    pub async fn submit_many(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> Vec<Result<Submitted, SubmitError>> {
+        // Preparing checks the input's rules off the async threads: a few at a time.
+        let prepared: Vec<Result<NewJob, SubmitError>> = futures_util::stream::iter(submissions)
+            .map(|submission| async move { self.prepare(submission).await.map(|(job, _)| job) })
+            .buffered(PREPARING_AT_ONCE)
+            .collect()
+            .await;
+        let jobs: Vec<NewJob> = prepared
+            .iter()
+            .filter_map(|job| job.as_ref().ok().cloned())
+            .collect();
+        let mut inserted = self.store.insert_jobs(&jobs).await.into_iter();
+        prepared
+            .into_iter()
+            .map(|job| {
+                let job = job?;
+                let inserted = inserted.next().unwrap_or_else(|| {
+                    Err(StoreError::GroupCommit("the insert got no answer".into()))
+                })?;
+                Ok(Submitted {
+                    job_id: job.job_id,
+                    status: inserted.status,
+                    created: inserted.created,
+                })
+            })
+            .collect()
     }
 
     /// Everything up to the insert: the row to write and the compiled workflow.

@@ -1,7 +1,7 @@
 //! Wake-ups over LISTEN/NOTIFY.
 //!
 //! One connection per listener subscribes to a channel and wakes every waiter when a
-//! notification arrives: the claim loops wait on `protomolt_jobs_queued` (submissions,
+//! notification arrives: the worker waits on `protomolt_jobs_queued` (submissions,
 //! requeues, answered steps), the relay on `protomolt_jobs_outbox` (every outbox row).
 //! An idle fleet so starts work in milliseconds instead of at the next poll; polling
 //! stays as the fallback and covers the time a listener spends reconnecting.

@@ -20,7 +20,7 @@ pub fn test_config(database_url: &str, worker_id: &str, workers: usize) -> JobsC
     JobsConfig {
         database_url: Some(database_url.to_owned()),
         worker_id: worker_id.to_owned(),
-        worker_count: workers,
+        max_in_flight: workers,
         lease_ms: 5_000,
         poll_interval_ms: 200,
         sweep_interval_ms: 100,

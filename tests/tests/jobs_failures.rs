@@ -250,7 +250,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
 
     // Worker A claims, checkpoints tokenize, calls embed, and dies mid-call.
     let a_shutdown = CancellationToken::new();
-    let a = tokio::spawn(worker(&store, &config).claim_loop(0, a_shutdown.clone()));
+    let a = tokio::spawn(worker(&store, &config).run(a_shutdown.clone()));
     eventually("embed to be called", WAIT, || async {
         server.stats.embed_calls() == 1
     })
@@ -277,7 +277,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     ));
     let mut b_config = config.clone();
     b_config.worker_id = "survivor".into();
-    let b = tokio::spawn(worker(&store, &b_config).claim_loop(0, shutdown.clone()));
+    let b = tokio::spawn(worker(&store, &b_config).run(shutdown.clone()));
     let job = idle.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(
         job["attempt"], 2,
@@ -302,7 +302,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
         .settle(
             &stale,
             Settlement::Failed {
-                error: "WORKFLOW: stale",
+                error: "WORKFLOW: stale".into(),
                 verdict: None,
             },
         )

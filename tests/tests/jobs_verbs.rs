@@ -1,4 +1,4 @@
-//! The four job verbs: unavailable without a store, strict submission, idempotency,
+//! The job verbs: unavailable without a store, strict submission, idempotency,
 //! listing, and the request rules.
 
 use std::time::Duration;
@@ -21,7 +21,7 @@ async fn row_count(db: &TestDatabase) -> i64 {
 }
 
 #[tokio::test]
-async fn without_a_database_all_four_verbs_answer_unavailable() {
+async fn without_a_database_every_jobs_verb_answers_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::new()
         .role(RegistryRole::new(RegistryConfig {
@@ -35,6 +35,10 @@ async fn without_a_database_all_four_verbs_answer_unavailable() {
     let id = uuid::Uuid::new_v4().to_string();
     for (verb, body) in [
         ("submit-workflow", json!({ "workflowName": "x" })),
+        (
+            "submit-workflows",
+            json!({ "workflowName": "x", "submissions": [{ "input": {} }] }),
+        ),
         ("get-job", json!({ "jobId": id })),
         ("list-jobs", json!({})),
         (

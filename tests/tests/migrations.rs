@@ -217,8 +217,8 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
     let lease_ms: i64 = 300_000;
     let plan = client
         .query(
-            &format!("EXPLAIN {}", sql::CLAIM_NEXT_JOB),
-            &[&"worker-1", &lease_ms],
+            &format!("EXPLAIN {}", sql::CLAIM_JOBS),
+            &[&"worker-1", &lease_ms, &1i64],
         )
         .await
         .expect("EXPLAIN the claim")
@@ -250,7 +250,7 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
         .unwrap()
         .get(0);
     let claimed = client
-        .query_one(sql::CLAIM_NEXT_JOB, &[&"worker-1", &lease_ms])
+        .query_one(sql::CLAIM_JOBS, &[&"worker-1", &lease_ms, &1i64])
         .await
         .unwrap();
     assert_eq!(claimed.get::<_, i32>("attempt"), 1);
@@ -297,9 +297,9 @@ async fn a_claim_never_walks_the_rows_backing_off() {
         .unwrap();
     // EXPLAIN ANALYZE runs the update: inside a transaction that is rolled back.
     let tx = client.transaction().await.unwrap();
-    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_NEXT_JOB);
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_JOBS);
     let plan: serde_json::Value = tx
-        .query_one(&explain, &[&"worker-1", &300_000i64])
+        .query_one(&explain, &[&"worker-1", &300_000i64, &10i64])
         .await
         .unwrap()
         .get(0);
@@ -310,9 +310,9 @@ async fn a_claim_never_walks_the_rows_backing_off() {
         plan.to_string().contains("workflow_run_eligible"),
         "the claim range-scans the eligibility index: {plan}"
     );
-    // The sub-select reads one eligible row; the update reads that row by its key.
+    // The sub-select reads the ten eligible rows; the update reads them by their key.
     assert!(
-        scanned.iter().all(|rows| *rows <= 1.0),
+        scanned.iter().all(|rows| *rows <= 10.0),
         "rows read by the claim's scans, none of the 50,000 backing off: {scanned:?}"
     );
 }

@@ -3,16 +3,18 @@
 //! | verb              | scope           | module            |
 //! |-------------------|-----------------|-------------------|
 //! | `submit-workflow` | `workflow:run`  | [`submit`]        |
+//! | `submit-workflows`| `workflow:run`  | [`submit_many`]   |
 //! | `get-job`         | `jobs:read`     | [`get_job`]       |
 //! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
 //! | `complete-step`   | `jobs:complete` | [`complete_step`] |
 //!
-//! A node without jobs configured still mounts all four; they answer `unavailable`.
+//! A node without jobs configured still mounts them all; they answer `unavailable`.
 
 pub mod complete_step;
 pub mod get_job;
 pub mod list_jobs;
 pub mod submit;
+pub mod submit_many;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,7 +40,7 @@ pub struct JobsState {
     pub submitter: Submitter,
 }
 
-/// The four verbs, answering `unavailable` when `state` is `None`.
+/// The jobs verbs, answering `unavailable` when `state` is `None`.
 pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError> {
     let pool =
         workflow::schema::compile_proto_pool(VERBS_PROTO_FILE, VERBS_PROTO).map_err(MountError)?;
@@ -51,6 +53,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "workflow:run",
             "SubmitWorkflow",
             submit::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "submit-workflows",
+            "Submit up to 1,000 workflows as jobs in one call and one transaction, each answered on its own.",
+            "workflow:run",
+            "SubmitWorkflows",
+            submit_many::handle,
         )?,
         verb(
             &pool,

@@ -39,17 +39,22 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             "status": submitted.status.as_str(),
             "created": submitted.created,
         })),
-        Err(SubmitError::UnknownWorkflow(name)) => Err(ActionError::invalid(format!(
+        Err(refused) => Err(submit_error(refused)),
+    }
+}
+
+/// The answer to a refused submission: the field to fix, or the store's failure.
+pub fn submit_error(error: SubmitError) -> ActionError {
+    match error {
+        SubmitError::UnknownWorkflow(name) => ActionError::invalid(format!(
             "workflowName: no stored workflow named '{name}' (list-workflows shows them)"
-        ))),
-        Err(SubmitError::Findings(findings)) => Err(findings_error(&findings)),
-        Err(SubmitError::Input(e)) => Err(ActionError::invalid(format!("input: {e}"))),
-        Err(unstorable @ SubmitError::Unstorable(_)) => {
-            Err(ActionError::invalid(unstorable.to_string()))
-        }
-        Err(SubmitError::Store(StoreError::Conflict(id))) => Err(ActionError::invalid(format!(
+        )),
+        SubmitError::Findings(findings) => findings_error(&findings),
+        SubmitError::Input(e) => ActionError::invalid(format!("input: {e}")),
+        unstorable @ SubmitError::Unstorable(_) => ActionError::invalid(unstorable.to_string()),
+        SubmitError::Store(StoreError::Conflict(id)) => ActionError::invalid(format!(
             "jobId: job {id} already exists with a different workflow or input; use a new jobId"
-        ))),
-        Err(SubmitError::Store(e)) => Err(store_error(e)),
+        )),
+        SubmitError::Store(e) => store_error(e),
     }
 }

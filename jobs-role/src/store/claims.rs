@@ -8,7 +8,7 @@ use super::*;
 pub struct Claim {
     /// The job.
     pub job_id: Uuid,
-    /// The claim loop holding it (`worker_id/loop-n`).
+    /// The node holding it (its `worker_id`).
     pub owner: String,
     /// The fencing token: the job's `claims` after this claim. Only ever grows, so a
     /// released or lost claim can never write again.
@@ -19,13 +19,24 @@ pub struct Claim {
     pub workflow_name: String,
 }
 
+impl Claim {
+    /// The error every write of this claim answers once the fence matches nothing.
+    pub fn lost(&self) -> StoreError {
+        StoreError::LostClaim {
+            job_id: self.job_id,
+            attempt: self.attempt,
+        }
+    }
+}
+
 /// A claimed job, as the worker needs it.
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
     /// The hold.
     pub claim: Claim,
-    /// The workflow snapshot.
-    pub definition: Value,
+    /// The digest of the workflow snapshot (the snapshot itself is fetched with
+    /// [`Store::job_definition`] only when the node has not compiled it yet).
+    pub definition_digest: String,
     /// The input snapshot.
     pub input: Value,
     /// The stored checkpoint array.
@@ -46,33 +57,54 @@ pub struct SweepReport {
 }
 
 impl Store {
-    /// Claims the oldest eligible job for `owner`, or `None` when nothing is claimable.
+    /// Claims up to `limit` eligible jobs for `owner` in one statement (the ones
+    /// eligible the longest), skipping rows other workers hold; empty when nothing is
+    /// claimable.
+    pub async fn claim_jobs(
+        &self,
+        owner: &str,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(sql::CLAIM_JOBS).await?;
+        let rows = client
+            .query(&statement, &[&owner, &millis(lease), &limit])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| ClaimedJob {
+                claim: Claim {
+                    job_id: row.get("job_id"),
+                    owner: owner.to_owned(),
+                    token: row.get("claims"),
+                    attempt: row.get("attempt"),
+                    workflow_name: row.get("workflow_name"),
+                },
+                definition_digest: row.get("definition_digest"),
+                input: row.get("input"),
+                checkpoints: row.get("checkpoints"),
+                max_attempts: row.get("max_attempts"),
+                releases: row.get("releases"),
+            })
+            .collect())
+    }
+
+    /// The workflow snapshot of a job (`None` when the row is gone).
+    pub async fn job_definition(&self, job_id: Uuid) -> Result<Option<Value>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_opt(sql::JOB_DEFINITION, &[&job_id]).await?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    /// Claims the one job eligible the longest, or `None` when nothing is claimable.
     pub async fn claim_next_job(
         &self,
         owner: &str,
         lease: Duration,
     ) -> Result<Option<ClaimedJob>, StoreError> {
-        let client = self.pool.get().await?;
-        let Some(row) = client
-            .query_opt(sql::CLAIM_NEXT_JOB, &[&owner, &millis(lease)])
-            .await?
-        else {
-            return Ok(None);
-        };
-        Ok(Some(ClaimedJob {
-            claim: Claim {
-                job_id: row.get("job_id"),
-                owner: owner.to_owned(),
-                token: row.get("claims"),
-                attempt: row.get("attempt"),
-                workflow_name: row.get("workflow_name"),
-            },
-            definition: row.get("workflow_definition"),
-            input: row.get("input"),
-            checkpoints: row.get("checkpoints"),
-            max_attempts: row.get("max_attempts"),
-            releases: row.get("releases"),
-        }))
+        Ok(self.claim_jobs(owner, lease, 1).await?.pop())
     }
 
     /// Requeues RUNNING jobs whose lease passed (attempts kept); a job on its last

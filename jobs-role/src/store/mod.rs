@@ -23,6 +23,7 @@
 
 mod claims;
 pub mod events;
+mod group_commit;
 mod outbox;
 mod parked;
 mod reads;
@@ -37,7 +38,7 @@ pub use outbox::{
 pub use parked::{ParkedAnswer, ParkedCompletion};
 pub use reads::JobFilter;
 pub use submissions::{Inserted, NewJob};
-pub use writes::Settlement;
+pub use writes::{ClaimWrite, Settlement, StepCheckpoint};
 
 use std::time::Duration;
 
@@ -92,6 +93,10 @@ pub enum StoreError {
         /// The attempt whose claim was lost.
         attempt: i32,
     },
+    /// A batch of claim writes failed as a whole (no connection, or its `COMMIT`
+    /// failed, so whether it landed is unknown); a failure that may pass.
+    #[error("committing a batch of job writes failed: {0}")]
+    GroupCommit(String),
     /// The job id exists with a different workflow or input.
     #[error("job {0} already exists with a different workflow or input; use a new jobId")]
     Conflict(Uuid),
@@ -237,6 +242,29 @@ impl Store {
     > {
         let (client, connection) = tokio_postgres::connect(&self.database_url, NoTls).await?;
         Ok((client, connection))
+    }
+}
+
+/// How a batch (many jobs' writes in one transaction) ended when it did not commit.
+enum BatchFailure {
+    /// Before `COMMIT`: nothing landed; the items may be tried one by one.
+    Rolledback(StoreError),
+    /// At `COMMIT` (or before any statement ran, with no connection): not splittable.
+    Whole(StoreError),
+}
+
+impl BatchFailure {
+    /// The answers of a batch that did not commit, when its items are not retried one
+    /// by one: a lone item keeps its own error; many share a [`StoreError::GroupCommit`].
+    fn answers<T>(self, items: usize) -> Vec<Result<T, StoreError>> {
+        let (BatchFailure::Rolledback(e) | BatchFailure::Whole(e)) = self;
+        if items == 1 {
+            return vec![Err(e)];
+        }
+        let shared = e.to_string();
+        (0..items)
+            .map(|_| Err(StoreError::GroupCommit(shared.clone())))
+            .collect()
     }
 }
 

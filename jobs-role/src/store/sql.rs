@@ -17,22 +17,38 @@ pub const LOCK_MIGRATIONS: &str = "SELECT pg_advisory_lock(123615239430771)";
 /// Releases [`LOCK_MIGRATIONS`].
 pub const UNLOCK_MIGRATIONS: &str = "SELECT pg_advisory_unlock(123615239430771)";
 
-/// The channel submissions and requeues notify and idle claim loops listen on.
+/// The channel submissions and requeues notify and the idle worker listens on.
 pub const QUEUED_CHANNEL: &str = "protomolt_jobs_queued";
 
 /// Subscribes a connection to [`QUEUED_CHANNEL`].
 pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 
-/// Wakes idle claim loops when the transaction commits. `$1` job id (text).
+/// Wakes the idle worker when the transaction commits. `$1` job id (text).
 pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
 
-/// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
-/// definition, `$4` input, `$5` max attempts.
-pub const INSERT_JOB: &str = "\
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts)
-VALUES ($1, $2, $3, $4, $5)
+/// The digest of a workflow snapshot (`$1`), as the worker's compiled-workflow cache
+/// knows it: the SHA-256 of its jsonb text, in hex. Always computed by PostgreSQL, so
+/// equal snapshots have equal digests whoever wrote them.
+macro_rules! definition_digest {
+    ($definition:literal) => {
+        concat!(
+            "encode(sha256(convert_to((",
+            $definition,
+            ")::jsonb::text, 'UTF8')), 'hex')"
+        )
+    };
+}
+
+/// Inserts a job unless its id exists, with its snapshot's digest. `$1` job id, `$2`
+/// workflow name, `$3` definition, `$4` input, `$5` max attempts.
+pub const INSERT_JOB: &str = concat!(
+    "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest)
+VALUES ($1, $2, $3, $4, $5, ",
+    definition_digest!("$3"),
+    ")
 ON CONFLICT (job_id) DO NOTHING
-RETURNING status";
+RETURNING status"
+);
 
 /// Inserts a job that failed before it could run (for example a broker-native request
 /// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
@@ -65,26 +81,35 @@ SELECT $1, $2, $3, $4,
                           WHERE job_id = $2 AND status IN ('FAILED', 'HELD'))
             THEN 'HELD' ELSE 'PENDING' END";
 
-/// The whole claim in one statement: the sub-select finds the QUEUED row eligible the
-/// longest (by `run_after`, then `created_at`, a range scan of the `workflow_run_eligible`
-/// index that never walks rows still backing off) and locks it, skipping rows other workers hold; the update flips it to RUNNING
-/// under that lock, stamps the lease, takes a new fencing token (`claims`) and counts
-/// the attempt. A QUEUED row always has an attempt left (a CHECK constraint says so),
-/// so nothing claimable is ever skipped for its budget.
+/// The whole claim of a batch in one statement (answering the snapshot's digest, not
+/// the snapshot: see [`JOB_DEFINITION`]): the sub-select finds the `$3` QUEUED
+/// rows eligible the longest (by `run_after`, then `created_at`, a range scan of the
+/// `workflow_run_eligible` index that never walks rows still backing off) and locks
+/// them, skipping rows other workers hold; the update flips them to RUNNING under that
+/// lock, stamps the lease, takes a new fencing token (`claims`) per row and counts the
+/// attempt. `ARRAY(...)` makes the sub-select run once. A QUEUED row always has an
+/// attempt left (a CHECK constraint says so), so nothing claimable is ever skipped for
+/// its budget.
 ///
-/// Parameters: `$1` lease owner, `$2` lease length in milliseconds.
-pub const CLAIM_NEXT_JOB: &str = "\
+/// Parameters: `$1` lease owner, `$2` lease length in milliseconds, `$3` most rows.
+pub const CLAIM_JOBS: &str = "\
 UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
        claims = claims + 1, attempt = attempt + 1, updated_at = now()
- WHERE job_id = (SELECT job_id FROM workflow_run
-                  WHERE status = 'QUEUED' AND run_after <= now()
-                  ORDER BY run_after, created_at
-                  FOR UPDATE SKIP LOCKED
-                  LIMIT 1)
-RETURNING job_id, workflow_name, workflow_definition, input, claims, attempt, max_attempts,
-          releases, checkpoints";
+ WHERE job_id = ANY(ARRAY(SELECT job_id FROM workflow_run
+                           WHERE status = 'QUEUED' AND run_after <= now()
+                           ORDER BY run_after, created_at
+                           FOR UPDATE SKIP LOCKED
+                           LIMIT $3))
+   AND status = 'QUEUED'
+RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, checkpoints,
+          COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
+              AS definition_digest";
+
+/// A job's workflow snapshot, for a worker whose cache does not know its digest.
+/// `$1` job id.
+pub const JOB_DEFINITION: &str = "SELECT workflow_definition FROM workflow_run WHERE job_id = $1";
 
 /// The fence every post-claim write ends with.
 macro_rules! fenced {
@@ -106,6 +131,14 @@ pub const RENEW_LEASE: &str = fenced!(
 pub const APPEND_CHECKPOINT: &str = fenced!(
     "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
        updated_at = now()"
+);
+
+/// Appends the workflow's final checkpoint and settles COMPLETED, in one row version.
+/// `$4` result, `$5` verdict, `$6` the checkpoint entry.
+pub const SETTLE_COMPLETED_WITH_CHECKPOINT: &str = fenced!(
+    "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
+       checkpoints = checkpoints || jsonb_build_array($6::jsonb),
+       lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 );
 
 /// Settles COMPLETED. `$4` result, `$5` verdict.

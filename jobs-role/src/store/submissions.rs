@@ -117,6 +117,136 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Inserts many jobs in one transaction, answering each as [`Store::insert_job`]
+    /// would (a conflict is that item's answer, not the batch's). When PostgreSQL
+    /// refuses a value the batch is rolled back and each job inserted on its own, so
+    /// only the refused one fails. The answers are in the order of `jobs`.
+    pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Vec<Result<Inserted, StoreError>> {
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        match self.try_insert_jobs(jobs).await {
+            Ok(answers) => answers,
+            Err(BatchFailure::Rolledback(refused)) if jobs.len() > 1 => {
+                tracing::debug!(jobs = jobs.len(), error = %refused, "a batched insert failed; inserting each job alone");
+                let mut answers = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    answers.push(self.insert_job(job).await);
+                }
+                answers
+            }
+            Err(failure) => failure.answers(jobs.len()),
+        }
+    }
+
+    async fn try_insert_jobs(
+        &self,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Result<Inserted, StoreError>>, BatchFailure> {
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        let answers = insert_batch(&tx, jobs)
+            .await
+            .map_err(BatchFailure::Rolledback)?;
+        tx.commit()
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        Ok(answers)
+    }
+}
+
+/// The statements of a batch of submissions inside its transaction: per job its
+/// insert (and, when the id is taken, the same-submission check) and its ACCEPTED
+/// event, pipelined on the one connection; then one wake-up for the workers and one
+/// for the relays.
+async fn insert_batch(
+    tx: &deadpool_postgres::Transaction<'_>,
+    jobs: &[NewJob],
+) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
+    let insert = tx.prepare_cached(sql::INSERT_JOB).await?;
+    let same = tx.prepare_cached(sql::SAME_SUBMISSION).await?;
+    let insert_event = tx.prepare_cached(sql::INSERT_EVENT).await?;
+    let answers = futures_util::future::try_join_all(jobs.iter().map(|job| {
+        let (insert, same, insert_event) = (&insert, &same, &insert_event);
+        async move {
+            let params: [&(dyn ToSql + Sync); 5] = [
+                &job.job_id,
+                &job.workflow_name,
+                &job.definition,
+                &job.input,
+                &job.max_attempts,
+            ];
+            if tx.query_opt(insert, &params).await?.is_none() {
+                let row = tx
+                    .query_one(
+                        same,
+                        &[
+                            &job.job_id,
+                            &job.workflow_name,
+                            &job.definition,
+                            &job.input,
+                            &job.by_name,
+                        ],
+                    )
+                    .await?;
+                return Ok(if row.get::<_, bool>("same") {
+                    Ok(Inserted {
+                        created: false,
+                        status: row.get::<_, String>("status").parse()?,
+                    })
+                } else {
+                    Err(StoreError::Conflict(job.job_id))
+                });
+            }
+            let facts = EventFacts {
+                job_id: job.job_id,
+                workflow_name: &job.workflow_name,
+                kind: Type::Accepted,
+                step: None,
+                attempt: 0,
+                verdict: None,
+                error: None,
+                status: JobStatus::Queued,
+            };
+            let (event_id, payload) = events::encode(&facts)?;
+            tx.execute(
+                insert_event,
+                &[
+                    &event_id,
+                    &job.job_id,
+                    &events::type_name(Type::Accepted),
+                    &payload,
+                ],
+            )
+            .await?;
+            Ok::<_, StoreError>(Ok(Inserted {
+                created: true,
+                status: JobStatus::Queued,
+            }))
+        }
+    }))
+    .await?;
+    let first_created = jobs
+        .iter()
+        .zip(&answers)
+        .find(|(_, answer)| matches!(answer, Ok(Inserted { created: true, .. })));
+    if let Some((job, _)) = first_created {
+        // One wake-up is enough: an idle worker claims as many jobs as it has room for.
+        tx.execute(sql::NOTIFY_QUEUED, &[&job.job_id.to_string()])
+            .await?;
+        tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+    }
+    Ok(answers)
+}
+
 /// How a new job starts: its insert statement (whose last parameter differs), its
 /// first event and status.
 struct FirstState<'a> {

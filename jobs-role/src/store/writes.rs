@@ -5,42 +5,43 @@ use super::*;
 
 /// How a settle ends a claim.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Settlement<'a> {
+pub enum Settlement {
     /// COMPLETED with the output and the one-line verdict.
     Completed {
         /// proto3 JSON of the output.
-        result: &'a Value,
+        result: Value,
         /// `N steps, output <type>`.
-        verdict: &'a str,
+        verdict: String,
     },
     /// WAITING on an external step.
     Waiting {
         /// The step.
-        step: &'a str,
+        step: String,
     },
     /// FAILED: a validation verdict or a non-retryable error.
     Failed {
         /// The error, prefixed with its kind.
-        error: &'a str,
+        error: String,
         /// The violations of a validation verdict.
-        verdict: Option<&'a str>,
+        verdict: Option<String>,
     },
     /// DEAD: retries exhausted.
     Dead {
         /// The last error, verbatim.
-        error: &'a str,
+        error: String,
     },
     /// QUEUED again after a retryable failure, claimable after `delay`.
     Retry {
         /// The backoff.
         delay: Duration,
         /// The error that caused it.
-        error: &'a str,
+        error: String,
     },
 }
 
-impl Settlement<'_> {
-    fn status(&self) -> JobStatus {
+impl Settlement {
+    /// The status the job lands in.
+    pub fn status(&self) -> JobStatus {
         match self {
             Settlement::Completed { .. } => JobStatus::Completed,
             Settlement::Waiting { .. } => JobStatus::Waiting,
@@ -49,81 +50,63 @@ impl Settlement<'_> {
             Settlement::Retry { .. } => JobStatus::Queued,
         }
     }
+
+    /// Errors and verdicts may quote a step target's own message: a NUL in them must
+    /// not make the settlement unstorable.
+    fn storable(self) -> Settlement {
+        match self {
+            Settlement::Failed { error, verdict } => Settlement::Failed {
+                error: printable(&error),
+                verdict: verdict.as_deref().map(printable),
+            },
+            Settlement::Dead { error } => Settlement::Dead {
+                error: printable(&error),
+            },
+            Settlement::Retry { delay, error } => Settlement::Retry {
+                delay,
+                error: printable(&error),
+            },
+            other => other,
+        }
+    }
 }
 
-impl Store {
-    /// Runs one fenced write, with its event and wake-up, in one transaction.
-    async fn fenced(
-        &self,
-        claim: &Claim,
-        statement: &str,
-        extra: &[&(dyn ToSql + Sync)],
-        event: Option<EventFacts<'_>>,
-        wake: bool,
-    ) -> Result<(), StoreError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&claim.job_id, &claim.owner, &claim.token];
-        params.extend_from_slice(extra);
-        if tx.execute(statement, &params).await? == 0 {
-            tx.rollback().await?;
-            return Err(StoreError::LostClaim {
-                job_id: claim.job_id,
-                attempt: claim.attempt,
-            });
+/// One step's checkpoint entry, as a claim appends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepCheckpoint {
+    /// The step.
+    pub step: String,
+    /// The checkpoint entry (a JSON object: name, skipped, response).
+    pub entry: Value,
+}
+
+/// What one claim writes at one commit point: a checkpoint, a settlement, or a
+/// workflow's final checkpoint together with its settlement (in that order, in one
+/// transaction). Fenced on the claim; see [`Store::commit_claim_writes`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimWrite {
+    pub(super) claim: Claim,
+    pub(super) checkpoint: Option<StepCheckpoint>,
+    pub(super) settlement: Option<Settlement>,
+}
+
+impl ClaimWrite {
+    /// Appends one checkpoint (with its STEP_CHECKPOINT event).
+    pub fn checkpoint(claim: &Claim, checkpoint: StepCheckpoint) -> ClaimWrite {
+        ClaimWrite {
+            claim: claim.clone(),
+            checkpoint: Some(checkpoint),
+            settlement: None,
         }
-        if let Some(event) = event {
-            insert_event(&tx, &event).await?;
-        }
-        if wake {
-            tx.execute(sql::NOTIFY_QUEUED, &[&claim.job_id.to_string()])
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
     }
 
-    /// Extends the lease of a running claim.
-    pub async fn renew_lease(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
-        self.fenced(claim, sql::RENEW_LEASE, &[&millis(lease)], None, false)
-            .await
-    }
-
-    /// Appends one checkpoint with its STEP_CHECKPOINT event.
-    pub async fn append_checkpoint(
-        &self,
+    /// Ends the claim, after appending `held` (the workflow's final checkpoint, kept
+    /// back so it commits with the settlement) when there is one.
+    pub fn settle(
         claim: &Claim,
-        step: &str,
-        checkpoint: &Value,
-    ) -> Result<(), StoreError> {
-        let event = EventFacts {
-            job_id: claim.job_id,
-            workflow_name: &claim.workflow_name,
-            kind: Type::StepCheckpoint,
-            step: Some(step),
-            attempt: claim.attempt,
-            verdict: None,
-            error: None,
-            status: JobStatus::Running,
-        };
-        self.fenced(
-            claim,
-            sql::APPEND_CHECKPOINT,
-            &[checkpoint],
-            Some(event),
-            false,
-        )
-        .await
-    }
-
-    /// Ends a claim: completed, parked, failed, dead, retried or released, each with
-    /// its event (none for retries and releases: those are row changes, not commit
-    /// points).
-    pub async fn settle(
-        &self,
-        claim: &Claim,
-        settlement: Settlement<'_>,
-    ) -> Result<(), StoreError> {
+        held: Option<StepCheckpoint>,
+        settlement: Settlement,
+    ) -> Result<ClaimWrite, StoreError> {
         let to = settlement.status();
         if !JobStatus::Running.can_become(to) {
             return Err(StoreError::IllegalTransition {
@@ -131,66 +114,69 @@ impl Store {
                 to,
             });
         }
-        let facts = |kind, step, verdict, error| EventFacts {
-            job_id: claim.job_id,
-            workflow_name: &claim.workflow_name,
-            kind,
-            step,
-            attempt: claim.attempt,
-            verdict,
-            error,
-            status: to,
-        };
-        match settlement {
-            Settlement::Completed { result, verdict } => {
-                let event = facts(Type::Completed, None, Some(verdict), None);
-                self.fenced(
-                    claim,
-                    sql::SETTLE_COMPLETED,
-                    &[result, &verdict],
-                    Some(event),
-                    false,
-                )
-                .await
-            }
-            Settlement::Waiting { step } => {
-                let event = facts(Type::Waiting, Some(step), None, None);
-                self.fenced(claim, sql::SETTLE_WAITING, &[&step], Some(event), false)
-                    .await
-            }
-            // Errors and verdicts may quote a step target's own message: a NUL in them
-            // must not make the settlement unstorable.
-            Settlement::Failed { error, verdict } => {
-                let (error, verdict) = (&printable(error), verdict.map(printable));
-                let verdict = verdict.as_deref();
-                let event = facts(Type::Failed, None, verdict, Some(error));
-                self.fenced(
-                    claim,
-                    sql::SETTLE_FAILED,
-                    &[&error, &verdict],
-                    Some(event),
-                    false,
-                )
-                .await
-            }
-            Settlement::Dead { error } => {
-                let error = &printable(error);
-                let event = facts(Type::Dead, None, None, Some(error));
-                self.fenced(claim, sql::SETTLE_DEAD, &[&error], Some(event), false)
-                    .await
-            }
-            Settlement::Retry { delay, error } => {
-                let error = &printable(error);
-                self.fenced(
-                    claim,
-                    sql::SETTLE_RETRY,
-                    &[&millis(delay), &error],
-                    None,
-                    delay.is_zero(),
-                )
-                .await
-            }
+        Ok(ClaimWrite {
+            claim: claim.clone(),
+            checkpoint: held,
+            settlement: Some(settlement.storable()),
+        })
+    }
+
+    /// The job it writes.
+    pub fn claim(&self) -> &Claim {
+        &self.claim
+    }
+}
+
+impl Store {
+    /// Extends the lease of a running claim.
+    pub async fn renew_lease(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(sql::RENEW_LEASE).await?;
+        let renewed = client
+            .execute(
+                &statement,
+                &[&claim.job_id, &claim.owner, &claim.token, &millis(lease)],
+            )
+            .await?;
+        if renewed == 0 {
+            return Err(claim.lost());
         }
+        Ok(())
+    }
+
+    /// Appends one checkpoint with its STEP_CHECKPOINT event, in a transaction of its
+    /// own (the worker batches its checkpoints through [`Store::commit_claim_writes`]).
+    pub async fn append_checkpoint(
+        &self,
+        claim: &Claim,
+        step: &str,
+        checkpoint: &Value,
+    ) -> Result<(), StoreError> {
+        let write = ClaimWrite::checkpoint(
+            claim,
+            StepCheckpoint {
+                step: step.to_owned(),
+                entry: checkpoint.clone(),
+            },
+        );
+        self.commit_one(write).await
+    }
+
+    /// Ends a claim: completed, parked, failed, dead or retried, each with its event
+    /// (none for retries: those are row changes, not commit points), in a transaction
+    /// of its own.
+    pub async fn settle(&self, claim: &Claim, settlement: Settlement) -> Result<(), StoreError> {
+        self.commit_one(ClaimWrite::settle(claim, None, settlement)?)
+            .await
+    }
+
+    async fn commit_one(&self, write: ClaimWrite) -> Result<(), StoreError> {
+        self.commit_claim_writes(std::slice::from_ref(&write))
+            .await
+            .pop()
+            // One answer per write, always; an empty answer would be a defect, and
+            // it still fails safe as a write that did not commit.
+            .unwrap_or_else(|| Err(StoreError::GroupCommit("the write got no answer".into())))
     }
 
     /// Gives a claim back without spending its attempt (claimable again after
@@ -222,10 +208,7 @@ impl Store {
             .await?
         else {
             tx.rollback().await?;
-            return Err(StoreError::LostClaim {
-                job_id: claim.job_id,
-                attempt: claim.attempt,
-            });
+            return Err(claim.lost());
         };
         let status: JobStatus = row.get::<_, String>("status").parse()?;
         if status == JobStatus::Dead {

@@ -1,11 +1,16 @@
-//! The worker fleet of one node: `worker_count` claim loops, the sweeper, and the
-//! wake-up listener.
+//! The worker of one node: a dispatcher that claims jobs in batches as slots free up
+//! (at most `max_in_flight` segments at once), one task per claimed job, and one
+//! flusher that commits the checkpoints and settlements of all of them, many jobs per
+//! transaction ([`flusher`]); beside them the sweeper and the wake-up listener.
 //!
 //! Per claimed job, renewing the lease from the moment of the claim: re-parse the
 //! snapshot, replay the checkpoints (the engine's non-trusting replay), take the
 //! per-target permit for the next unexecuted step (a claim waiting for its permit
 //! keeps its lease), run a segment, persist each checkpoint before the next step,
-//! then settle:
+//! then settle. The workflow's final checkpoint is held back and commits with the
+//! settlement, in one transaction (so a job whose claim is released by a shutdown
+//! right after its last call runs that step again, as any step whose checkpoint did
+//! not land does):
 //!
 //! | segment outcome                                        | settles as                              |
 //! |--------------------------------------------------------|-----------------------------------------|
@@ -23,14 +28,15 @@
 //! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>`, because a retried
 //! step may have done its side effect before its checkpoint landed.
 
+pub mod flusher;
 mod limits;
 mod sweeper;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use workflow::compile::decode_json;
 use workflow::{
@@ -38,15 +44,19 @@ use workflow::{
     SegmentError, SegmentOutcome, SinkError, StepFailure, replay_checkpoints,
 };
 
+pub use flusher::Flusher;
 pub use limits::TargetLimits;
 pub use sweeper::sweep_loop;
 
 use crate::compiled::CompiledCache;
 use crate::config::JobsConfig;
 use crate::status::JobStatus;
-use crate::store::{Claim, ClaimedJob, Settlement, Store, StoreError};
+use crate::store::{Claim, ClaimWrite, ClaimedJob, Settlement, StepCheckpoint, Store, StoreError};
 
-/// What the claim loops of one node share.
+/// The most jobs one claim statement takes (the free slots decide, up to this).
+const MAX_CLAIM_BATCH: usize = 128;
+
+/// What the dispatcher and the job tasks of one node share.
 pub struct Worker {
     store: Store,
     runner: Arc<Runner>,
@@ -77,22 +87,67 @@ impl Worker {
         })
     }
 
-    /// One claim loop: claims and runs jobs until `shutdown`, sleeping on the wake-up
-    /// (or the poll interval) when nothing is claimable.
-    pub async fn claim_loop(self: Arc<Self>, index: usize, shutdown: CancellationToken) {
-        let owner = format!("{}/loop-{index}", self.config.worker_id);
+    /// The node's worker until `shutdown`: claims jobs in batches as slots free up,
+    /// runs each in its own task, and commits their writes through one flusher. After
+    /// shutdown it returns once every running job has settled or released its claim
+    /// and the flusher has committed what they wrote.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let (flusher, queued) = Flusher::new();
+        let flushing = flusher::flush_loop(self.store.clone(), queued);
+        tokio::join!(flushing, self.dispatch(flusher, shutdown));
+    }
+
+    /// Claims as many eligible jobs as there are free slots, spawns a task per job,
+    /// and sleeps on the wake-up (or the poll interval) when the queue has no more.
+    async fn dispatch(self: Arc<Self>, flusher: Flusher, shutdown: CancellationToken) {
+        let owner = self.config.worker_id.clone();
+        let slots = Arc::new(Semaphore::new(self.config.max_in_flight));
+        let mut running = JoinSet::new();
         while !shutdown.is_cancelled() {
             // Register for the wake-up before looking, so a NOTIFY that lands between
-            // the empty claim and the wait is not missed.
+            // an empty claim and the wait is not missed.
             let woken = self.wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            match self.store.claim_next_job(&owner, self.config.lease()).await {
-                Ok(Some(job)) => {
-                    self.run_job(job, &shutdown).await;
-                    continue;
+            let first_slot = tokio::select! {
+                slot = slots.clone().acquire_owned() => slot,
+                () = shutdown.cancelled() => break,
+            };
+            // The semaphore is never closed; a closed one would mean no more slots.
+            let Ok(first_slot) = first_slot else { break };
+            while let Some(done) = running.try_join_next() {
+                report_panic(done);
+            }
+            let free = (1 + slots.available_permits()).min(MAX_CLAIM_BATCH);
+            match self
+                .store
+                .claim_jobs(&owner, self.config.lease(), free)
+                .await
+            {
+                Ok(jobs) => {
+                    let queue_has_more = jobs.len() == free;
+                    let mut first_slot = Some(first_slot);
+                    for job in jobs {
+                        // Only this loop takes slots, so the free ones counted above
+                        // are still free.
+                        let slot = match first_slot.take() {
+                            Some(slot) => slot,
+                            None => match slots.clone().acquire_owned().await {
+                                Ok(slot) => slot,
+                                Err(_) => break,
+                            },
+                        };
+                        let (worker, flusher, shutdown) =
+                            (self.clone(), flusher.clone(), shutdown.clone());
+                        running.spawn(async move {
+                            worker.run_job(job, &flusher, &shutdown).await;
+                            drop(slot);
+                        });
+                    }
+                    if queue_has_more {
+                        continue;
+                    }
                 }
-                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(%owner, error = %e, "claiming failed; retrying after the poll interval")
                 }
@@ -103,14 +158,17 @@ impl Worker {
                 () = shutdown.cancelled() => {}
             }
         }
-        tracing::debug!(%owner, "claim loop stopped");
+        while let Some(done) = running.join_next().await {
+            report_panic(done);
+        }
+        tracing::debug!(%owner, "dispatcher stopped");
     }
 
     /// Runs one claimed job to a settlement. On shutdown the segment may finish within
     /// the grace period; after that its claim is released for another node.
-    pub async fn run_job(&self, job: ClaimedJob, shutdown: &CancellationToken) {
+    pub async fn run_job(&self, job: ClaimedJob, flusher: &Flusher, shutdown: &CancellationToken) {
         let claim = job.claim.clone();
-        let run = self.execute(job);
+        let run = self.execute(job, flusher);
         tokio::pin!(run);
         let settled = tokio::select! {
             settled = &mut run => Some(settled),
@@ -138,13 +196,31 @@ impl Worker {
         }
     }
 
+    /// Commits a settlement (after `held`, the final checkpoint, when there is one).
+    async fn commit_settlement(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+        held: Option<StepCheckpoint>,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        flusher
+            .commit(ClaimWrite::settle(claim, held, settlement)?)
+            .await
+    }
+
     /// Fails a job whose stored state no longer fits its workflow: loud, no retry.
-    async fn fail_loud(&self, claim: &Claim, error: String) -> Result<(), StoreError> {
+    async fn fail_loud(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+        error: String,
+    ) -> Result<(), StoreError> {
         let failed = Settlement::Failed {
-            error: &error,
+            error,
             verdict: None,
         };
-        self.store.settle(claim, failed).await
+        self.commit_settlement(flusher, claim, None, failed).await
     }
 
     /// Gives the claim back without spending its attempt, unless the job was given
@@ -170,32 +246,34 @@ impl Worker {
     /// Runs the claimed job and settles it; the lease is renewed from the claim until
     /// the segment ends (also while the claim waits for its per-target permit). The
     /// error is the store's.
-    async fn execute(&self, job: ClaimedJob) -> Result<(), StoreError> {
+    async fn execute(&self, job: ClaimedJob, flusher: &Flusher) -> Result<(), StoreError> {
         let claim = &job.claim;
         let ran = tokio::select! {
-            ran = self.run_segment(&job) => ran,
+            ran = self.run_segment(&job, flusher) => ran,
             lost = self.keep_lease(claim) => return Err(lost),
         };
         match ran {
-            Ran::Segment { compiled, outcome } => self.settle(&job, &compiled, outcome).await,
-            Ran::Drifted(error) => self.fail_loud(claim, error).await,
+            Ran::Segment {
+                compiled,
+                outcome,
+                held,
+            } => self.settle(flusher, &job, &compiled, outcome, held).await,
+            Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
+            Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
+            Ran::Unavailable(e) => {
+                let reason = format!("reading the workflow snapshot failed: {e}");
+                self.release(claim, self.config.backoff(claim.attempt), &reason)
+                    .await
+            }
         }
     }
 
     /// Compiles, replays, waits for the permit and runs one segment.
-    async fn run_segment(&self, job: &ClaimedJob) -> Ran {
+    async fn run_segment(&self, job: &ClaimedJob, flusher: &Flusher) -> Ran {
         let claim = &job.claim;
-        let compiled = match self
-            .compiled
-            .get_or_compile_off_thread(&job.definition)
-            .await
-        {
+        let compiled = match self.compiled_workflow(job).await {
             Ok(compiled) => compiled,
-            Err(findings) => {
-                return Ran::Drifted(format!(
-                    "WORKFLOW: the stored definition no longer compiles: {findings}"
-                ));
-            }
+            Err(not_compiled) => return not_compiled,
         };
         // The input's rules were checked when it was submitted; re-parsing it catches a
         // drifted snapshot without running the workflow author's CEL again here, in
@@ -221,8 +299,11 @@ impl Worker {
         };
 
         let mut sink = StoreSink {
-            store: &self.store,
+            flusher,
             claim,
+            next_step: prior.len(),
+            last_step: compiled.steps.len().saturating_sub(1),
+            held: None,
         };
         let metadata = JobMetadata {
             job_id: claim.job_id.to_string(),
@@ -232,7 +313,35 @@ impl Worker {
             .runner
             .run_segment(&compiled, &input, prior, &mut sink, &metadata)
             .await;
-        Ran::Segment { compiled, outcome }
+        Ran::Segment {
+            compiled,
+            outcome,
+            held: sink.held,
+        }
+    }
+
+    /// The job's compiled workflow: from the cache by the snapshot's digest, or the
+    /// snapshot fetched and compiled (off the async threads) the first time.
+    async fn compiled_workflow(&self, job: &ClaimedJob) -> Result<Arc<CompiledWorkflow>, Ran> {
+        let digest = &job.definition_digest;
+        if let Some(hit) = self.compiled.get_by_digest(digest) {
+            return Ok(hit);
+        }
+        let definition = match self.store.job_definition(job.claim.job_id).await {
+            Ok(Some(definition)) => definition,
+            // The row is gone (deleted under the claim): nothing can be written either.
+            Ok(None) => return Err(Ran::Unavailable(job.claim.lost())),
+            Err(e) => return Err(Ran::Unavailable(e)),
+        };
+        match self.compiled.get_or_compile_off_thread(&definition).await {
+            Ok(compiled) => {
+                self.compiled.remember_digest(&definition, digest);
+                Ok(compiled)
+            }
+            Err(findings) => Err(Ran::Drifted(format!(
+                "WORKFLOW: the stored definition no longer compiles: {findings}"
+            ))),
+        }
     }
 
     /// Renews the lease every third of its length until the renewal fails; returns
@@ -255,29 +364,70 @@ impl Worker {
     }
 
     /// Settles the segment's outcome. When PostgreSQL refuses what the settlement
-    /// writes (the output holds a NUL, say), the job fails loud instead: retrying the
-    /// same write could never succeed.
+    /// writes, the job fails loud instead (retrying the same write could never
+    /// succeed), naming the step when it was the held final checkpoint that was
+    /// refused.
     async fn settle(
         &self,
+        flusher: &Flusher,
         job: &ClaimedJob,
         compiled: &CompiledWorkflow,
         outcome: Result<SegmentOutcome, SegmentError>,
+        held: Option<StepCheckpoint>,
     ) -> Result<(), StoreError> {
-        match self.settle_outcome(job, compiled, outcome).await {
-            Err(refused) if refused.is_data_error() => {
-                let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
-                self.fail_loud(&job.claim, error).await
+        let claim = &job.claim;
+        let settlement = match self.decide(job, compiled, outcome) {
+            Decision::Settle(settlement) => settlement,
+            Decision::Release { delay, reason } => {
+                return self.release(claim, delay, &reason).await;
             }
-            settled => settled,
+            Decision::Lost(lost) => return Err(lost),
+        };
+        let refused = match self
+            .commit_settlement(flusher, claim, held.clone(), settlement.clone())
+            .await
+        {
+            Err(refused) if refused.is_data_error() => refused,
+            settled => return settled,
+        };
+        // Tell the refused checkpoint from the refused settlement: the checkpoint
+        // alone first, then the settlement alone.
+        if let Some(checkpoint) = held {
+            let step = checkpoint.step.clone();
+            match flusher
+                .commit(ClaimWrite::checkpoint(claim, checkpoint))
+                .await
+            {
+                Err(e) if e.is_data_error() => {
+                    let error =
+                        format!("WORKFLOW: step '{step}': its response cannot be stored: {e}");
+                    return self.fail_loud(flusher, claim, error).await;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => match self
+                    .commit_settlement(flusher, claim, None, settlement)
+                    .await
+                {
+                    Err(refused) if refused.is_data_error() => {
+                        let error =
+                            format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+                        return self.fail_loud(flusher, claim, error).await;
+                    }
+                    settled => return settled,
+                },
+            }
         }
+        let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+        self.fail_loud(flusher, claim, error).await
     }
 
-    async fn settle_outcome(
+    /// What the segment's outcome comes to for the row.
+    fn decide(
         &self,
         job: &ClaimedJob,
         compiled: &CompiledWorkflow,
         outcome: Result<SegmentOutcome, SegmentError>,
-    ) -> Result<(), StoreError> {
+    ) -> Decision {
         let claim = &job.claim;
         match outcome {
             Ok(SegmentOutcome::Completed {
@@ -290,81 +440,52 @@ impl Worker {
                     steps.len(),
                     compiled.output_type().full_name()
                 );
-                self.store
-                    .settle(
-                        claim,
-                        Settlement::Completed {
-                            result: &result,
-                            verdict: &verdict,
-                        },
-                    )
-                    .await
+                Decision::Settle(Settlement::Completed { result, verdict })
             }
             Ok(SegmentOutcome::Parked { step, .. }) => {
-                self.store
-                    .settle(claim, Settlement::Waiting { step: &step })
-                    .await
+                Decision::Settle(Settlement::Waiting { step })
             }
-            Err(SegmentError::Failed(failure)) => self.settle_failure(job, &failure).await,
+            Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
             Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()
             {
-                Ok(store_error) if store_error.is_lost_claim() => Err(*store_error),
+                Ok(store_error) if store_error.is_lost_claim() => Decision::Lost(*store_error),
                 Ok(store_error) if store_error.is_data_error() => {
-                    let error = format!(
-                        "WORKFLOW: step '{step}': its response cannot be stored: {store_error}"
-                    );
-                    self.fail_loud(claim, error).await
+                    Decision::Settle(Settlement::Failed {
+                        error: format!(
+                            "WORKFLOW: step '{step}': its response cannot be stored: {store_error}"
+                        ),
+                        verdict: None,
+                    })
                 }
                 Ok(store_error) => {
                     tracing::warn!(job_id = %claim.job_id, %step, error = %store_error, "checkpointing failed; requeueing without burning the attempt");
-                    let delay = self.config.backoff(claim.attempt);
-                    let reason = format!("checkpointing step '{step}' failed: {store_error}");
-                    self.release(claim, delay, &reason).await
+                    Decision::Release {
+                        delay: self.config.backoff(claim.attempt),
+                        reason: format!("checkpointing step '{step}' failed: {store_error}"),
+                    }
                 }
-                Err(other) => {
-                    let error = format!(
+                Err(other) => Decision::Settle(Settlement::Failed {
+                    error: format!(
                         "WORKFLOW: recording the checkpoint of step '{step}' failed: {other}"
-                    );
-                    self.store
-                        .settle(
-                            claim,
-                            Settlement::Failed {
-                                error: &error,
-                                verdict: None,
-                            },
-                        )
-                        .await
-                }
+                    ),
+                    verdict: None,
+                }),
             },
         }
     }
 
-    async fn settle_failure(
-        &self,
-        job: &ClaimedJob,
-        failure: &StepFailure,
-    ) -> Result<(), StoreError> {
+    /// How a failed step settles: retried with backoff or DEAD when retryable, FAILED
+    /// otherwise (with the violations of a validation verdict).
+    fn failure(&self, job: &ClaimedJob, failure: &StepFailure) -> Settlement {
         let claim = &job.claim;
         let error = failure.to_string();
         if failure.is_retryable() {
             if claim.attempt < job.max_attempts {
                 let delay = self.config.backoff(claim.attempt);
                 tracing::info!(job_id = %claim.job_id, attempt = claim.attempt, delay_ms = delay.as_millis() as u64, %error, "retryable failure: requeued with backoff");
-                return self
-                    .store
-                    .settle(
-                        claim,
-                        Settlement::Retry {
-                            delay,
-                            error: &error,
-                        },
-                    )
-                    .await;
+                return Settlement::Retry { delay, error };
             }
-            return self
-                .store
-                .settle(claim, Settlement::Dead { error: &error })
-                .await;
+            return Settlement::Dead { error };
         }
         let verdict = match &failure.kind {
             FailureKind::Validation { violations } => Some(
@@ -376,15 +497,26 @@ impl Worker {
             ),
             _ => None,
         };
-        self.store
-            .settle(
-                claim,
-                Settlement::Failed {
-                    error: &error,
-                    verdict: verdict.as_deref(),
-                },
-            )
-            .await
+        Settlement::Failed { error, verdict }
+    }
+}
+
+/// What a segment's outcome comes to.
+enum Decision {
+    /// Write this settlement.
+    Settle(Settlement),
+    /// Give the claim back without spending the attempt (a transient store failure).
+    Release { delay: Duration, reason: String },
+    /// The claim was lost: write nothing.
+    Lost(StoreError),
+}
+
+/// Logs a job task that panicked (a defect: its claim is swept when the lease passes).
+fn report_panic(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a job's task panicked; the sweeper requeues the job when its lease passes");
     }
 }
 
@@ -394,22 +526,42 @@ enum Ran {
     Segment {
         compiled: Arc<CompiledWorkflow>,
         outcome: Result<SegmentOutcome, SegmentError>,
+        /// The final step's checkpoint, held back for the settlement.
+        held: Option<StepCheckpoint>,
     },
     /// The stored snapshot no longer fits its workflow: fail loud with this error.
     Drifted(String),
+    /// The snapshot could not be read (a store failure that may pass): give the
+    /// claim back without spending the attempt.
+    Unavailable(StoreError),
 }
 
-/// Persists each checkpoint, fenced, before the engine runs the next step.
+/// Persists each checkpoint, fenced, through the flusher before the engine runs the
+/// next step; the last step's checkpoint is held for the settlement instead.
 struct StoreSink<'a> {
-    store: &'a Store,
+    flusher: &'a Flusher,
     claim: &'a Claim,
+    /// The index of the step the next checkpoint is for.
+    next_step: usize,
+    /// The index of the workflow's last step.
+    last_step: usize,
+    held: Option<StepCheckpoint>,
 }
 
 impl CheckpointSink for StoreSink<'_> {
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        let entry: Value = checkpoint.to_json();
-        self.store
-            .append_checkpoint(self.claim, &checkpoint.name, &entry)
+        let checkpoint = StepCheckpoint {
+            step: checkpoint.name.clone(),
+            entry: checkpoint.to_json(),
+        };
+        let is_last = self.next_step >= self.last_step;
+        self.next_step += 1;
+        if is_last {
+            self.held = Some(checkpoint);
+            return Ok(());
+        }
+        self.flusher
+            .commit(ClaimWrite::checkpoint(self.claim, checkpoint))
             .await
             .map_err(|e| Box::new(e) as SinkError)
     }

@@ -43,6 +43,7 @@ pub struct FixtureStats {
     max_in_flight: AtomicUsize,
     probe_at_embed: Mutex<Vec<usize>>,
     calls: Mutex<Vec<RecordedCall>>,
+    last_call_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl FixtureStats {
@@ -69,7 +70,13 @@ impl FixtureStats {
         self.calls.lock().unwrap().clone()
     }
 
+    /// When the latest call (of either method) arrived (the bench's pickup clock).
+    pub fn last_call_at(&self) -> Option<std::time::Instant> {
+        *self.last_call_at.lock().unwrap()
+    }
+
     fn enter<T>(&self, method: &'static str, request: &Request<T>) -> InFlight<'_> {
+        *self.last_call_at.lock().unwrap() = Some(std::time::Instant::now());
         let mut metadata: Vec<(String, String)> = request
             .metadata()
             .iter()

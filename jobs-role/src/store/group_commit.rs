@@ -1,0 +1,275 @@
+//! Group commit: the fenced writes of many claims (checkpoints, settlements, a final
+//! checkpoint with its settlement) in one transaction, so the cost of a commit is
+//! shared by every job in the batch.
+//!
+//! Each write stays fenced on its own claim: a write whose fence matches nothing (its
+//! claim was lost) is dropped from the batch and answered [`StoreError::LostClaim`],
+//! and the rest commit. The statements of a batch go to PostgreSQL pipelined (sent
+//! without waiting for each answer), in the order of the writes, so one job's events
+//! keep their order. When PostgreSQL refuses a statement (a NUL in a response, a value
+//! past a limit), the batch is rolled back and each write is tried in a transaction of
+//! its own, so only the refused one fails. A failed `COMMIT` cannot be split (whether it
+//! landed is unknown), so every write of that batch hears [`StoreError::GroupCommit`],
+//! a failure that may pass.
+
+use futures_util::future::try_join_all;
+use tokio_postgres::Statement;
+
+use super::*;
+use crate::store::writes::{ClaimWrite, Settlement};
+
+/// One fenced statement of a write, with the events it commits, in order.
+struct Part<'w> {
+    statement: &'static str,
+    extra: Vec<Box<dyn ToSql + Sync + Send + 'w>>,
+    events: Vec<EventFacts<'w>>,
+    /// Wakes idle workers on commit (a retry with no backoff).
+    wake: bool,
+}
+
+/// The statements of one write, in order: its checkpoint, then its settlement; a
+/// final checkpoint with a COMPLETED settlement is one statement (one row version).
+fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
+    let claim = &write.claim;
+    let facts = |kind, step, verdict, error, status| EventFacts {
+        job_id: claim.job_id,
+        workflow_name: &claim.workflow_name,
+        kind,
+        step,
+        attempt: claim.attempt,
+        verdict,
+        error,
+        status,
+    };
+    let checkpointed = write.checkpoint.as_ref().map(|checkpoint| {
+        facts(
+            Type::StepCheckpoint,
+            Some(checkpoint.step.as_str()),
+            None,
+            None,
+            JobStatus::Running,
+        )
+    });
+    let mut parts = Vec::with_capacity(2);
+    if let (Some(checkpoint), Some(Settlement::Completed { result, verdict })) =
+        (&write.checkpoint, &write.settlement)
+    {
+        let to = JobStatus::Completed;
+        parts.push(Part {
+            statement: sql::SETTLE_COMPLETED_WITH_CHECKPOINT,
+            extra: vec![
+                Box::new(result),
+                Box::new(verdict),
+                Box::new(&checkpoint.entry),
+            ],
+            events: checkpointed
+                .into_iter()
+                .chain([facts(Type::Completed, None, Some(verdict), None, to)])
+                .collect(),
+            wake: false,
+        });
+        return parts;
+    }
+    if let Some(checkpoint) = &write.checkpoint {
+        parts.push(Part {
+            statement: sql::APPEND_CHECKPOINT,
+            extra: vec![Box::new(&checkpoint.entry)],
+            events: checkpointed.into_iter().collect(),
+            wake: false,
+        });
+    }
+    let Some(settlement) = &write.settlement else {
+        return parts;
+    };
+    let to = settlement.status();
+    parts.push(match settlement {
+        Settlement::Completed { result, verdict } => Part {
+            statement: sql::SETTLE_COMPLETED,
+            extra: vec![Box::new(result), Box::new(verdict)],
+            events: vec![facts(Type::Completed, None, Some(verdict), None, to)],
+            wake: false,
+        },
+        Settlement::Waiting { step } => Part {
+            statement: sql::SETTLE_WAITING,
+            extra: vec![Box::new(step)],
+            events: vec![facts(Type::Waiting, Some(step), None, None, to)],
+            wake: false,
+        },
+        Settlement::Failed { error, verdict } => Part {
+            statement: sql::SETTLE_FAILED,
+            extra: vec![Box::new(error), Box::new(verdict)],
+            events: vec![facts(
+                Type::Failed,
+                None,
+                verdict.as_deref(),
+                Some(error),
+                to,
+            )],
+            wake: false,
+        },
+        Settlement::Dead { error } => Part {
+            statement: sql::SETTLE_DEAD,
+            extra: vec![Box::new(error)],
+            events: vec![facts(Type::Dead, None, None, Some(error), to)],
+            wake: false,
+        },
+        Settlement::Retry { delay, error } => Part {
+            statement: sql::SETTLE_RETRY,
+            extra: vec![Box::new(millis(*delay)), Box::new(error)],
+            events: Vec::new(),
+            wake: delay.is_zero(),
+        },
+    });
+    parts
+}
+
+impl Store {
+    /// Commits the writes of many claims in one transaction and answers each: `Ok`,
+    /// [`StoreError::LostClaim`] (dropped from the batch, nothing of it written), or the
+    /// error that kept it from committing. The answers are in the order of `writes`.
+    pub async fn commit_claim_writes(&self, writes: &[ClaimWrite]) -> Vec<Result<(), StoreError>> {
+        match self.try_commit(writes).await {
+            Ok(answers) => answers,
+            Err(BatchFailure::Rolledback(refused)) if writes.len() > 1 => {
+                tracing::debug!(writes = writes.len(), error = %refused, "a batched write failed; committing each write alone");
+                let mut answers = Vec::with_capacity(writes.len());
+                for write in writes {
+                    answers.push(match self.try_commit(std::slice::from_ref(write)).await {
+                        Ok(mut answer) => answer.pop().unwrap_or_else(|| {
+                            Err(StoreError::GroupCommit("the write got no answer".into()))
+                        }),
+                        Err(BatchFailure::Rolledback(e) | BatchFailure::Whole(e)) => Err(e),
+                    });
+                }
+                answers
+            }
+            Err(failure) => failure.answers(writes.len()),
+        }
+    }
+
+    async fn try_commit(
+        &self,
+        writes: &[ClaimWrite],
+    ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
+        let plans: Vec<Vec<Part<'_>>> = writes.iter().map(parts).collect();
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        let answers = self
+            .run_batch(&tx, writes, &plans)
+            .await
+            .map_err(BatchFailure::Rolledback)?;
+        tx.commit()
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        Ok(answers)
+    }
+
+    /// The statements of a batch inside its transaction: each write's fenced updates
+    /// and then its events, one future per write, all of them pipelined on the one
+    /// connection; then one wake-up for the relays and one per requeued job.
+    async fn run_batch(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        writes: &[ClaimWrite],
+        plans: &[Vec<Part<'_>>],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        // Prepared once per connection (the pool keeps them), so each statement is one
+        // round trip, not a parse and an execute.
+        let mut prepared: Vec<(&'static str, Statement)> = Vec::new();
+        for text in plans
+            .iter()
+            .flatten()
+            .map(|part| part.statement)
+            .chain([sql::INSERT_EVENT])
+        {
+            if !prepared.iter().any(|(known, _)| *known == text) {
+                prepared.push((text, tx.prepare_cached(text).await?));
+            }
+        }
+        let statement = |text: &str| {
+            prepared
+                .iter()
+                .find(|(known, _)| *known == text)
+                .map(|(_, statement)| statement)
+                .ok_or_else(|| StoreError::GroupCommit(format!("no prepared statement for {text}")))
+        };
+        let insert_event = statement(sql::INSERT_EVENT)?;
+
+        let matched = try_join_all(writes.iter().zip(plans).map(|(write, plan)| async {
+            let claim = &write.claim;
+            for (index, part) in plan.iter().enumerate() {
+                let mut params: Vec<&(dyn ToSql + Sync)> =
+                    vec![&claim.job_id, &claim.owner, &claim.token];
+                params.extend(
+                    part.extra
+                        .iter()
+                        .map(|extra| extra.as_ref() as &(dyn ToSql + Sync)),
+                );
+                if tx.execute(statement(part.statement)?, &params).await? == 0 {
+                    if index > 0 {
+                        // Under the row lock the first update took, the same fence
+                        // cannot stop matching; if it ever did, commit none of it.
+                        return Err(StoreError::GroupCommit(format!(
+                            "job {}: the fence matched a write's first statement and not a later one",
+                            claim.job_id
+                        )));
+                    }
+                    return Ok(false);
+                }
+            }
+            for facts in plan.iter().flat_map(|part| &part.events) {
+                let (event_id, payload) = events::encode(facts)?;
+                tx.execute(
+                    insert_event,
+                    &[
+                        &event_id,
+                        &facts.job_id,
+                        &events::type_name(facts.kind),
+                        &payload,
+                    ],
+                )
+                .await?;
+            }
+            Ok::<bool, StoreError>(true)
+        }))
+        .await?;
+
+        let committed = || {
+            writes
+                .iter()
+                .zip(plans)
+                .zip(&matched)
+                .filter(|(_, matched)| **matched)
+        };
+        if committed().any(|((_, plan), _)| plan.iter().any(|part| !part.events.is_empty())) {
+            // Wakes idle relays when this transaction commits.
+            let notify = tx.prepare_cached(sql::NOTIFY_OUTBOX).await?;
+            tx.execute(&notify, &[]).await?;
+        }
+        for ((write, _), _) in
+            committed().filter(|((_, plan), _)| plan.iter().any(|part| part.wake))
+        {
+            let notify = tx.prepare_cached(sql::NOTIFY_QUEUED).await?;
+            tx.execute(&notify, &[&write.claim.job_id.to_string()])
+                .await?;
+        }
+        Ok(writes
+            .iter()
+            .zip(&matched)
+            .map(|(write, matched)| {
+                if *matched {
+                    Ok(())
+                } else {
+                    Err(write.claim.lost())
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,94 @@
+//! `claim-depth`: the claim statement's latency as the table grows: QUEUED rows all
+//! eligible, and a few eligible rows behind many backing off or WAITING. Each claim
+//! runs inside `BEGIN ... ROLLBACK`, so the table stays as generated.
+
+use std::time::{Duration, Instant};
+
+use jobs_role::store::sql;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::JobsNode;
+use serde_json::json;
+
+use crate::Size;
+use crate::report::{Figure, Report, Target, figure, percentile_ms};
+use crate::setup::node_config;
+
+/// How the rows the claim must not be slowed by are made.
+const FILLERS: [(&str, &str); 3] = [
+    ("eligible", "'QUEUED', now() - interval '1 hour', NULL"),
+    ("backing off", "'QUEUED', now() + interval '1 hour', NULL"),
+    ("WAITING", "'WAITING', now() - interval '1 hour', 'review'"),
+];
+
+pub async fn run(size: Size) -> Report {
+    let (depths, claims): (&[i64], usize) = match size {
+        Size::Tiny => (&[1_000, 10_000], 20),
+        Size::Full => (&[1_000, 100_000, 1_000_000], 200),
+    };
+    let db = TestDatabase::create().await;
+    JobsNode::start(node_config(&db, "schema", 0))
+        .await
+        .stop()
+        .await;
+    let mut client = db.connect().await;
+    let mut figures: Vec<Figure> = Vec::new();
+    let mut first_p50 = None;
+    for (kind, columns) in FILLERS {
+        for &depth in depths {
+            if kind != "eligible" && depth != *depths.last().unwrap_or(&depth) {
+                continue;
+            }
+            client
+                .batch_execute("TRUNCATE workflow_run CASCADE")
+                .await
+                .expect("TRUNCATE");
+            // `depth` rows of this kind, then 1,000 eligible rows newer than all of them.
+            client
+                .batch_execute(&format!(
+                    "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input,
+                                               created_at, status, run_after, outstanding_step)
+                     SELECT gen_random_uuid(), 'w', '{{}}', '{{}}', now() - interval '2 hours' + i * interval '1 us',
+                            {columns}
+                       FROM generate_series(1, {depth}) AS i;
+                     INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
+                     SELECT gen_random_uuid(), 'w', '{{}}', '{{}}' FROM generate_series(1, 1000);"
+                ))
+                .await
+                .expect("generating the rows");
+            client
+                .batch_execute("VACUUM ANALYZE workflow_run")
+                .await
+                .expect("VACUUM");
+            let claim = client.prepare(sql::CLAIM_JOBS).await.expect("PREPARE");
+            let mut samples: Vec<Duration> = Vec::with_capacity(claims);
+            for _ in 0..claims {
+                let tx = client.transaction().await.expect("BEGIN");
+                let started = Instant::now();
+                let claimed = tx
+                    .query(&claim, &[&"bench", &300_000i64, &1i64])
+                    .await
+                    .expect("the claim");
+                samples.push(started.elapsed());
+                assert_eq!(claimed.len(), 1, "a row is always eligible");
+                tx.rollback().await.expect("ROLLBACK");
+            }
+            let p50 = percentile_ms(&mut samples, 50.0);
+            let p99 = percentile_ms(&mut samples, 99.0);
+            let label = format!("{depth} {kind} rows");
+            let base = *first_p50.get_or_insert(p50);
+            let ratio = figure(
+                format!("claim p50 at {label} / at {} eligible", depths[0]),
+                p50 / base,
+                "x",
+            );
+            figures.push(figure(format!("claim p50 at {label}"), p50, "ms"));
+            figures.push(figure(format!("claim p99 at {label}"), p99, "ms"));
+            figures.push(ratio.target(Target::AtMost(2.0)));
+        }
+    }
+    Report {
+        scenario: "claim-depth",
+        params: json!({ "depths": depths, "claims_per_depth": claims }),
+        figures,
+    }
+}

@@ -1,0 +1,93 @@
+//! `submit`: submissions over real HTTP from 32 concurrent clients, one job per call
+//! (`submit-workflow`) and 1,000 per call (`submit-workflows`).
+
+use std::time::Instant;
+
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::JobsNode;
+use serde_json::{Value, json};
+use workflow::testkit::FixtureServer;
+
+use crate::Size;
+use crate::report::{Report, Target, figure};
+use crate::setup::{node_config, tokenize_chain};
+
+const CLIENTS: usize = 32;
+
+pub async fn run(size: Size) -> Report {
+    let (singles, batches, batch) = match size {
+        Size::Tiny => (64, 2, 50),
+        Size::Full => (6_400, 20, 1_000),
+    };
+    let server = FixtureServer::start().await;
+    let workflow = tokenize_chain(&server.target(), 1);
+    let single_rate = submit_rate(&workflow, singles, 1).await;
+    let batched_rate = submit_rate(&workflow, batches * batch, batch).await;
+    Report {
+        scenario: "submit",
+        params: json!({ "clients": CLIENTS, "single_submissions": singles, "batches": batches, "batch_size": batch }),
+        figures: vec![
+            figure("submit-workflow, 32 clients", single_rate, "jobs/s")
+                .target(Target::AtLeast(3_000.0)),
+            figure(
+                format!("submit-workflows, {batch} per call"),
+                batched_rate,
+                "jobs/s",
+            )
+            .target(Target::AtLeast(15_000.0)),
+        ],
+    }
+}
+
+/// `jobs` submissions of `workflow` by 32 clients over HTTP, `per_call` per request
+/// (1: `submit-workflow`; more: `submit-workflows`): jobs/s.
+async fn submit_rate(workflow: &Value, jobs: usize, per_call: usize) -> f64 {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(node_config(&db, "submit", 0)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let address = listener.local_addr().expect("the address");
+    let serving = tokio::spawn(axum::serve(listener, node.router.clone()).into_future());
+    let http = reqwest::Client::new();
+    // Compile the workflow once before the clock starts, as a warm node would have.
+    let warm = json!({ "workflow": workflow, "input": { "text": "warm-up" } });
+    send(&http, address, "submit-workflow", &warm).await;
+
+    let calls = jobs / per_call;
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for client in 0..CLIENTS {
+        let (http, workflow) = (http.clone(), workflow.clone());
+        clients.push(tokio::spawn(async move {
+            for call in (client..calls).step_by(CLIENTS) {
+                let item = |i: usize| json!({ "workflow": workflow, "input": { "text": format!("job {call}/{i}") } });
+                if per_call == 1 {
+                    send(&http, address, "submit-workflow", &item(0)).await;
+                } else {
+                    let items: Vec<Value> = (0..per_call).map(item).collect();
+                    send(&http, address, "submit-workflows", &json!({ "submissions": items })).await;
+                }
+            }
+        }));
+    }
+    for client in clients {
+        client.await.expect("a client");
+    }
+    let rate = (calls * per_call) as f64 / started.elapsed().as_secs_f64();
+    serving.abort();
+    node.stop().await;
+    rate
+}
+
+async fn send(http: &reqwest::Client, address: std::net::SocketAddr, verb: &str, body: &Value) {
+    let response = http
+        .post(format!("http://{address}/v1/actions/{verb}"))
+        .json(body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{verb}: {e}"));
+    let status = response.status();
+    let answer: Value = response.json().await.unwrap_or_default();
+    assert!(status.is_success(), "{verb} answered {status}: {answer}");
+}

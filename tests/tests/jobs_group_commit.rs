@@ -1,0 +1,346 @@
+//! What group commit adds: many claims' writes in one transaction, each still fenced
+//! on its own claim, and a step's checkpoint still durable before the next step runs;
+//! and the lean claim, which answers the snapshot's digest instead of the snapshot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jobs_role::store::{ClaimWrite, ClaimedJob, Settlement, StepCheckpoint, Store};
+use jobs_role::{JobStatus, worker::Worker};
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+use workflow::Runner;
+use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(30);
+const LEASE: Duration = Duration::from_secs(60);
+
+fn tokenized(claimed: &ClaimedJob) -> ClaimWrite {
+    ClaimWrite::checkpoint(
+        &claimed.claim,
+        StepCheckpoint {
+            step: "tokenize".into(),
+            entry: json!({ "name": "tokenize", "skipped": false, "response": { "ids": [1] } }),
+        },
+    )
+}
+
+async fn events_of(store: &Store, job_id: Uuid) -> Vec<String> {
+    store
+        .job_events(job_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| event.event_type)
+        .collect()
+}
+
+async fn row_of(node: &JobsNode, claimed: &ClaimedJob) -> serde_json::Value {
+    node.job(&claimed.claim.job_id.to_string()).await
+}
+
+/// Three queued two-step jobs on a node that runs none, claimed in one batch.
+async fn three_claims(db: &TestDatabase) -> (JobsNode, Vec<ClaimedJob>) {
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    for text in ["a", "b", "c"] {
+        node.submit(&workflow, json!({ "text": text })).await;
+    }
+    let claimed = node.store.claim_jobs("w", LEASE, 10).await.unwrap();
+    assert_eq!(claimed.len(), 3, "one statement claims the whole batch");
+    (node, claimed)
+}
+
+#[tokio::test]
+async fn a_lost_claim_in_a_batched_flush_drops_only_that_jobs_write() {
+    let db = TestDatabase::create().await;
+    let (node, claimed) = three_claims(&db).await;
+    let store = &node.store;
+    let [first, stolen, last] = &claimed[..] else {
+        unreachable!()
+    };
+    // The middle job is given back and claimed by another worker: its first claim is
+    // now stale.
+    store
+        .release_claim(&stolen.claim, Duration::ZERO, 10, "a test")
+        .await
+        .unwrap();
+    let thief = store.claim_next_job("thief", LEASE).await.unwrap().unwrap();
+    assert_eq!(thief.claim.job_id, stolen.claim.job_id);
+
+    let completed = ClaimWrite::settle(
+        &last.claim,
+        Some(StepCheckpoint {
+            step: "embed".into(),
+            entry: json!({ "name": "embed", "skipped": false, "response": { "values": [1.0] } }),
+        }),
+        Settlement::Completed {
+            result: json!({ "values": [1.0] }),
+            verdict: "2 steps, output jobs.test.EmbedResponse".into(),
+        },
+    )
+    .unwrap();
+    let answers = store
+        .commit_claim_writes(&[tokenized(first), tokenized(stolen), completed])
+        .await;
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    assert!(
+        answers[1].as_ref().is_err_and(|e| e.is_lost_claim()),
+        "{:?}",
+        answers[1]
+    );
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+
+    let first_row = row_of(&node, first).await;
+    assert_eq!(first_row["checkpoints"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        events_of(store, first.claim.job_id).await,
+        ["ACCEPTED", "STEP_CHECKPOINT"]
+    );
+
+    let stolen_row = row_of(&node, stolen).await;
+    assert_eq!(stolen_row["status"], "RUNNING");
+    assert_eq!(
+        stolen_row["lease_owner"], "thief",
+        "the new holder keeps it"
+    );
+    assert_eq!(
+        stolen_row["checkpoints"],
+        json!([]),
+        "nothing of the stale write"
+    );
+    assert_eq!(events_of(store, stolen.claim.job_id).await, ["ACCEPTED"]);
+
+    // The final checkpoint and the settlement committed together, in order.
+    let last_row = row_of(&node, last).await;
+    assert_eq!(last_row["status"], "COMPLETED");
+    assert_eq!(last_row["checkpoints"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        events_of(store, last.claim.job_id).await,
+        ["ACCEPTED", "STEP_CHECKPOINT", "COMPLETED"]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_write_in_a_batched_flush_fails_alone() {
+    let db = TestDatabase::create().await;
+    let (node, claimed) = three_claims(&db).await;
+    let store = &node.store;
+    let unstorable = ClaimWrite::checkpoint(
+        &claimed[1].claim,
+        StepCheckpoint {
+            step: "tokenize".into(),
+            entry: json!({ "name": "tokenize", "skipped": false, "response": { "text": "a\u{0}b" } }),
+        },
+    );
+    let answers = store
+        .commit_claim_writes(&[tokenized(&claimed[0]), unstorable, tokenized(&claimed[2])])
+        .await;
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    assert!(
+        answers[1].as_ref().is_err_and(|e| e.is_data_error()),
+        "{:?}",
+        answers[1]
+    );
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+    for (index, expected) in [(0, 1), (1, 0), (2, 1)] {
+        let row = node.job(&claimed[index].claim.job_id.to_string()).await;
+        assert_eq!(
+            row["checkpoints"].as_array().unwrap().len(),
+            expected,
+            "job {index}: {row}"
+        );
+    }
+    assert_eq!(
+        events_of(store, claimed[1].claim.job_id).await,
+        ["ACCEPTED"],
+        "no event for the refused write"
+    );
+}
+
+#[tokio::test]
+async fn a_crash_between_a_steps_call_and_its_batched_flush_reruns_only_that_step() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(500)),
+        ..Default::default()
+    })
+    .await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let job_id = idle
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "x" }))
+        .await;
+    let store = idle.store.clone();
+    let mut config = test_config(&db.url, "crashy", 4);
+    config.lease_ms = 1500;
+    let worker = |config: &jobs_role::JobsConfig| {
+        Worker::new(
+            store.clone(),
+            Arc::new(Runner::new()),
+            config.clone(),
+            Arc::new(Notify::new()),
+            Arc::default(),
+        )
+    };
+
+    // The worker claims and calls tokenize; meanwhile the test locks the row, so the
+    // flush that carries tokenize's checkpoint waits on the lock.
+    let crashy = tokio::spawn(worker(&config).run(CancellationToken::new()));
+    idle.wait_for_status(&job_id, "RUNNING", WAIT).await;
+    let mut blocker = db.connect().await;
+    let lock = blocker.transaction().await.unwrap();
+    lock.execute(
+        "SELECT 1 FROM workflow_run WHERE job_id = $1 FOR UPDATE",
+        &[&Uuid::parse_str(&job_id).unwrap()],
+    )
+    .await
+    .unwrap();
+    eventually("tokenize to be called", WAIT, || async {
+        server.stats.tokenize_calls() == 1
+    })
+    .await;
+    let watcher = db.connect().await;
+    let waiting_on_the_lock = || async {
+        watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'
+                    AND query LIKE '%checkpoints = checkpoints ||%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    eventually(
+        "the checkpoint's flush to wait on the lock",
+        WAIT,
+        || async { waiting_on_the_lock().await == 1 },
+    )
+    .await;
+
+    // The node dies with the flush in flight; its transaction never commits.
+    crashy.abort();
+    let _ = crashy.await;
+    lock.rollback().await.unwrap();
+    eventually("the dead node's statement to end", WAIT, || async {
+        waiting_on_the_lock().await == 0
+    })
+    .await;
+    let job = idle.job(&job_id).await;
+    assert_eq!(
+        job["checkpoints"],
+        json!([]),
+        "the flush never committed: {job}"
+    );
+
+    // Once the lease passes, another node resumes: tokenize runs again, embed once.
+    let shutdown = CancellationToken::new();
+    let sweeper = tokio::spawn(jobs_role::worker::sweep_loop(
+        store.clone(),
+        Duration::from_millis(50),
+        shutdown.clone(),
+    ));
+    let mut survivor = config.clone();
+    survivor.worker_id = "survivor".into();
+    let resumed = tokio::spawn(worker(&survivor).run(shutdown.clone()));
+    let job = idle.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(
+        server.stats.tokenize_calls(),
+        2,
+        "only the unflushed step re-ran"
+    );
+    assert_eq!(server.stats.embed_calls(), 1);
+    assert_eq!(job["checkpoints"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        events_of(&store, Uuid::parse_str(&job_id).unwrap()).await,
+        [
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ]
+    );
+    shutdown.cancel();
+    sweeper.await.unwrap();
+    resumed.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_busy_node_commits_many_jobs_per_flush_and_every_job_completes_in_order() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let quiet = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    protomolt_e2e::jobs::queue_jobs(&quiet.store, &two_step_workflow(&server.target()), 200).await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 32)).await;
+    node.wait_for_count(JobStatus::Completed, 200, WAIT).await;
+    let client = db.connect().await;
+    // Every job's events are in commit order: accepted, two checkpoints, completed.
+    let rows = client
+        .query(
+            "SELECT job_id, string_agg(event_type, ',' ORDER BY seq)
+               FROM workflow_run_events_outbox GROUP BY job_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 200);
+    for row in rows {
+        let order: String = row.get(1);
+        assert_eq!(order, "ACCEPTED,STEP_CHECKPOINT,STEP_CHECKPOINT,COMPLETED");
+    }
+    assert_eq!(server.stats.tokenize_calls(), 200);
+    assert_eq!(server.stats.embed_calls(), 200);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let quiet = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let workflow = two_step_workflow(&server.target());
+    let submitted = quiet.submit(&workflow, json!({ "text": "new" })).await;
+    // A row as a node before the digest column wrote it.
+    let client = db.connect().await;
+    client
+        .execute(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
+             VALUES (gen_random_uuid(), 'embed-text', $1, '{\"text\": \"old\"}')",
+            &[&workflow],
+        )
+        .await
+        .unwrap();
+    let digest_of_the_snapshot =
+        "encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex')";
+    let stored: String = client
+        .query_one(
+            &format!("SELECT definition_digest = {digest_of_the_snapshot} FROM workflow_run WHERE job_id = $1::text::uuid"),
+            &[&submitted],
+        )
+        .await
+        .map(|row| row.get::<_, bool>(0).to_string())
+        .unwrap();
+    assert_eq!(stored, "true", "the insert stores the snapshot's digest");
+
+    let claimed = quiet.store.claim_jobs("w", LEASE, 10).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(
+        claimed[0].definition_digest, claimed[1].definition_digest,
+        "the same snapshot has the same digest, stored or computed on the fly"
+    );
+    for job in &claimed {
+        quiet
+            .store
+            .release_claim(&job.claim, Duration::ZERO, 10, "a test")
+            .await
+            .unwrap();
+    }
+    let node = JobsNode::start(test_config(&db.url, "busy", 4)).await;
+    node.wait_for_count(JobStatus::Completed, 2, WAIT).await;
+    node.stop().await;
+}

@@ -1,0 +1,158 @@
+//! `submit-workflows`: many submissions in one call and one transaction, each
+//! answered on its own, exactly the good ones written.
+
+use std::time::Duration;
+
+use jobs_role::JobStatus;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use serde_json::{Value, json};
+use workflow::testkit::{FixtureServer, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn count(db: &TestDatabase, table: &str) -> i64 {
+    db.connect()
+        .await
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn error_message(answer: &Value) -> &str {
+    answer["error"]["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_mix_of_good_duplicate_conflicting_and_invalid_items_is_answered_item_by_item() {
+    let db = TestDatabase::create().await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let existing = uuid::Uuid::now_v7().to_string();
+    node.ok(
+        "submit-workflow",
+        json!({ "workflow": workflow, "input": { "text": "a" }, "jobId": existing }),
+    )
+    .await;
+    let fresh = uuid::Uuid::now_v7().to_string();
+
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({
+                "workflow": workflow,
+                "submissions": [
+                    { "input": { "text": "b" }, "jobId": fresh },
+                    { "input": { "text": "a" }, "jobId": existing },
+                    { "input": { "text": "changed" }, "jobId": existing },
+                    { "input": { "text": 5, "nope": true } },
+                    { "input": { "text": "c" }, "jobId": "not-a-uuid" },
+                    { "workflowName": "missing", "input": {} },
+                    { "input": { "text": "nul \u{0} here" } },
+                    { "input": { "text": "b" }, "jobId": fresh },
+                    { "input": { "text": "d" }, "maxAttempts": 7 },
+                    { "input": { "text": "e" }, "maxAttempts": 1000 },
+                ],
+            }),
+        )
+        .await;
+    let answers = answer["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), 10, "{answer}");
+    for (index, item) in answers.iter().enumerate() {
+        assert_eq!(item["index"], index, "{item}");
+    }
+    // New, then seen before (a client's retry), twice.
+    assert_eq!(answers[0]["ok"], true, "{}", answers[0]);
+    assert_eq!(answers[0]["jobId"], fresh.as_str());
+    assert_eq!(answers[0]["created"], true);
+    assert_eq!(answers[0]["status"], "QUEUED");
+    assert_eq!(answers[1]["ok"], true, "{}", answers[1]);
+    assert_eq!(answers[1]["created"], false);
+    assert_eq!(answers[7]["ok"], true, "{}", answers[7]);
+    assert_eq!(
+        answers[7]["created"], false,
+        "the same job twice in one call"
+    );
+    assert_eq!(answers[8]["ok"], true, "{}", answers[8]);
+    assert_eq!(answers[8]["created"], true);
+    // Each refusal names its item and field, as submit-workflow would.
+    for (index, field) in [
+        (2, "jobId"),
+        (3, "input"),
+        (4, "jobId"),
+        (5, "workflowName"),
+        (6, "input.text"),
+        (9, "maxAttempts"),
+    ] {
+        let item = &answers[index];
+        assert_eq!(item["ok"], false, "{item}");
+        assert_eq!(item["error"]["code"], "invalid_argument", "{item}");
+        assert!(
+            error_message(item).starts_with(&format!("submissions[{index}].{field}")),
+            "{item}"
+        );
+    }
+    assert!(error_message(&answers[2]).contains("already exists"));
+    assert_eq!(answer["created"], 2);
+    assert_eq!(answer["refused"], 6);
+
+    // Exactly the good ones are written: the earlier job and the two new ones, each
+    // with its one ACCEPTED event.
+    assert_eq!(count(&db, "workflow_run").await, 3);
+    assert_eq!(count(&db, "workflow_run_events_outbox").await, 3);
+    let minted = answers[8]["jobId"].as_str().unwrap();
+    assert_eq!(node.job(minted).await["max_attempts"], 7);
+    assert_eq!(node.job(&existing).await["input"], json!({ "text": "a" }));
+}
+
+#[tokio::test]
+async fn an_empty_an_oversized_or_an_ambiguous_call_is_refused_whole_and_writes_nothing() {
+    let db = TestDatabase::create().await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let item = json!({ "input": { "text": "x" } });
+    for body in [
+        json!({ "workflow": workflow, "submissions": [] }),
+        json!({ "workflow": workflow, "submissions": vec![item.clone(); 1001] }),
+        json!({ "workflow": workflow, "workflowName": "also", "submissions": [item] }),
+        json!({ "workflow": workflow, "submissions": "many" }),
+    ] {
+        let (status, answer) = node.call("submit-workflows", body).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["code"], "invalid_argument", "{answer}");
+    }
+    assert_eq!(count(&db, "workflow_run").await, 0);
+    // Without a definition anywhere, every item says so; nothing is written.
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({ "submissions": [{ "input": {} }] }),
+        )
+        .await;
+    assert!(
+        error_message(&answer["answers"][0]).starts_with("submissions[0].workflow: no definition"),
+        "{answer}"
+    );
+    assert_eq!(count(&db, "workflow_run").await, 0);
+}
+
+#[tokio::test]
+async fn jobs_submitted_in_a_batch_run_to_completion() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 8)).await;
+    let items: Vec<Value> = (0..50)
+        .map(|i| json!({ "input": { "text": format!("job {i}") } }))
+        .collect();
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({ "workflow": two_step_workflow(&server.target()), "submissions": items }),
+        )
+        .await;
+    assert_eq!(answer["created"], 50, "{answer}");
+    node.wait_for_count(JobStatus::Completed, 50, WAIT).await;
+    assert_eq!(server.stats.tokenize_calls(), 50);
+    node.stop().await;
+}
