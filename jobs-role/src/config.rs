@@ -90,7 +90,7 @@ impl Default for JobsConfig {
             schema_registry_url: None,
             kafka_options: BTreeMap::new(),
             consumer_group: "protomolt-jobs-worker".into(),
-            relay_batch_size: 100,
+            relay_batch_size: 500,
             relay_poll_interval_ms: 500,
             relay_max_attempts: 10,
             relay_backoff_base_ms: 500,

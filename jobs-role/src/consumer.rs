@@ -304,7 +304,7 @@ impl RequestHandler {
             } else {
                 UNNAMED_WORKFLOW.to_owned()
             },
-            definition,
+            definition: std::sync::Arc::new(definition),
             input,
             max_attempts: 1,
             by_name: true,

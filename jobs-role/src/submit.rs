@@ -26,8 +26,8 @@ const PREPARING_AT_ONCE: usize = 8;
 /// Where the definition comes from: exactly one source.
 #[derive(Debug, Clone)]
 pub enum DefinitionSource {
-    /// An inline envelope.
-    Inline(Value),
+    /// An inline envelope (shared: a batch's items may name the same one).
+    Inline(Arc<Value>),
     /// A stored workflow's name.
     Stored(String),
 }
@@ -76,6 +76,26 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
+/// An envelope's compiled workflow, or why it has none.
+type Compiled = Result<Arc<CompiledWorkflow>, Uncompiled>;
+
+/// Why an envelope was not compiled: kept per envelope by `submit_many`, so a batch
+/// sharing a broken one answers every item without compiling it again.
+#[derive(Debug, Clone)]
+enum Uncompiled {
+    Findings(Findings),
+    Unstorable(String),
+}
+
+impl From<Uncompiled> for SubmitError {
+    fn from(refused: Uncompiled) -> Self {
+        match refused {
+            Uncompiled::Findings(findings) => SubmitError::Findings(findings),
+            Uncompiled::Unstorable(path) => SubmitError::Unstorable(path),
+        }
+    }
+}
+
 /// Turns submissions into job rows.
 #[derive(Clone)]
 pub struct Submitter {
@@ -120,13 +140,58 @@ impl Submitter {
     /// cache, for a workflow seen before) and validated on its own, then every good
     /// one is inserted together. Each answer is what [`Submitter::submit`] would have
     /// answered for it alone; one refused submission never sinks the others.
+    ///
+    /// Memory stays proportional to the call, not to its items: a definition the
+    /// items share (the call's own, one stored name) is resolved, checked and compiled
+    /// once and shared by reference, never copied per item.
     pub async fn submit_many(
         &self,
         submissions: Vec<Submission>,
     ) -> Vec<Result<Submitted, SubmitError>> {
-        // Preparing checks the input's rules off the async threads: a few at a time.
-        let prepared: Vec<Result<NewJob, SubmitError>> = futures_util::stream::iter(submissions)
-            .map(|submission| async move { self.prepare(submission).await.map(|(job, _)| job) })
+        let mut stored: Vec<(String, Arc<Value>)> = Vec::new();
+        let mut compiled: Vec<(Arc<Value>, Compiled)> = Vec::new();
+        let mut resolved = Vec::with_capacity(submissions.len());
+        for submission in submissions {
+            let source = match &submission.source {
+                DefinitionSource::Stored(name) => {
+                    match stored.iter().find(|(known, _)| known == name) {
+                        Some((_, envelope)) => Ok((envelope.clone(), true)),
+                        None => self
+                            .resolve(submission.source.clone())
+                            .inspect(|(envelope, _)| {
+                                stored.push((name.clone(), envelope.clone()));
+                            }),
+                    }
+                }
+                DefinitionSource::Inline(_) => self.resolve(submission.source.clone()),
+            };
+            let compiled_for = match source {
+                Ok((envelope, by_name)) => {
+                    let known = compiled
+                        .iter()
+                        .find(|(seen, _)| Arc::ptr_eq(seen, &envelope))
+                        .map(|(_, done)| done.clone());
+                    let done = match known {
+                        Some(done) => done,
+                        None => {
+                            let done = self.compile(&envelope).await;
+                            compiled.push((envelope.clone(), done.clone()));
+                            done
+                        }
+                    };
+                    done.map(|workflow| (envelope, by_name, workflow))
+                        .map_err(SubmitError::from)
+                }
+                Err(e) => Err(e),
+            };
+            resolved.push((submission, compiled_for));
+        }
+        // Checking each input runs its rules off the async threads: a few at a time.
+        let prepared: Vec<Result<NewJob, SubmitError>> = futures_util::stream::iter(resolved)
+            .map(|(submission, compiled_for)| async move {
+                let (envelope, by_name, workflow) = compiled_for?;
+                self.job_for(submission, envelope, by_name, &workflow).await
+            })
             .buffered(PREPARING_AT_ONCE)
             .collect()
             .await;
@@ -158,20 +223,47 @@ impl Submitter {
         &self,
         submission: Submission,
     ) -> Result<(NewJob, Arc<CompiledWorkflow>), SubmitError> {
-        let by_name = matches!(submission.source, DefinitionSource::Stored(_));
-        let envelope = match submission.source {
-            DefinitionSource::Inline(envelope) => envelope,
+        let (envelope, by_name) = self.resolve(submission.source.clone())?;
+        let compiled = self.compile(&envelope).await.map_err(SubmitError::from)?;
+        let job = self
+            .job_for(submission, envelope, by_name, &compiled)
+            .await?;
+        Ok((job, compiled))
+    }
+
+    /// The envelope of a definition source, and whether it was named (a stored one).
+    fn resolve(&self, source: DefinitionSource) -> Result<(Arc<Value>, bool), SubmitError> {
+        match source {
+            DefinitionSource::Inline(envelope) => Ok((envelope, false)),
             DefinitionSource::Stored(name) => {
-                self.workflows
+                let stored = self
+                    .workflows
                     .resolve(&name)
-                    .ok_or(SubmitError::UnknownWorkflow(name))?
-                    .envelope
+                    .ok_or(SubmitError::UnknownWorkflow(name))?;
+                Ok((Arc::new(stored.envelope), true))
             }
-        };
-        if let Some(path) = nul_path(&envelope, "workflow") {
-            return Err(SubmitError::Unstorable(path));
         }
-        let compiled = self.compiled.get_or_compile_off_thread(&envelope).await?;
+    }
+
+    /// The compiled workflow of a storable envelope.
+    async fn compile(&self, envelope: &Value) -> Result<Arc<CompiledWorkflow>, Uncompiled> {
+        if let Some(path) = nul_path(envelope, "workflow") {
+            return Err(Uncompiled::Unstorable(path));
+        }
+        self.compiled
+            .get_or_compile_off_thread(envelope)
+            .await
+            .map_err(Uncompiled::Findings)
+    }
+
+    /// The row a submission of `envelope` writes, once its input is checked.
+    async fn job_for(
+        &self,
+        submission: Submission,
+        envelope: Arc<Value>,
+        by_name: bool,
+        compiled: &CompiledWorkflow,
+    ) -> Result<NewJob, SubmitError> {
         // The input type's rules are the workflow author's CEL: checked off the async
         // threads, within a time limit.
         let input = compiled
@@ -185,7 +277,7 @@ impl Submitter {
             type_name: e.type_name.clone(),
             reason: e.reason,
         })?;
-        let job = NewJob {
+        Ok(NewJob {
             job_id: submission.job_id.unwrap_or_else(Uuid::now_v7),
             workflow_name: compiled.name.clone(),
             definition: envelope,
@@ -195,8 +287,7 @@ impl Submitter {
                 .max_attempts
                 .filter(|n| *n > 0)
                 .unwrap_or(self.max_attempts_default),
-        };
-        Ok((job, compiled))
+        })
     }
 
     /// The envelope stored under `name`, if any.

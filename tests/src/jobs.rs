@@ -145,7 +145,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
         let job = jobs_role::store::NewJob {
             job_id: uuid::Uuid::now_v7(),
             workflow_name: workflow["name"].as_str().unwrap_or("workflow").to_owned(),
-            definition: workflow.clone(),
+            definition: std::sync::Arc::new(workflow.clone()),
             input: serde_json::json!({ "text": format!("job {i}") }),
             max_attempts: 3,
             by_name: false,

@@ -114,7 +114,7 @@ pub async fn hand_driven_lanes_node(
     let job = NewJob {
         job_id: uuid::Uuid::now_v7(),
         workflow_name: "w".into(),
-        definition: serde_json::json!({}),
+        definition: std::sync::Arc::new(serde_json::json!({})),
         input: serde_json::json!({}),
         max_attempts: 3,
         by_name: false,

@@ -305,12 +305,15 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
     let quiet = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
     let workflow = two_step_workflow(&server.target());
     let submitted = quiet.submit(&workflow, json!({ "text": "new" })).await;
-    // A row as a node before the digest column wrote it.
+    // A row as a node before the digest column wrote it (none).
     let client = db.connect().await;
     client
         .execute(
-            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
-             VALUES (gen_random_uuid(), 'embed-text', $1, '{\"text\": \"old\"}')",
+            "WITH old AS (
+                 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
+                 VALUES (gen_random_uuid(), 'embed-text', $1, '{\"text\": \"old\"}')
+                 RETURNING job_id)
+             UPDATE workflow_run SET definition_digest = NULL FROM old WHERE workflow_run.job_id = old.job_id",
             &[&workflow],
         )
         .await
@@ -342,5 +345,65 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
     }
     let node = JobsNode::start(test_config(&db.url, "busy", 4)).await;
     node.wait_for_count(JobStatus::Completed, 2, WAIT).await;
+
+    // A snapshot changed in place (an operator's repair) gets its own digest, so a
+    // node that compiled the old one never runs it for this job.
+    let repaired = quiet.submit(&workflow, json!({ "text": "repaired" })).await;
+    let digest_matches = format!(
+        "SELECT definition_digest = {digest_of_the_snapshot} FROM workflow_run WHERE job_id = $1::text::uuid"
+    );
+    client
+        .execute(
+            "UPDATE workflow_run SET workflow_definition = jsonb_set(workflow_definition, '{name}', '\"renamed\"')
+              WHERE job_id = $1::text::uuid",
+            &[&repaired],
+        )
+        .await
+        .unwrap();
+    let fresh: bool = client
+        .query_one(&digest_matches, &[&repaired])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(fresh, "the digest follows the snapshot");
     node.stop().await;
+}
+
+#[tokio::test]
+async fn a_write_stuck_on_a_row_lock_fails_alone_and_the_rest_of_its_batch_commits() {
+    let db = TestDatabase::create().await;
+    let (node, claimed) = three_claims(&db).await;
+    // An operator's transaction holds the second job's row.
+    let mut operator = db.connect().await;
+    let lock = operator.transaction().await.unwrap();
+    lock.execute(
+        "SELECT 1 FROM workflow_run WHERE job_id = $1 FOR UPDATE",
+        &[&claimed[1].claim.job_id],
+    )
+    .await
+    .unwrap();
+    let answers = node
+        .store
+        .commit_claim_writes(&[
+            tokenized(&claimed[0]),
+            tokenized(&claimed[1]),
+            tokenized(&claimed[2]),
+        ])
+        .await;
+    lock.rollback().await.unwrap();
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    assert!(answers[2].is_ok(), "{:?}", answers[2]);
+    let stuck = answers[1].as_ref().expect_err("the locked row's write");
+    assert!(
+        !stuck.is_lost_claim() && !stuck.is_data_error(),
+        "a failure that may pass: {stuck}"
+    );
+    for (index, expected) in [(0, 1), (1, 0), (2, 1)] {
+        let row = row_of(&node, &claimed[index]).await;
+        assert_eq!(
+            row["checkpoints"].as_array().unwrap().len(),
+            expected,
+            "job {index}"
+        );
+    }
 }

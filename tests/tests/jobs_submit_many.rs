@@ -156,3 +156,33 @@ async fn jobs_submitted_in_a_batch_run_to_completion() {
     assert_eq!(server.stats.tokenize_calls(), 50);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn batches_holding_the_same_ids_in_opposite_orders_never_deadlock() {
+    let db = TestDatabase::create().await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let ids: Vec<String> = (0..40).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    let batch = |ids: Vec<&String>| {
+        let items: Vec<Value> = ids
+            .into_iter()
+            .map(|id| json!({ "input": { "text": id }, "jobId": id }))
+            .collect();
+        json!({ "workflow": workflow, "submissions": items })
+    };
+    let forward = batch(ids.iter().collect());
+    let backward = batch(ids.iter().rev().collect());
+    let (a, b) = tokio::join!(
+        node.ok("submit-workflows", forward),
+        node.ok("submit-workflows", backward)
+    );
+    for answer in [&a, &b] {
+        assert_eq!(answer["refused"], 0, "{answer}");
+    }
+    assert_eq!(
+        a["created"].as_i64().unwrap() + b["created"].as_i64().unwrap(),
+        40,
+        "each job created once, seen once"
+    );
+    assert_eq!(count(&db, "workflow_run").await, 40);
+}

@@ -106,7 +106,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
     let job = NewJob {
         job_id: uuid::Uuid::now_v7(),
         workflow_name: "big".into(),
-        definition: json!({}),
+        definition: std::sync::Arc::new(json!({})),
         input: json!({}),
         max_attempts: 1,
         by_name: false,

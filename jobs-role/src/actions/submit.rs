@@ -15,7 +15,7 @@ use crate::submit::{DefinitionSource, Submission, SubmitError};
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
     let source = match request.get("workflow") {
-        Some(inline) => DefinitionSource::Inline(inline.clone()),
+        Some(inline) => DefinitionSource::Inline(Arc::new(inline.clone())),
         None => DefinitionSource::Stored(request.str("workflowName").to_owned()),
     };
     let job_id = match request.str("jobId") {

@@ -30,7 +30,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
                 "give at most one shared definition source: an inline workflow, or a stored workflowName",
             ));
         }
-        (Some(inline), _) => Some(DefinitionSource::Inline(inline.clone())),
+        (Some(inline), _) => Some(DefinitionSource::Inline(Arc::new(inline.clone()))),
         (None, "") => None,
         (None, name) => Some(DefinitionSource::Stored(name.to_owned())),
     };
@@ -91,7 +91,7 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
                 "workflow: give exactly one definition source: an inline workflow, or a stored workflowName",
             ));
         }
-        (Some(inline), _) => DefinitionSource::Inline(inline.clone()),
+        (Some(inline), _) => DefinitionSource::Inline(Arc::new(inline.clone())),
         (None, "") => shared.cloned().ok_or_else(|| {
             ActionError::invalid(
                 "workflow: no definition: give the item a workflow or workflowName, or give the call one",

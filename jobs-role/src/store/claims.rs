@@ -91,11 +91,15 @@ impl Store {
             .collect())
     }
 
-    /// The workflow snapshot of a job (`None` when the row is gone).
-    pub async fn job_definition(&self, job_id: Uuid) -> Result<Option<Value>, StoreError> {
+    /// The workflow snapshot of a job with its digest, read from one row version
+    /// (`None` when the row is gone).
+    pub async fn job_definition(
+        &self,
+        job_id: Uuid,
+    ) -> Result<Option<(Value, String)>, StoreError> {
         let client = self.pool.get().await?;
         let row = client.query_opt(sql::JOB_DEFINITION, &[&job_id]).await?;
-        Ok(row.map(|row| row.get(0)))
+        Ok(row.map(|row| (row.get("workflow_definition"), row.get("definition_digest"))))
     }
 
     /// Claims the one job eligible the longest, or `None` when nothing is claimable.

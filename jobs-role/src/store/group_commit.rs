@@ -127,31 +127,64 @@ impl Store {
     /// Commits the writes of many claims in one transaction and answers each: `Ok`,
     /// [`StoreError::LostClaim`] (dropped from the batch, nothing of it written), or the
     /// error that kept it from committing. The answers are in the order of `writes`.
+    ///
+    /// A value PostgreSQL refuses fails its own write only: the batch is rolled back,
+    /// that write answered with the refusal, and the rest committed again without it
+    /// (the first statement to fail names its write; the ones after it only say the
+    /// transaction was aborted). Any other failure before `COMMIT` (a deadlock, a lock
+    /// timeout, a lost connection) has each write tried alone.
     pub async fn commit_claim_writes(&self, writes: &[ClaimWrite]) -> Vec<Result<(), StoreError>> {
-        match self.try_commit(writes).await {
-            Ok(answers) => answers,
-            Err(BatchFailure::Rolledback(refused)) if writes.len() > 1 => {
-                tracing::debug!(writes = writes.len(), error = %refused, "a batched write failed; committing each write alone");
-                let mut answers = Vec::with_capacity(writes.len());
-                for write in writes {
-                    answers.push(match self.try_commit(std::slice::from_ref(write)).await {
-                        Ok(mut answer) => answer.pop().unwrap_or_else(|| {
-                            Err(StoreError::GroupCommit("the write got no answer".into()))
-                        }),
-                        Err(BatchFailure::Rolledback(e) | BatchFailure::Whole(e)) => Err(e),
-                    });
+        let mut answers: Vec<Option<Result<(), StoreError>>> =
+            (0..writes.len()).map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..writes.len()).collect();
+        while !pending.is_empty() {
+            let batch: Vec<&ClaimWrite> = pending.iter().map(|&i| &writes[i]).collect();
+            match self.try_commit(&batch).await {
+                Ok(committed) => {
+                    for (&i, answer) in pending.iter().zip(committed) {
+                        answers[i] = Some(answer);
+                    }
+                    break;
                 }
-                answers
+                Err(BatchFailure::Refused { at, error }) if error.is_data_error() => {
+                    let refused = pending.remove(at);
+                    answers[refused] = Some(Err(error));
+                }
+                Err(failure) if pending.len() > 1 => {
+                    tracing::debug!(writes = pending.len(), error = %failure.error(), "a batched write failed; committing each write alone");
+                    for &i in &pending {
+                        answers[i] = Some(match self.try_commit(&[&writes[i]]).await {
+                            Ok(mut answer) => answer.pop().unwrap_or_else(|| {
+                                Err(StoreError::GroupCommit("the write got no answer".into()))
+                            }),
+                            Err(failure) => Err(failure.into_error()),
+                        });
+                    }
+                    break;
+                }
+                Err(failure) => {
+                    for (&i, answer) in pending.iter().zip(failure.answers(pending.len())) {
+                        answers[i] = Some(answer);
+                    }
+                    break;
+                }
             }
-            Err(failure) => failure.answers(writes.len()),
         }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    Err(StoreError::GroupCommit("the write got no answer".into()))
+                })
+            })
+            .collect()
     }
 
     async fn try_commit(
         &self,
-        writes: &[ClaimWrite],
+        writes: &[&ClaimWrite],
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
-        let plans: Vec<Vec<Part<'_>>> = writes.iter().map(parts).collect();
+        let plans: Vec<Vec<Part<'_>>> = writes.iter().map(|write| parts(write)).collect();
         let mut client = self
             .pool
             .get()
@@ -161,10 +194,13 @@ impl Store {
             .transaction()
             .await
             .map_err(|e| BatchFailure::Whole(e.into()))?;
-        let answers = self
-            .run_batch(&tx, writes, &plans)
+        // A write blocked on a row lock (an operator's open transaction) must not hold
+        // the node's every other write for ever: it fails the batch, which then commits
+        // each write alone.
+        tx.batch_execute(sql::BATCH_LOCK_TIMEOUT)
             .await
-            .map_err(BatchFailure::Rolledback)?;
+            .map_err(|e| BatchFailure::Rolledback(e.into()))?;
+        let answers = self.run_batch(&tx, writes, &plans).await?;
         tx.commit()
             .await
             .map_err(|e| BatchFailure::Whole(e.into()))?;
@@ -177,9 +213,9 @@ impl Store {
     async fn run_batch(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
-        writes: &[ClaimWrite],
+        writes: &[&ClaimWrite],
         plans: &[Vec<Part<'_>>],
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         // Prepared once per connection (the pool keeps them), so each statement is one
         // round trip, not a parse and an execute.
         let mut prepared: Vec<(&'static str, Statement)> = Vec::new();
@@ -202,8 +238,9 @@ impl Store {
         };
         let insert_event = statement(sql::INSERT_EVENT)?;
 
-        let matched = try_join_all(writes.iter().zip(plans).map(|(write, plan)| async {
+        let matched = try_join_all(writes.iter().zip(plans).enumerate().map(|(at, (write, plan))| async move {
             let claim = &write.claim;
+            let written = async {
             for (index, part) in plan.iter().enumerate() {
                 let mut params: Vec<&(dyn ToSql + Sync)> =
                     vec![&claim.job_id, &claim.owner, &claim.token];
@@ -238,6 +275,9 @@ impl Store {
                 .await?;
             }
             Ok::<bool, StoreError>(true)
+            };
+            // The write whose statement failed first is the one PostgreSQL refused.
+            written.await.map_err(|error| BatchFailure::Refused { at, error })
         }))
         .await?;
 

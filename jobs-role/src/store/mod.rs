@@ -172,6 +172,17 @@ pub fn printable(text: &str) -> String {
 }
 
 impl StoreError {
+    /// The refusal PostgreSQL would answer for a NUL at `path` (SQLSTATE 22P05), said
+    /// before anything is sent.
+    pub fn unstorable(path: &str) -> StoreError {
+        StoreError::Data {
+            sqlstate: "22P05".into(),
+            message: format!(
+                "{path}: holds a NUL character (\\u0000), which PostgreSQL cannot store"
+            ),
+        }
+    }
+
     /// True when the claim was lost (another worker resumed the job).
     pub fn is_lost_claim(&self) -> bool {
         matches!(self, StoreError::LostClaim { .. })
@@ -249,15 +260,51 @@ impl Store {
 enum BatchFailure {
     /// Before `COMMIT`: nothing landed; the items may be tried one by one.
     Rolledback(StoreError),
+    /// Before `COMMIT`, at the statement of item `at`, which failed first (the items
+    /// after it only say the transaction was aborted): nothing landed.
+    Refused {
+        /// The item's position in the batch.
+        at: usize,
+        /// What PostgreSQL said.
+        error: StoreError,
+    },
     /// At `COMMIT` (or before any statement ran, with no connection): not splittable.
     Whole(StoreError),
 }
 
+impl From<StoreError> for BatchFailure {
+    fn from(error: StoreError) -> Self {
+        BatchFailure::Rolledback(error)
+    }
+}
+
+impl From<tokio_postgres::Error> for BatchFailure {
+    fn from(error: tokio_postgres::Error) -> Self {
+        BatchFailure::Rolledback(error.into())
+    }
+}
+
 impl BatchFailure {
+    /// What went wrong.
+    fn error(&self) -> &StoreError {
+        match self {
+            BatchFailure::Rolledback(e) | BatchFailure::Whole(e) => e,
+            BatchFailure::Refused { error, .. } => error,
+        }
+    }
+
+    /// What went wrong, owned.
+    fn into_error(self) -> StoreError {
+        match self {
+            BatchFailure::Rolledback(e) | BatchFailure::Whole(e) => e,
+            BatchFailure::Refused { error, .. } => error,
+        }
+    }
+
     /// The answers of a batch that did not commit, when its items are not retried one
     /// by one: a lone item keeps its own error; many share a [`StoreError::GroupCommit`].
     fn answers<T>(self, items: usize) -> Vec<Result<T, StoreError>> {
-        let (BatchFailure::Rolledback(e) | BatchFailure::Whole(e)) = self;
+        let e = self.into_error();
         if items == 1 {
             return vec![Err(e)];
         }

@@ -26,29 +26,13 @@ pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 /// Wakes the idle worker when the transaction commits. `$1` job id (text).
 pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
 
-/// The digest of a workflow snapshot (`$1`), as the worker's compiled-workflow cache
-/// knows it: the SHA-256 of its jsonb text, in hex. Always computed by PostgreSQL, so
-/// equal snapshots have equal digests whoever wrote them.
-macro_rules! definition_digest {
-    ($definition:literal) => {
-        concat!(
-            "encode(sha256(convert_to((",
-            $definition,
-            ")::jsonb::text, 'UTF8')), 'hex')"
-        )
-    };
-}
-
-/// Inserts a job unless its id exists, with its snapshot's digest. `$1` job id, `$2`
-/// workflow name, `$3` definition, `$4` input, `$5` max attempts.
-pub const INSERT_JOB: &str = concat!(
-    "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest)
-VALUES ($1, $2, $3, $4, $5, ",
-    definition_digest!("$3"),
-    ")
+/// Inserts a job unless its id exists (a trigger stores its snapshot's digest). `$1`
+/// job id, `$2` workflow name, `$3` definition, `$4` input, `$5` max attempts.
+pub const INSERT_JOB: &str = "\
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts)
+VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (job_id) DO NOTHING
-RETURNING status"
-);
+RETURNING status";
 
 /// Inserts a job that failed before it could run (for example a broker-native request
 /// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
@@ -107,9 +91,18 @@ RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
               AS definition_digest";
 
-/// A job's workflow snapshot, for a worker whose cache does not know its digest.
-/// `$1` job id.
-pub const JOB_DEFINITION: &str = "SELECT workflow_definition FROM workflow_run WHERE job_id = $1";
+/// A job's workflow snapshot and its digest, from one row version, for a worker whose
+/// cache does not know the digest. `$1` job id.
+pub const JOB_DEFINITION: &str = "\
+SELECT workflow_definition,
+       COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
+           AS definition_digest
+  FROM workflow_run WHERE job_id = $1";
+
+/// Opens a group commit: a write waiting longer than this on a row lock (an operator's
+/// open transaction on one job) fails the batch, which then commits each write alone,
+/// instead of holding every job of the node.
+pub const BATCH_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
 /// The fence every post-claim write ends with.
 macro_rules! fenced {

@@ -1,6 +1,8 @@
 //! Submissions: a job row with its ACCEPTED event, or a job FAILED from the start;
 //! a resubmission of the same job is recognised on the inserting transaction.
 
+use futures_util::{StreamExt, TryStreamExt};
+
 use super::*;
 
 /// A job to insert.
@@ -10,8 +12,8 @@ pub struct NewJob {
     pub job_id: Uuid,
     /// The workflow's name.
     pub workflow_name: String,
-    /// The envelope snapshot.
-    pub definition: Value,
+    /// The envelope snapshot (shared: the jobs of one batch may share one).
+    pub definition: std::sync::Arc<Value>,
     /// The input snapshot.
     pub input: Value,
     /// Attempts allowed.
@@ -83,7 +85,7 @@ impl Store {
                 &[
                     &job.job_id,
                     &job.workflow_name,
-                    &job.definition,
+                    &*job.definition,
                     &job.input,
                     first.last_param,
                 ],
@@ -163,6 +165,9 @@ impl Store {
     }
 }
 
+/// Inserts of one batch in flight on its connection at once.
+const PIPELINED_INSERTS: usize = 64;
+
 /// The statements of a batch of submissions inside its transaction: per job its
 /// insert (and, when the id is taken, the same-submission check) and its ACCEPTED
 /// event, pipelined on the one connection; then one wake-up for the workers and one
@@ -174,66 +179,90 @@ async fn insert_batch(
     let insert = tx.prepare_cached(sql::INSERT_JOB).await?;
     let same = tx.prepare_cached(sql::SAME_SUBMISSION).await?;
     let insert_event = tx.prepare_cached(sql::INSERT_EVENT).await?;
-    let answers = futures_util::future::try_join_all(jobs.iter().map(|job| {
-        let (insert, same, insert_event) = (&insert, &same, &insert_event);
-        async move {
-            let params: [&(dyn ToSql + Sync); 5] = [
-                &job.job_id,
-                &job.workflow_name,
-                &job.definition,
-                &job.input,
-                &job.max_attempts,
-            ];
-            if tx.query_opt(insert, &params).await?.is_none() {
-                let row = tx
-                    .query_one(
-                        same,
-                        &[
-                            &job.job_id,
-                            &job.workflow_name,
-                            &job.definition,
-                            &job.input,
-                            &job.by_name,
-                        ],
-                    )
-                    .await?;
-                return Ok(if row.get::<_, bool>("same") {
-                    Ok(Inserted {
-                        created: false,
-                        status: row.get::<_, String>("status").parse()?,
-                    })
-                } else {
-                    Err(StoreError::Conflict(job.job_id))
-                });
-            }
-            let facts = EventFacts {
-                job_id: job.job_id,
-                workflow_name: &job.workflow_name,
-                kind: Type::Accepted,
-                step: None,
-                attempt: 0,
-                verdict: None,
-                error: None,
-                status: JobStatus::Queued,
-            };
-            let (event_id, payload) = events::encode(&facts)?;
-            tx.execute(
-                insert_event,
-                &[
-                    &event_id,
+    // In job id order, so two batches holding the same ids lock them in the same order
+    // (never a deadlock); at most PIPELINED_INSERTS in flight, so a large batch never
+    // has all of its rows encoded in the connection's buffer at once.
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| jobs[i].job_id);
+    let inserts: Vec<_> = order
+        .iter()
+        .map(|&i| {
+            let job = &jobs[i];
+            let (insert, same, insert_event) = (&insert, &same, &insert_event);
+            async move {
+                let params: [&(dyn ToSql + Sync); 5] = [
                     &job.job_id,
-                    &events::type_name(Type::Accepted),
-                    &payload,
-                ],
-            )
-            .await?;
-            Ok::<_, StoreError>(Ok(Inserted {
-                created: true,
-                status: JobStatus::Queued,
-            }))
-        }
-    }))
-    .await?;
+                    &job.workflow_name,
+                    &*job.definition,
+                    &job.input,
+                    &job.max_attempts,
+                ];
+                if tx.query_opt(insert, &params).await?.is_none() {
+                    let row = tx
+                        .query_one(
+                            same,
+                            &[
+                                &job.job_id,
+                                &job.workflow_name,
+                                &*job.definition,
+                                &job.input,
+                                &job.by_name,
+                            ],
+                        )
+                        .await?;
+                    return Ok(if row.get::<_, bool>("same") {
+                        Ok(Inserted {
+                            created: false,
+                            status: row.get::<_, String>("status").parse()?,
+                        })
+                    } else {
+                        Err(StoreError::Conflict(job.job_id))
+                    });
+                }
+                let facts = EventFacts {
+                    job_id: job.job_id,
+                    workflow_name: &job.workflow_name,
+                    kind: Type::Accepted,
+                    step: None,
+                    attempt: 0,
+                    verdict: None,
+                    error: None,
+                    status: JobStatus::Queued,
+                };
+                let (event_id, payload) = events::encode(&facts)?;
+                tx.execute(
+                    insert_event,
+                    &[
+                        &event_id,
+                        &job.job_id,
+                        &events::type_name(Type::Accepted),
+                        &payload,
+                    ],
+                )
+                .await?;
+                Ok::<_, StoreError>(Ok(Inserted {
+                    created: true,
+                    status: JobStatus::Queued,
+                }))
+            }
+        })
+        .collect();
+    let sorted: Vec<Result<Inserted, StoreError>> = futures_util::stream::iter(inserts)
+        .buffered(PIPELINED_INSERTS)
+        .try_collect()
+        .await?;
+    let mut answers: Vec<Option<Result<Inserted, StoreError>>> =
+        (0..jobs.len()).map(|_| None).collect();
+    for (&i, answer) in order.iter().zip(sorted) {
+        answers[i] = Some(answer);
+    }
+    let answers: Vec<Result<Inserted, StoreError>> = answers
+        .into_iter()
+        .map(|answer| {
+            answer
+                .unwrap_or_else(|| Err(StoreError::GroupCommit("the insert got no answer".into())))
+        })
+        .collect();
     let first_created = jobs
         .iter()
         .zip(&answers)
@@ -267,7 +296,7 @@ async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inser
             &[
                 &job.job_id,
                 &job.workflow_name,
-                &job.definition,
+                &*job.definition,
                 &job.input,
                 &job.by_name,
             ],

@@ -121,6 +121,16 @@ impl ClaimWrite {
         })
     }
 
+    /// Writes nothing: answered once every write queued before it has been
+    /// committed (a flusher keeps its queue's order), so a release can wait for them.
+    pub fn barrier(claim: &Claim) -> ClaimWrite {
+        ClaimWrite {
+            claim: claim.clone(),
+            checkpoint: None,
+            settlement: None,
+        }
+    }
+
     /// The job it writes.
     pub fn claim(&self) -> &Claim {
         &self.claim

@@ -51,7 +51,9 @@ pub use sweeper::sweep_loop;
 use crate::compiled::CompiledCache;
 use crate::config::JobsConfig;
 use crate::status::JobStatus;
-use crate::store::{Claim, ClaimWrite, ClaimedJob, Settlement, StepCheckpoint, Store, StoreError};
+use crate::store::{
+    Claim, ClaimWrite, ClaimedJob, Settlement, StepCheckpoint, Store, StoreError, nul_path,
+};
 
 /// The most jobs one claim statement takes (the free slots decide, up to this).
 const MAX_CLAIM_BATCH: usize = 128;
@@ -64,6 +66,8 @@ pub struct Worker {
     limits: TargetLimits,
     wake: Arc<Notify>,
     compiled: Arc<CompiledCache>,
+    /// Taken by a job whose workflow is not compiled yet, one at a time.
+    compile_turn: tokio::sync::Mutex<()>,
 }
 
 impl Worker {
@@ -84,6 +88,7 @@ impl Worker {
             limits,
             wake,
             compiled,
+            compile_turn: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -181,6 +186,9 @@ impl Worker {
             Some(result) => result,
             None => {
                 tracing::info!(job_id = %claim.job_id, "shutdown grace over: releasing the claim for another node");
+                // A write of this job already queued commits first (the flusher keeps
+                // the order), so the release never throws away a settlement.
+                let _ = flusher.commit(ClaimWrite::barrier(&claim)).await;
                 self.release(&claim, Duration::ZERO, "the node shut down")
                     .await
             }
@@ -253,11 +261,16 @@ impl Worker {
             lost = self.keep_lease(claim) => return Err(lost),
         };
         match ran {
+            // The lease is renewed until the settlement is answered too: a flush held up
+            // (a slow database) must not let the sweeper requeue work that is done.
             Ran::Segment {
                 compiled,
                 outcome,
                 held,
-            } => self.settle(flusher, &job, &compiled, outcome, held).await,
+            } => tokio::select! {
+                settled = self.settle(flusher, &job, &compiled, outcome, held) => settled,
+                lost = self.keep_lease(claim) => Err(lost),
+            },
             Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
             Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
             Ran::Unavailable(e) => {
@@ -321,21 +334,28 @@ impl Worker {
     }
 
     /// The job's compiled workflow: from the cache by the snapshot's digest, or the
-    /// snapshot fetched and compiled (off the async threads) the first time.
+    /// snapshot fetched and compiled (off the async threads) the first time. Misses
+    /// are taken one at a time, and each looks again once it has its turn, so a burst
+    /// of jobs of a new workflow fetches and compiles it once, not once per job.
     async fn compiled_workflow(&self, job: &ClaimedJob) -> Result<Arc<CompiledWorkflow>, Ran> {
-        let digest = &job.definition_digest;
-        if let Some(hit) = self.compiled.get_by_digest(digest) {
+        if let Some(hit) = self.compiled.get_by_digest(&job.definition_digest) {
             return Ok(hit);
         }
-        let definition = match self.store.job_definition(job.claim.job_id).await {
-            Ok(Some(definition)) => definition,
+        let _turn = self.compile_turn.lock().await;
+        if let Some(hit) = self.compiled.get_by_digest(&job.definition_digest) {
+            return Ok(hit);
+        }
+        // The snapshot and its digest from one row version: the digest remembered is
+        // the one of the snapshot compiled, whatever happened to the row since the claim.
+        let (definition, digest) = match self.store.job_definition(job.claim.job_id).await {
+            Ok(Some(snapshot)) => snapshot,
             // The row is gone (deleted under the claim): nothing can be written either.
             Ok(None) => return Err(Ran::Unavailable(job.claim.lost())),
             Err(e) => return Err(Ran::Unavailable(e)),
         };
         match self.compiled.get_or_compile_off_thread(&definition).await {
             Ok(compiled) => {
-                self.compiled.remember_digest(&definition, digest);
+                self.compiled.remember_digest(&definition, &digest);
                 Ok(compiled)
             }
             Err(findings) => Err(Ran::Drifted(format!(
@@ -377,6 +397,13 @@ impl Worker {
     ) -> Result<(), StoreError> {
         let claim = &job.claim;
         let settlement = match self.decide(job, compiled, outcome) {
+            Decision::Settle(Settlement::Completed { result, .. })
+                if let Some(path) = nul_path(&result, "output") =>
+            {
+                let refused = StoreError::unstorable(&path);
+                let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+                return self.fail_loud(flusher, claim, error).await;
+            }
             Decision::Settle(settlement) => settlement,
             Decision::Release { delay, reason } => {
                 return self.release(claim, delay, &reason).await;
@@ -554,6 +581,11 @@ impl CheckpointSink for StoreSink<'_> {
             step: checkpoint.name.clone(),
             entry: checkpoint.to_json(),
         };
+        // A NUL PostgreSQL would refuse is refused here, before it can fail a batch of
+        // other jobs' writes.
+        if let Some(path) = nul_path(&checkpoint.entry, "checkpoint") {
+            return Err(Box::new(StoreError::unstorable(&path)));
+        }
         let is_last = self.next_step >= self.last_step;
         self.next_step += 1;
         if is_last {

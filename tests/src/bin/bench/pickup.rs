@@ -1,5 +1,7 @@
 //! `pickup`: an idle node, jobs submitted one at a time with gaps; the time from
-//! sending the submission to the first step call arriving at the target.
+//! sending the submission to the first step call arriving at the target (the target
+//! figure), and from the submission's answer (its commit) to that call (the engine's
+//! own share: the wake-up, the claim and the start of the segment).
 
 use std::time::{Duration, Instant};
 
@@ -30,17 +32,20 @@ pub async fn run(size: Size) -> Report {
     )
     .await;
     let mut samples = Vec::with_capacity(jobs);
+    let mut after_commit = Vec::with_capacity(jobs);
     for i in 0..jobs {
         tokio::time::sleep(gap).await;
         let calls = server.stats.tokenize_calls();
         let sent = Instant::now();
         node.submit(&workflow, json!({ "text": format!("idle {i}") }))
             .await;
+        let answered = Instant::now();
         while server.stats.tokenize_calls() == calls {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
         let called = server.stats.last_call_at().unwrap_or_else(Instant::now);
         samples.push(called.saturating_duration_since(sent));
+        after_commit.push(called.saturating_duration_since(answered));
     }
     node.stop().await;
     Report {

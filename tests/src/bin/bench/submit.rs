@@ -61,12 +61,17 @@ async fn submit_rate(workflow: &Value, jobs: usize, per_call: usize) -> f64 {
         let (http, workflow) = (http.clone(), workflow.clone());
         clients.push(tokio::spawn(async move {
             for call in (client..calls).step_by(CLIENTS) {
-                let item = |i: usize| json!({ "workflow": workflow, "input": { "text": format!("job {call}/{i}") } });
+                let input = |i: usize| json!({ "text": format!("job {call}/{i}") });
                 if per_call == 1 {
-                    send(&http, address, "submit-workflow", &item(0)).await;
+                    let body = json!({ "workflow": workflow, "input": input(0) });
+                    send(&http, address, "submit-workflow", &body).await;
                 } else {
-                    let items: Vec<Value> = (0..per_call).map(item).collect();
-                    send(&http, address, "submit-workflows", &json!({ "submissions": items })).await;
+                    // The batch names its workflow once; each item is its input.
+                    let items: Vec<Value> = (0..per_call)
+                        .map(|i| json!({ "input": input(i) }))
+                        .collect();
+                    let body = json!({ "workflow": workflow, "submissions": items });
+                    send(&http, address, "submit-workflows", &body).await;
                 }
             }
         }));
