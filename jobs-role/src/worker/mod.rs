@@ -212,9 +212,18 @@ impl Worker {
         held: Option<StepCheckpoint>,
         settlement: Settlement,
     ) -> Result<(), StoreError> {
-        flusher
-            .commit(ClaimWrite::settle(claim, held, settlement)?)
-            .await
+        let write = ClaimWrite::settle(claim, held, settlement)?;
+        match flusher.commit(write.clone()).await {
+            // The batch's COMMIT failed, so whether it landed is unknown. A settlement
+            // may be tried again: it moves the row out of RUNNING, so if the first one
+            // landed the fence refuses the second (a lost claim, nothing written twice).
+            // A checkpoint alone is never retried this way: it leaves the row RUNNING.
+            Err(StoreError::GroupCommit(reason)) => {
+                tracing::warn!(job_id = %claim.job_id, %reason, "a flush failed at COMMIT; settling once more");
+                flusher.commit(write).await
+            }
+            settled => settled,
+        }
     }
 
     /// Fails a job whose stored state no longer fits its workflow: loud, no retry.

@@ -62,6 +62,7 @@ pub fn draw(path: &Path, points: &[(usize, f64)], target: f64) -> Result<(), Str
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 16))

@@ -69,6 +69,16 @@ pub async fn run(size: Size) -> Report {
                 "ms",
             )
             .target(Target::AtMost(20.0)),
+            figure(
+                "submit answered -> first step call p50",
+                percentile_ms(&mut after_commit, 50.0),
+                "ms",
+            ),
+            figure(
+                "submit answered -> first step call p99",
+                percentile_ms(&mut after_commit, 99.0),
+                "ms",
+            ),
         ],
     }
 }

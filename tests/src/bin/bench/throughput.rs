@@ -20,7 +20,9 @@ pub async fn run(size: Size) -> (Report, Vec<(usize, f64)>) {
     };
     let server = FixtureServer::start().await;
     let target = server.target();
-    let in_flight = 64;
+    // Enough segments in flight that each flush carries many jobs (the chart shows
+    // the curve); the per-target cap is raised with it (setup::node_config).
+    let in_flight = 256;
     let one_step = drain(&tokenize_chain(&target, 1), jobs, 1, in_flight).await;
     let three_step = drain(&tokenize_chain(&target, 3), jobs / 4, 1, in_flight).await;
     let two_nodes = drain(&tokenize_chain(&target, 1), jobs, 2, in_flight).await;
