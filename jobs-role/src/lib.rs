@@ -16,13 +16,14 @@
 //! |-------------|----------------------------------------------------------------------|
 //! | [`status`]  | the job state machine: statuses and their legal transitions          |
 //! | [`store`]   | PostgreSQL: migrations, every SQL statement, fencing, the outbox     |
+//! | [`batch`]   | group commit: a queue whose loop commits many callers' items at once |
 //! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
 //! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
 //! | [`worker`]  | batched claims, segments with lease renewal, group commit, the sweeper |
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
-//! | [`actions`] | the four verbs: submit-workflow, get-job, list-jobs, complete-step   |
+//! | [`actions`] | the verbs: submit-workflow(s), get-job, list-jobs, complete-step     |
 //! | [`module`]  | `JobsModule`, the role a node mounts                                 |
 //! | [`config`]  | the `[jobs]` section                                                 |
 //!
@@ -32,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
+pub mod batch;
 pub mod compiled;
 pub mod config;
 pub mod consumer;

@@ -104,7 +104,10 @@ impl Role for JobsModule {
         let runner = ctx
             .get::<Arc<Runner>>()
             .unwrap_or_else(|| Arc::new(Runner::new()));
-        let submitter = Submitter::new(store.clone(), workflows, self.config.max_attempts_default);
+        let (submitter, committing) =
+            Submitter::new(store.clone(), workflows, self.config.max_attempts_default)
+                .with_group_commit(ctx.shutdown_token());
+        ctx.spawn_task("submission-commits", committing);
         let state = Arc::new(JobsState {
             store: store.clone(),
             submitter,

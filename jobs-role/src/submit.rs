@@ -9,16 +9,20 @@
 
 use std::sync::Arc;
 
+use std::future::Future;
+
 use futures_util::StreamExt;
 use registry_stub::WorkflowRepository;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use workflow::compile::{MessageError, RULES_TIME_LIMIT, encode_json};
 use workflow::{CompiledWorkflow, Findings};
 
+use crate::batch::{BatchQueue, batch_loop};
 use crate::compiled::CompiledCache;
 use crate::status::JobStatus;
-use crate::store::{NewJob, Store, StoreError, nul_path};
+use crate::store::{Inserted, NewJob, Store, StoreError, nul_path};
 
 /// Submissions of one `submit_many` call prepared at once.
 const PREPARING_AT_ONCE: usize = 8;
@@ -96,6 +100,9 @@ impl From<Uncompiled> for SubmitError {
     }
 }
 
+/// The most single submissions one transaction carries.
+pub const MAX_SUBMISSIONS_PER_COMMIT: usize = 256;
+
 /// Turns submissions into job rows.
 #[derive(Clone)]
 pub struct Submitter {
@@ -103,6 +110,9 @@ pub struct Submitter {
     workflows: Arc<dyn WorkflowRepository>,
     max_attempts_default: i32,
     compiled: Arc<CompiledCache>,
+    /// Group commit of single submissions, once [`Submitter::with_group_commit`] set
+    /// it up; each submission in its own transaction before.
+    inserts: Option<BatchQueue<NewJob, Inserted>>,
 }
 
 impl Submitter {
@@ -117,7 +127,27 @@ impl Submitter {
             workflows,
             max_attempts_default,
             compiled: Arc::default(),
+            inserts: None,
         }
+    }
+
+    /// The same submitter with its single submissions group-committed: concurrent
+    /// submissions share one transaction (each still answered on its own, a refused
+    /// one failing alone). Returns the loop that commits them, to run as the node's
+    /// task; it commits what is queued when `shutdown` is cancelled and stops (later
+    /// submissions answer unavailable).
+    pub fn with_group_commit(
+        mut self,
+        shutdown: CancellationToken,
+    ) -> (Submitter, impl Future<Output = ()> + Send + 'static) {
+        let (queue, queued) = BatchQueue::new("submission queue", MAX_SUBMISSIONS_PER_COMMIT * 4);
+        self.inserts = Some(queue);
+        let store = self.store.clone();
+        let committing = batch_loop(queued, MAX_SUBMISSIONS_PER_COMMIT, shutdown, move |jobs| {
+            let store = store.clone();
+            async move { store.insert_jobs(&jobs).await }
+        });
+        (self, committing)
     }
 
     /// The compiled workflows this submitter keeps; the node's worker shares them.
@@ -128,9 +158,13 @@ impl Submitter {
     /// Resolves, compiles, verifies and validates, then inserts the job.
     pub async fn submit(&self, submission: Submission) -> Result<Submitted, SubmitError> {
         let (job, _) = self.prepare(submission).await?;
-        let inserted = self.store.insert_job(&job).await?;
+        let job_id = job.job_id;
+        let inserted = match &self.inserts {
+            Some(queue) => queue.commit(job).await?,
+            None => self.store.insert_job(&job).await?,
+        };
         Ok(Submitted {
-            job_id: job.job_id,
+            job_id,
             status: inserted.status,
             created: inserted.created,
         })

@@ -186,3 +186,53 @@ async fn batches_holding_the_same_ids_in_opposite_orders_never_deadlock() {
     );
     assert_eq!(count(&db, "workflow_run").await, 40);
 }
+
+#[tokio::test]
+async fn concurrent_single_submissions_share_commits_and_are_answered_alone() {
+    let db = TestDatabase::create().await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let repeated = uuid::Uuid::now_v7().to_string();
+    let mut bodies: Vec<Value> = (0..20)
+        .map(|i| json!({ "workflow": workflow, "input": { "text": format!("new {i}") } }))
+        .collect();
+    bodies.extend(
+        (0..10).map(
+            |_| json!({ "workflow": workflow, "input": { "text": "same" }, "jobId": repeated }),
+        ),
+    );
+    bodies.push(json!({ "workflow": workflow, "input": { "text": "nul \u{0}" } }));
+    let answers = futures_util::future::join_all(
+        bodies
+            .into_iter()
+            .map(|body| node.call("submit-workflow", body)),
+    )
+    .await;
+    let created = answers
+        .iter()
+        .filter(|(status, answer)| *status == 200 && answer["created"] == true)
+        .count();
+    let seen_before = answers
+        .iter()
+        .filter(|(status, answer)| *status == 200 && answer["created"] == false)
+        .count();
+    let refused: Vec<&Value> = answers
+        .iter()
+        .filter(|(status, _)| *status == 400)
+        .map(|(_, answer)| answer)
+        .collect();
+    assert_eq!(
+        created, 21,
+        "20 new jobs and the repeated one once: {answers:?}"
+    );
+    assert_eq!(seen_before, 9, "the repeats of the one job");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("input.text")
+    );
+    assert_eq!(count(&db, "workflow_run").await, 21);
+    assert_eq!(count(&db, "workflow_run_events_outbox").await, 21);
+}

@@ -140,7 +140,7 @@ pub fn store_error(error: StoreError) -> ActionError {
         StoreError::Data { .. } => ActionError::invalid(format!(
             "the request holds a value the jobs database cannot store: {error}"
         )),
-        StoreError::Pool(_) | StoreError::Database(_) => {
+        StoreError::Pool(_) | StoreError::Database(_) | StoreError::GroupCommit(_) => {
             let reference = uuid::Uuid::now_v7();
             tracing::warn!(%reference, %error, "the jobs database is unavailable");
             ActionError::unavailable(format!(

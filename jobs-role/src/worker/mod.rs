@@ -97,7 +97,7 @@ impl Worker {
     /// shutdown it returns once every running job has settled or released its claim
     /// and the flusher has committed what they wrote.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let (flusher, queued) = Flusher::new();
+        let (flusher, queued) = flusher::flusher();
         let flushing = flusher::flush_loop(self.store.clone(), queued);
         tokio::join!(flushing, self.dispatch(flusher, shutdown));
     }
