@@ -1,7 +1,7 @@
 //! `JobsModule`: the jobs role a node mounts beside the registry role.
 //!
 //! It requires `registry` (stored workflow names resolve through the registry's
-//! `WorkflowRepository`, and it shares the registry's `Runner`), contributes the four
+//! `WorkflowRepository`, and it shares the registry's `Runner`), contributes the jobs
 //! verbs, and runs the worker (up to `max_in_flight` segments at once), the sweeper
 //! and the wake-up listener as background tasks; with `kafka_bootstrap` also the outbox relay and the request
 //! consumer. Without `[jobs].database_url` it still mounts the verbs, which then

@@ -1,4 +1,4 @@
-//! The four verbs on the registry's shared actions route.
+//! The jobs verbs on the registry's shared actions route.
 //!
 //! | verb              | scope           | module            |
 //! |-------------------|-----------------|-------------------|
