@@ -6,9 +6,11 @@
 //! claim was lost) is dropped from the batch and answered [`StoreError::LostClaim`],
 //! and the rest commit. The statements of a batch go to PostgreSQL pipelined (sent
 //! without waiting for each answer), in the order of the writes, so one job's events
-//! keep their order. When PostgreSQL refuses a statement (a NUL in a response, a value
-//! past a limit), the batch is rolled back and each write is tried in a transaction of
-//! its own, so only the refused one fails. A failed `COMMIT` cannot be split (whether it
+//! keep their order. When PostgreSQL refuses a value (a value past a limit), the batch
+//! is rolled back and committed again without the write whose statement failed first,
+//! so only the refused one fails. Any other failure before `COMMIT` (a deadlock, a
+//! write held on a row lock past `lock_timeout`, a lost connection) has each write
+//! tried in a transaction of its own. A failed `COMMIT` cannot be split (whether it
 //! landed is unknown), so every write of that batch hears [`StoreError::GroupCommit`],
 //! a failure that may pass.
 
