@@ -138,6 +138,39 @@ impl JobsNode {
     }
 }
 
+/// A worker of its own over `store` (no node around it), for tests that crash one by
+/// aborting its task and start another beside it.
+pub fn bare_worker(
+    store: &Store,
+    config: &JobsConfig,
+) -> std::sync::Arc<jobs_role::worker::Worker> {
+    jobs_role::worker::Worker::new(
+        store.clone(),
+        std::sync::Arc::new(workflow::Runner::new()),
+        config.clone(),
+        std::sync::Arc::new(tokio::sync::Notify::new()),
+        std::sync::Arc::default(),
+    )
+}
+
+/// Fixture servers started with `options`, a node that runs no jobs, and one two-step
+/// job submitted through it (its id): the start of every crash test.
+pub async fn one_queued_job(
+    database_url: &str,
+    options: workflow::testkit::FixtureOptions,
+    text: &str,
+) -> (workflow::testkit::FixtureServer, JobsNode, String) {
+    let server = workflow::testkit::FixtureServer::start_with(options).await;
+    let idle = JobsNode::start(test_config(database_url, "idle", 0)).await;
+    let job_id = idle
+        .submit(
+            &workflow::testkit::two_step_workflow(&server.target()),
+            serde_json::json!({ "text": text }),
+        )
+        .await;
+    (server, idle, job_id)
+}
+
 /// Queues `count` jobs of `workflow` straight into the store (inputs `job 0`,
 /// `job 1`, ...), as a backlog for a fleet to work through.
 pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {

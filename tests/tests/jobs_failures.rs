@@ -1,17 +1,14 @@
 //! Failure handling: retries with backoff then DEAD, verdicts, corrupted rows failing
 //! loud, crash safety through the sweeper, fencing of stale workers, lease renewal.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use jobs_role::store::{Settlement, Store};
-use jobs_role::worker::{Worker, sweep_loop};
+use jobs_role::store::Settlement;
+use jobs_role::worker::sweep_loop;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::jobs::{JobsNode, bare_worker, eventually, one_queued_job, test_config};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use workflow::Runner;
 use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -219,38 +216,21 @@ async fn corrupted_rows_fail_loud_naming_the_cause() {
     node.stop().await;
 }
 
-fn worker(store: &Store, config: &jobs_role::JobsConfig) -> Arc<Worker> {
-    Worker::new(
-        store.clone(),
-        Arc::new(Runner::new()),
-        config.clone(),
-        Arc::new(Notify::new()),
-        Arc::default(),
-    )
-}
-
 #[tokio::test]
 async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_checkpoint() {
     let db = TestDatabase::create().await;
-    let server = FixtureServer::start_with(FixtureOptions {
+    let options = FixtureOptions {
         embed_delay: Some(Duration::from_millis(2500)),
         ..Default::default()
-    })
-    .await;
-    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
-    let job_id = idle
-        .submit(
-            &two_step_workflow(&server.target()),
-            json!({ "text": "crash" }),
-        )
-        .await;
+    };
+    let (server, idle, job_id) = one_queued_job(&db.url, options, "crash").await;
     let store = idle.store.clone();
     let mut config = test_config(&db.url, "crashy", 1);
     config.lease_ms = 1200;
 
     // Worker A claims, checkpoints tokenize, calls embed, and dies mid-call.
     let a_shutdown = CancellationToken::new();
-    let a = tokio::spawn(worker(&store, &config).run(a_shutdown.clone()));
+    let a = tokio::spawn(bare_worker(&store, &config).run(a_shutdown.clone()));
     eventually("embed to be called", WAIT, || async {
         server.stats.embed_calls() == 1
     })
@@ -277,7 +257,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     ));
     let mut b_config = config.clone();
     b_config.worker_id = "survivor".into();
-    let b = tokio::spawn(worker(&store, &b_config).run(shutdown.clone()));
+    let b = tokio::spawn(bare_worker(&store, &b_config).run(shutdown.clone()));
     let job = idle.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(
         job["attempt"], 2,

@@ -2,18 +2,15 @@
 //! on its own claim, and a step's checkpoint still durable before the next step runs;
 //! and the lean claim, which answers the snapshot's digest instead of the snapshot.
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use jobs_role::JobStatus;
 use jobs_role::store::{ClaimWrite, ClaimedJob, Settlement, StepCheckpoint, Store};
-use jobs_role::{JobStatus, worker::Worker};
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::jobs::{JobsNode, bare_worker, eventually, one_queued_job, test_config};
 use serde_json::json;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use workflow::Runner;
 use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -165,27 +162,15 @@ async fn a_refused_write_in_a_batched_flush_fails_alone() {
 #[tokio::test]
 async fn a_crash_between_a_steps_call_and_its_batched_flush_reruns_only_that_step() {
     let db = TestDatabase::create().await;
-    let server = FixtureServer::start_with(FixtureOptions {
+    let options = FixtureOptions {
         tokenize_delay: Some(Duration::from_millis(500)),
         ..Default::default()
-    })
-    .await;
-    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
-    let job_id = idle
-        .submit(&two_step_workflow(&server.target()), json!({ "text": "x" }))
-        .await;
+    };
+    let (server, idle, job_id) = one_queued_job(&db.url, options, "x").await;
     let store = idle.store.clone();
     let mut config = test_config(&db.url, "crashy", 4);
     config.lease_ms = 1500;
-    let worker = |config: &jobs_role::JobsConfig| {
-        Worker::new(
-            store.clone(),
-            Arc::new(Runner::new()),
-            config.clone(),
-            Arc::new(Notify::new()),
-            Arc::default(),
-        )
-    };
+    let worker = |config: &jobs_role::JobsConfig| bare_worker(&store, config);
 
     // The worker claims and calls tokenize; meanwhile the test locks the row, so the
     // flush that carries tokenize's checkpoint waits on the lock.

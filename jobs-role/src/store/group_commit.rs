@@ -187,15 +187,8 @@ impl Store {
         writes: &[&ClaimWrite],
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         let plans: Vec<Vec<Part<'_>>> = writes.iter().map(|write| parts(write)).collect();
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| BatchFailure::Whole(e.into()))?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        let mut client = batch_connection(&self.pool).await?;
+        let tx = begin_batch(&mut client).await?;
         // A write blocked on a row lock (an operator's open transaction) must not hold
         // the node's every other write for ever: it fails the batch, which then commits
         // each write alone.

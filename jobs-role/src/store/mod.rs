@@ -284,6 +284,21 @@ impl From<tokio_postgres::Error> for BatchFailure {
     }
 }
 
+/// A pooled connection for a batch; without one the batch fails whole.
+async fn batch_connection(pool: &Pool) -> Result<deadpool_postgres::Object, BatchFailure> {
+    pool.get().await.map_err(|e| BatchFailure::Whole(e.into()))
+}
+
+/// Opens a batch's transaction; failing to, the batch fails whole (nothing ran).
+async fn begin_batch(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, BatchFailure> {
+    client
+        .transaction()
+        .await
+        .map_err(|e| BatchFailure::Whole(e.into()))
+}
+
 impl BatchFailure {
     /// What went wrong.
     fn error(&self) -> &StoreError {

@@ -146,15 +146,8 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> Result<Vec<Result<Inserted, StoreError>>, BatchFailure> {
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| BatchFailure::Whole(e.into()))?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        let mut client = batch_connection(&self.pool).await?;
+        let tx = begin_batch(&mut client).await?;
         let answers = insert_batch(&tx, jobs)
             .await
             .map_err(BatchFailure::Rolledback)?;
@@ -177,7 +170,6 @@ async fn insert_batch(
     jobs: &[NewJob],
 ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
     let insert = tx.prepare_cached(sql::INSERT_JOB).await?;
-    let same = tx.prepare_cached(sql::SAME_SUBMISSION).await?;
     let insert_event = tx.prepare_cached(sql::INSERT_EVENT).await?;
     // In job id order, so two batches holding the same ids lock them in the same order
     // (never a deadlock); at most PIPELINED_INSERTS in flight, so a large batch never
@@ -188,7 +180,7 @@ async fn insert_batch(
         .iter()
         .map(|&i| {
             let job = &jobs[i];
-            let (insert, same, insert_event) = (&insert, &same, &insert_event);
+            let (insert, insert_event) = (&insert, &insert_event);
             async move {
                 let params: [&(dyn ToSql + Sync); 5] = [
                     &job.job_id,
@@ -198,26 +190,11 @@ async fn insert_batch(
                     &job.max_attempts,
                 ];
                 if tx.query_opt(insert, &params).await?.is_none() {
-                    let row = tx
-                        .query_one(
-                            same,
-                            &[
-                                &job.job_id,
-                                &job.workflow_name,
-                                &*job.definition,
-                                &job.input,
-                                &job.by_name,
-                            ],
-                        )
-                        .await?;
-                    return Ok(if row.get::<_, bool>("same") {
-                        Ok(Inserted {
-                            created: false,
-                            status: row.get::<_, String>("status").parse()?,
-                        })
-                    } else {
-                        Err(StoreError::Conflict(job.job_id))
-                    });
+                    // A conflict is this item's answer; a database error the batch's.
+                    return match existing_submission(tx, job).await {
+                        Err(conflict @ StoreError::Conflict(_)) => Ok(Err(conflict)),
+                        seen => seen.map(Ok),
+                    };
                 }
                 let facts = EventFacts {
                     job_id: job.job_id,
