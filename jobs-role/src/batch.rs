@@ -46,13 +46,23 @@ impl<T, A> BatchQueue<T, A> {
 
     /// Commits `item` with the next batch and answers for it alone.
     pub async fn commit(&self, item: T) -> Result<A, StoreError> {
-        let (answer, answered) = oneshot::channel();
-        let stopped = || StoreError::GroupCommit(format!("the node's {} has stopped", self.what));
-        self.queue
-            .send(Queued { item, answer })
+        self.commit_or_return(item)
             .await
-            .map_err(|_| stopped())?;
-        answered.await.map_err(|_| stopped())?
+            .unwrap_or_else(|_| Err(self.stopped()))
+    }
+
+    /// [`Self::commit`], except that an item the loop can no longer take (it stopped
+    /// at shutdown) is handed back, `Err(item)`, for the caller to commit another way.
+    pub async fn commit_or_return(&self, item: T) -> Result<Result<A, StoreError>, T> {
+        let (answer, answered) = oneshot::channel();
+        if let Err(refused) = self.queue.send(Queued { item, answer }).await {
+            return Err(refused.0.item);
+        }
+        Ok(answered.await.unwrap_or_else(|_| Err(self.stopped())))
+    }
+
+    fn stopped(&self) -> StoreError {
+        StoreError::GroupCommit(format!("the node's {} has stopped", self.what))
     }
 }
 

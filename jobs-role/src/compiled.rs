@@ -3,8 +3,11 @@
 //! Compiling decodes the envelope's descriptor set and verifies every rule; a node
 //! taking thousands of submissions of one workflow, and running its jobs, should pay
 //! for that once. One cache per node serves the submitter and the worker. Entries are
-//! keyed by a hash of the snapshot and checked for equality, so two different
-//! definitions never share an entry.
+//! keyed by the definition's [`snapshot_digest`], which the submitter also stores in
+//! the job row, so the worker finds a workflow submitted on its own node by the digest
+//! its claim answers, without fetching the snapshot. A snapshot the store knows by
+//! another digest (one PostgreSQL computed: see migration V8) is fetched and compiled
+//! once, then remembered under that digest too.
 //!
 //! The cache is bounded by what user input can grow: at most [`MAX_ENTRIES`]
 //! definitions and [`MAX_BYTES`] of definition text (a compiled workflow is of the
@@ -12,10 +15,11 @@
 //! larger than the byte bound on its own is compiled and not kept.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use workflow::{CompiledWorkflow, Findings};
 
 /// Most definitions kept.
@@ -24,21 +28,51 @@ pub const MAX_ENTRIES: usize = 256;
 /// about 25 times its definition text in memory (the decoded descriptor pool), so the
 /// cache holds at most some 200 MiB.
 pub const MAX_BYTES: usize = 8 * 1024 * 1024;
+/// Most other digests one definition is remembered under (rows whose digest
+/// PostgreSQL computed: one per form the snapshot was written in).
+const MAX_ALIASES: usize = 4;
+
+/// How every [`snapshot_digest`] begins.
+pub const SNAPSHOT_DIGEST_PREFIX: &str = "sha256-compact:";
+
+/// What a submission's snapshot is known by in the store: `sha256-compact:` and the
+/// SHA-256 (hex) of the definition's compact JSON text. The prefix keeps it apart from
+/// the digests PostgreSQL computes (bare hex of the jsonb text), so two different
+/// snapshots can never share a digest. Also returns the text's length, which the cache
+/// counts against [`MAX_BYTES`].
+pub fn snapshot_digest(definition: &Value) -> (Arc<str>, usize) {
+    let text = definition.to_string();
+    let hash = Sha256::digest(text.as_bytes());
+    let mut digest = String::with_capacity(SNAPSHOT_DIGEST_PREFIX.len() + 64);
+    digest.push_str(SNAPSHOT_DIGEST_PREFIX);
+    for byte in hash.iter() {
+        // Writing to a String cannot fail.
+        let _ = write!(digest, "{byte:02x}");
+    }
+    (digest.into(), text.len())
+}
+
+/// A definition's compiled workflow and the digest its job rows carry.
+#[derive(Clone)]
+pub struct Compiled {
+    /// The compiled, verified workflow.
+    pub workflow: Arc<CompiledWorkflow>,
+    /// The definition's [`snapshot_digest`].
+    pub digest: Arc<str>,
+}
 
 struct Entry {
-    definition: Value,
-    /// The snapshot digest the store knows this definition by, once a worker asked.
-    digest: Option<String>,
     compiled: Arc<CompiledWorkflow>,
+    /// Digests the store knows this definition by besides its own.
+    aliases: Vec<String>,
     bytes: usize,
     last_used: u64,
 }
 
 #[derive(Default)]
 struct Entries {
-    /// Definitions sharing a hash, each with its compiled workflow.
-    by_hash: HashMap<u64, Vec<Entry>>,
-    count: usize,
+    /// By the definition's [`snapshot_digest`].
+    by_digest: HashMap<Arc<str>, Entry>,
     bytes: usize,
     clock: u64,
 }
@@ -46,23 +80,21 @@ struct Entries {
 impl Entries {
     fn evict_least_recently_used(&mut self) {
         let oldest = self
-            .by_hash
+            .by_digest
             .iter()
-            .flat_map(|(hash, bucket)| bucket.iter().map(move |e| (e.last_used, *hash)))
-            .min();
-        let Some((last_used, hash)) = oldest else {
-            return;
-        };
-        if let Some(bucket) = self.by_hash.get_mut(&hash) {
-            if let Some(at) = bucket.iter().position(|e| e.last_used == last_used) {
-                let gone = bucket.swap_remove(at);
-                self.count -= 1;
-                self.bytes -= gone.bytes;
-            }
-            if bucket.is_empty() {
-                self.by_hash.remove(&hash);
-            }
+            .min_by_key(|(_, entry)| entry.last_used)
+            .map(|(digest, _)| digest.clone());
+        if let Some(gone) = oldest.and_then(|digest| self.by_digest.remove(&digest)) {
+            self.bytes -= gone.bytes;
         }
+    }
+
+    fn touch(&mut self, digest: &str) -> Option<Arc<CompiledWorkflow>> {
+        self.clock += 1;
+        let now = self.clock;
+        let entry = self.by_digest.get_mut(digest)?;
+        entry.last_used = now;
+        Some(entry.compiled.clone())
     }
 }
 
@@ -89,36 +121,58 @@ impl CompiledCache {
         }
     }
 
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // A poisoned lock only means a panic mid-insert; entries are still whole.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The compiled workflow of `definition`, compiled on a miss.
-    pub fn get_or_compile(&self, definition: &Value) -> Result<Arc<CompiledWorkflow>, Findings> {
-        if let Some(hit) = self.cached(definition) {
-            return Ok(hit);
+    pub fn get_or_compile(&self, definition: &Value) -> Result<Compiled, Findings> {
+        let (digest, bytes) = snapshot_digest(definition);
+        self.get_or_compile_as(definition, digest, bytes)
+    }
+
+    fn get_or_compile_as(
+        &self,
+        definition: &Value,
+        digest: Arc<str>,
+        bytes: usize,
+    ) -> Result<Compiled, Findings> {
+        if let Some(workflow) = self.entries().touch(&digest) {
+            return Ok(Compiled { workflow, digest });
         }
-        let text = definition.to_string();
-        let key = hash_of(&text);
-        let compiled = Arc::new(CompiledWorkflow::compile(definition)?);
-        let bytes = text.len();
+        let workflow = Arc::new(CompiledWorkflow::compile(definition)?);
+        let compiled = Compiled {
+            workflow: workflow.clone(),
+            digest: digest.clone(),
+        };
         if bytes > self.max_bytes {
             return Ok(compiled);
         }
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        while entries.count >= self.max_entries || entries.bytes + bytes > self.max_bytes {
-            if entries.count == 0 {
+        let mut entries = self.entries();
+        if entries.by_digest.contains_key(&digest) {
+            // Compiled beside us meanwhile.
+            return Ok(compiled);
+        }
+        while entries.by_digest.len() >= self.max_entries || entries.bytes + bytes > self.max_bytes
+        {
+            if entries.by_digest.is_empty() {
                 break;
             }
             entries.evict_least_recently_used();
         }
         entries.clock += 1;
         let last_used = entries.clock;
-        entries.count += 1;
         entries.bytes += bytes;
-        entries.by_hash.entry(key).or_default().push(Entry {
-            definition: definition.clone(),
-            digest: None,
-            compiled: compiled.clone(),
-            bytes,
-            last_used,
-        });
+        entries.by_digest.insert(
+            digest,
+            Entry {
+                compiled: workflow,
+                aliases: Vec::new(),
+                bytes,
+                last_used,
+            },
+        );
         Ok(compiled)
     }
 
@@ -129,12 +183,17 @@ impl CompiledCache {
     pub async fn get_or_compile_off_thread(
         self: &Arc<Self>,
         definition: &Value,
-    ) -> Result<Arc<CompiledWorkflow>, Findings> {
-        if let Some(hit) = self.cached(definition) {
-            return Ok(hit);
+    ) -> Result<Compiled, Findings> {
+        let (digest, bytes) = snapshot_digest(definition);
+        if let Some(workflow) = self.entries().touch(&digest) {
+            return Ok(Compiled { workflow, digest });
         }
         let (cache, definition) = (self.clone(), definition.clone());
-        match tokio::task::spawn_blocking(move || cache.get_or_compile(&definition)).await {
+        match tokio::task::spawn_blocking(move || {
+            cache.get_or_compile_as(&definition, digest, bytes)
+        })
+        .await
+        {
             Ok(compiled) => compiled,
             // The compile task panicked (a defect): say so as a finding, never crash.
             Err(join) => Err(Findings(vec![workflow::Finding {
@@ -145,63 +204,50 @@ impl CompiledCache {
         }
     }
 
-    /// The compiled workflow of `definition` when it is kept.
-    fn cached(&self, definition: &Value) -> Option<Arc<CompiledWorkflow>> {
-        let key = hash_of(&definition.to_string());
-        // A poisoned lock only means a panic mid-insert; entries are still whole.
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.clock += 1;
-        let now = entries.clock;
-        let entry = entries
-            .by_hash
-            .get_mut(&key)
-            .and_then(|bucket| bucket.iter_mut().find(|e| &e.definition == definition))?;
-        entry.last_used = now;
-        Some(entry.compiled.clone())
-    }
-
     /// The compiled workflow of the snapshot with `digest` (the store's
-    /// `definition_digest`), when a worker compiled it before. A scan of at most
-    /// [`MAX_ENTRIES`] entries: far cheaper than receiving and parsing the snapshot.
+    /// `definition_digest`), when this node submitted or compiled it before: its own
+    /// digest is a map lookup; another digest it was remembered under a scan of at
+    /// most [`MAX_ENTRIES`] entries, far cheaper than receiving and parsing the
+    /// snapshot.
     pub fn get_by_digest(&self, digest: &str) -> Option<Arc<CompiledWorkflow>> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.clock += 1;
+        let mut entries = self.entries();
+        if let Some(hit) = entries.touch(digest) {
+            return Some(hit);
+        }
         let now = entries.clock;
         let entry = entries
-            .by_hash
+            .by_digest
             .values_mut()
-            .flatten()
-            .find(|e| e.digest.as_deref() == Some(digest))?;
+            .find(|e| e.aliases.iter().any(|alias| alias == digest))?;
         entry.last_used = now;
         Some(entry.compiled.clone())
     }
 
-    /// Records that `definition` (kept already) has the store digest `digest`, so the
-    /// next job of the same snapshot finds it by [`Self::get_by_digest`].
-    pub fn remember_digest(&self, definition: &Value, digest: &str) {
-        let key = hash_of(&definition.to_string());
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = entries
-            .by_hash
-            .get_mut(&key)
-            .and_then(|bucket| bucket.iter_mut().find(|e| &e.definition == definition))
-        {
-            entry.digest = Some(digest.to_owned());
+    /// Records that the definition kept under `digest` is also known to the store as
+    /// `store_digest` (a digest PostgreSQL computed), so the next job of the same
+    /// snapshot finds it by [`Self::get_by_digest`].
+    pub fn remember_digest(&self, digest: &str, store_digest: &str) {
+        if digest == store_digest {
+            return;
+        }
+        let mut entries = self.entries();
+        if let Some(entry) = entries.by_digest.get_mut(digest) {
+            if entry.aliases.iter().any(|alias| alias == store_digest) {
+                return;
+            }
+            if entry.aliases.len() >= MAX_ALIASES {
+                entry.aliases.remove(0);
+            }
+            entry.aliases.push(store_digest.to_owned());
         }
     }
 
     /// Definitions and bytes kept.
     #[cfg(test)]
     fn size(&self) -> (usize, usize) {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        (entries.count, entries.bytes)
+        let entries = self.entries();
+        (entries.by_digest.len(), entries.bytes)
     }
-}
-
-fn hash_of(text: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
 }
 
 #[cfg(test)]
@@ -228,15 +274,9 @@ mod tests {
         let (count, bytes) = cache.size();
         assert_eq!(count, MAX_ENTRIES);
         assert!(bytes > 0);
-        let entries = cache.entries.lock().unwrap();
-        let kept: Vec<String> = entries
-            .by_hash
-            .values()
-            .flatten()
-            .map(|e| e.definition["name"].as_str().unwrap().to_owned())
-            .collect();
-        assert!(kept.contains(&"w0".to_owned()), "the hot entry survived");
-        assert!(!kept.contains(&"w1".to_owned()), "the coldest entry went");
+        let kept = |i: usize| cache.get_by_digest(&snapshot_digest(&definition(i)).0);
+        assert!(kept(0).is_some(), "the hot entry survived");
+        assert!(kept(1).is_none(), "the coldest entry went");
     }
 
     #[test]
@@ -253,5 +293,34 @@ mod tests {
         let tiny = CompiledCache::with_limits(1000, one / 2);
         tiny.get_or_compile(&definition(0)).expect("still compiled");
         assert_eq!(tiny.size(), (0, 0), "too large to keep");
+    }
+
+    #[test]
+    fn a_definition_is_found_by_its_own_digest_and_by_the_digests_it_was_remembered_under() {
+        let cache = CompiledCache::default();
+        let compiled = cache.get_or_compile(&definition(0)).unwrap();
+        assert_eq!(compiled.digest, snapshot_digest(&definition(0)).0);
+        assert!(compiled.digest.starts_with("sha256-compact:"));
+        assert!(cache.get_by_digest(&compiled.digest).is_some());
+
+        let from_postgres = "ab".repeat(32);
+        assert!(cache.get_by_digest(&from_postgres).is_none());
+        cache.remember_digest(&compiled.digest, &from_postgres);
+        let hit = cache.get_by_digest(&from_postgres).expect("remembered");
+        assert!(Arc::ptr_eq(&hit, &compiled.workflow));
+
+        // A bounded number of aliases: the oldest goes first.
+        for i in 0..MAX_ALIASES {
+            cache.remember_digest(&compiled.digest, &format!("{i:064}"));
+        }
+        assert!(cache.get_by_digest(&from_postgres).is_none());
+        assert!(
+            cache
+                .get_by_digest(&format!("{:064}", MAX_ALIASES - 1))
+                .is_some()
+        );
+        // Another definition never answers for this one's digest.
+        let other = cache.get_or_compile(&definition(1)).unwrap();
+        assert_ne!(other.digest, compiled.digest);
     }
 }

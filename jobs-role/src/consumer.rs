@@ -305,6 +305,7 @@ impl RequestHandler {
                 UNNAMED_WORKFLOW.to_owned()
             },
             definition: std::sync::Arc::new(definition),
+            definition_digest: None,
             input,
             max_attempts: 1,
             by_name: true,

@@ -20,7 +20,7 @@ use workflow::compile::{MessageError, RULES_TIME_LIMIT, encode_json};
 use workflow::{CompiledWorkflow, Findings};
 
 use crate::batch::{BatchQueue, batch_loop};
-use crate::compiled::CompiledCache;
+use crate::compiled::{Compiled, CompiledCache};
 use crate::status::JobStatus;
 use crate::store::{Inserted, NewJob, Store, StoreError, nul_path};
 
@@ -81,7 +81,7 @@ pub enum SubmitError {
 }
 
 /// An envelope's compiled workflow, or why it has none.
-type Compiled = Result<Arc<CompiledWorkflow>, Uncompiled>;
+type Compiling = Result<Compiled, Uncompiled>;
 
 /// Why an envelope was not compiled: kept per envelope by `submit_many`, so a batch
 /// sharing a broken one answers every item without compiling it again.
@@ -135,7 +135,7 @@ impl Submitter {
     /// submissions share one transaction (each still answered on its own, a refused
     /// one failing alone). Returns the loop that commits them, to run as the node's
     /// task; it commits what is queued when `shutdown` is cancelled and stops (later
-    /// submissions answer unavailable).
+    /// submissions, requests the server is still draining, commit each on its own).
     pub fn with_group_commit(
         mut self,
         shutdown: CancellationToken,
@@ -160,7 +160,13 @@ impl Submitter {
         let (job, _) = self.prepare(submission).await?;
         let job_id = job.job_id;
         let inserted = match &self.inserts {
-            Some(queue) => queue.commit(job).await?,
+            Some(queue) => match queue.commit_or_return(job).await {
+                Ok(answer) => answer?,
+                // The node is shutting down and its commit loop has stopped: a request
+                // still in flight (the server drains them within the shutdown's grace)
+                // is committed on its own.
+                Err(job) => self.store.insert_job(&job).await?,
+            },
             None => self.store.insert_job(&job).await?,
         };
         Ok(Submitted {
@@ -183,7 +189,7 @@ impl Submitter {
         submissions: Vec<Submission>,
     ) -> Vec<Result<Submitted, SubmitError>> {
         let mut stored: Vec<(String, Arc<Value>)> = Vec::new();
-        let mut compiled: Vec<(Arc<Value>, Compiled)> = Vec::new();
+        let mut compiled: Vec<(Arc<Value>, Compiling)> = Vec::new();
         let mut resolved = Vec::with_capacity(submissions.len());
         for submission in submissions {
             let source = match &submission.source {
@@ -262,7 +268,7 @@ impl Submitter {
         let job = self
             .job_for(submission, envelope, by_name, &compiled)
             .await?;
-        Ok((job, compiled))
+        Ok((job, compiled.workflow))
     }
 
     /// The envelope of a definition source, and whether it was named (a stored one).
@@ -280,7 +286,7 @@ impl Submitter {
     }
 
     /// The compiled workflow of a storable envelope.
-    async fn compile(&self, envelope: &Value) -> Result<Arc<CompiledWorkflow>, Uncompiled> {
+    async fn compile(&self, envelope: &Value) -> Compiling {
         if let Some(path) = nul_path(envelope, "workflow") {
             return Err(Uncompiled::Unstorable(path));
         }
@@ -296,11 +302,12 @@ impl Submitter {
         submission: Submission,
         envelope: Arc<Value>,
         by_name: bool,
-        compiled: &CompiledWorkflow,
+        compiled: &Compiled,
     ) -> Result<NewJob, SubmitError> {
         // The input type's rules are the workflow author's CEL: checked off the async
         // threads, within a time limit.
         let input = compiled
+            .workflow
             .parse_input_within(&submission.input, RULES_TIME_LIMIT)
             .await?;
         if let Some(path) = nul_path(&submission.input, "input") {
@@ -313,8 +320,9 @@ impl Submitter {
         })?;
         Ok(NewJob {
             job_id: submission.job_id.unwrap_or_else(Uuid::now_v7),
-            workflow_name: compiled.name.clone(),
+            workflow_name: compiled.workflow.name.clone(),
             definition: envelope,
+            definition_digest: Some(compiled.digest.clone()),
             input: canonical,
             by_name,
             max_attempts: submission

@@ -179,6 +179,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             job_id: uuid::Uuid::now_v7(),
             workflow_name: workflow["name"].as_str().unwrap_or("workflow").to_owned(),
             definition: std::sync::Arc::new(workflow.clone()),
+            definition_digest: None,
             input: serde_json::json!({ "text": format!("job {i}") }),
             max_attempts: 3,
             by_name: false,

@@ -115,6 +115,7 @@ pub async fn hand_driven_lanes_node(
         job_id: uuid::Uuid::now_v7(),
         workflow_name: "w".into(),
         definition: std::sync::Arc::new(serde_json::json!({})),
+        definition_digest: None,
         input: serde_json::json!({}),
         max_attempts: 3,
         by_name: false,

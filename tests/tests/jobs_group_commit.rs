@@ -307,19 +307,35 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
         "encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex')";
     let stored: String = client
         .query_one(
-            &format!("SELECT definition_digest = {digest_of_the_snapshot} FROM workflow_run WHERE job_id = $1::text::uuid"),
+            "SELECT definition_digest FROM workflow_run WHERE job_id = $1::text::uuid",
             &[&submitted],
         )
         .await
-        .map(|row| row.get::<_, bool>(0).to_string())
-        .unwrap();
-    assert_eq!(stored, "true", "the insert stores the snapshot's digest");
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        stored,
+        &*jobs_role::compiled::snapshot_digest(&workflow).0,
+        "the submitter stores the digest it computed"
+    );
 
     let claimed = quiet.store.claim_jobs("w", LEASE, 10).await.unwrap();
     assert_eq!(claimed.len(), 2);
+    let old = claimed
+        .iter()
+        .find(|job| job.claim.job_id.to_string() != submitted)
+        .unwrap();
+    let on_the_fly: String = client
+        .query_one(
+            &format!("SELECT {digest_of_the_snapshot} FROM workflow_run WHERE job_id = $1"),
+            &[&old.claim.job_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(
-        claimed[0].definition_digest, claimed[1].definition_digest,
-        "the same snapshot has the same digest, stored or computed on the fly"
+        old.definition_digest, on_the_fly,
+        "a row without a digest is answered one computed on the fly"
     );
     for job in &claimed {
         quiet
@@ -351,6 +367,27 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
         .unwrap()
         .get(0);
     assert!(fresh, "the digest follows the snapshot");
+
+    // A row copied with its digest and an edited snapshot (an operator's INSERT ...
+    // SELECT) gets its own snapshot's digest: only a submitter's digest is kept.
+    let copied: uuid::Uuid = client
+        .query_one(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, definition_digest)
+             SELECT gen_random_uuid(), workflow_name,
+                    jsonb_set(workflow_definition, '{name}', '\"copied\"'), input, definition_digest
+               FROM workflow_run WHERE job_id = $1::text::uuid
+             RETURNING job_id",
+            &[&submitted],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let fresh: bool = client
+        .query_one(&digest_matches, &[&copied.to_string()])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(fresh, "a copied digest is recomputed");
     node.stop().await;
 }
 

@@ -158,6 +158,67 @@ async fn jobs_submitted_in_a_batch_run_to_completion() {
 }
 
 #[tokio::test]
+async fn every_row_of_a_batch_holds_its_whole_snapshot_and_one_id_given_twice_is_written_once() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let mut other = workflow.clone();
+    other["deadlineMs"] = json!(123_456);
+    let twice = uuid::Uuid::now_v7().to_string();
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({
+                "submissions": [
+                    { "workflow": workflow, "input": { "text": "a" } },
+                    { "workflow": other, "input": { "text": "b" } },
+                    { "workflow": workflow, "input": { "text": "first" }, "jobId": twice },
+                    { "workflow": workflow, "input": { "text": "second" }, "jobId": twice },
+                    { "workflow": other, "input": { "text": "c" } },
+                ],
+            }),
+        )
+        .await;
+    let answers = answer["answers"].as_array().unwrap();
+    assert_eq!(answers[2]["created"], true, "{answer}");
+    assert_eq!(answers[3]["ok"], false, "the same id with another input");
+    assert!(
+        error_message(&answers[3]).contains("already exists"),
+        "{answer}"
+    );
+    assert_eq!(answer["created"], 4, "{answer}");
+    assert_eq!(node.job(&twice).await["input"], json!({ "text": "first" }));
+
+    // The snapshot is sent once per distinct workflow, but each row keeps its own,
+    // with the digest of that snapshot.
+    let rows = db
+        .connect()
+        .await
+        .query(
+            "SELECT input->>'text', workflow_definition, definition_digest FROM workflow_run",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        let text: String = row.get(0);
+        let (definition, digest): (Value, String) = (row.get(1), row.get(2));
+        let expected = if text == "b" || text == "c" {
+            &other
+        } else {
+            &workflow
+        };
+        assert_eq!(&definition, expected, "job {text}");
+        assert_eq!(
+            digest,
+            &*jobs_role::compiled::snapshot_digest(expected).0,
+            "job {text}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn batches_holding_the_same_ids_in_opposite_orders_never_deadlock() {
     let db = TestDatabase::create().await;
     let workflow = two_step_workflow("127.0.0.1:1");
@@ -235,4 +296,75 @@ async fn concurrent_single_submissions_share_commits_and_are_answered_alone() {
     );
     assert_eq!(count(&db, "workflow_run").await, 21);
     assert_eq!(count(&db, "workflow_run_events_outbox").await, 21);
+}
+
+#[tokio::test]
+async fn an_id_locked_by_another_insert_fails_alone_after_the_lock_timeout() {
+    let db = TestDatabase::create().await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    // Another transaction is inserting this id and neither commits nor rolls back
+    // (a stuck client of another node).
+    let stuck_id = uuid::Uuid::now_v7();
+    let mut other = db.connect().await;
+    let stuck = other.transaction().await.unwrap();
+    stuck
+        .execute(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
+             VALUES ($1, 'embed-text', $2, '{}')",
+            &[&stuck_id, &workflow],
+        )
+        .await
+        .unwrap();
+
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({
+                "workflow": workflow,
+                "submissions": [
+                    { "input": { "text": "waits" }, "jobId": stuck_id.to_string() },
+                    { "input": { "text": "free" } },
+                ],
+            }),
+        )
+        .await;
+    let answers = answer["answers"].as_array().unwrap();
+    assert_eq!(answers[1]["created"], true, "{answer}");
+    assert_eq!(answers[0]["ok"], false, "{answer}");
+    assert_eq!(answers[0]["error"]["code"], "unavailable", "{answer}");
+    stuck.rollback().await.unwrap();
+    assert_eq!(count(&db, "workflow_run").await, 1);
+}
+
+#[tokio::test]
+async fn a_submission_still_in_flight_when_the_commit_loop_stops_is_committed_alone() {
+    let db = TestDatabase::create().await;
+    let store = jobs_role::store::Store::connect(&db.url, 4).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workflows = registry_stub::repository::FileWorkflowRepository::open(dir.path())
+        .await
+        .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (submitter, committing) =
+        jobs_role::submit::Submitter::new(store, std::sync::Arc::new(workflows), 3)
+            .with_group_commit(shutdown.clone());
+    let committing = tokio::spawn(committing);
+    shutdown.cancel();
+    committing.await.unwrap();
+
+    let submitted = submitter
+        .submit(jobs_role::submit::Submission {
+            source: jobs_role::submit::DefinitionSource::Inline(std::sync::Arc::new(
+                two_step_workflow("127.0.0.1:1"),
+            )),
+            input: json!({ "text": "late" }),
+            job_id: None,
+            max_attempts: None,
+        })
+        .await
+        .expect("committed on its own");
+    assert!(submitted.created);
+    assert_eq!(count(&db, "workflow_run").await, 1);
+    assert_eq!(count(&db, "workflow_run_events_outbox").await, 1);
 }

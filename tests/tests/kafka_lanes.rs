@@ -107,6 +107,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         job_id: uuid::Uuid::now_v7(),
         workflow_name: "big".into(),
         definition: std::sync::Arc::new(json!({})),
+        definition_digest: None,
         input: json!({}),
         max_attempts: 1,
         by_name: false,

@@ -192,6 +192,13 @@ impl StoreError {
     pub fn is_data_error(&self) -> bool {
         matches!(self, StoreError::Data { .. })
     }
+
+    /// True when a statement gave up waiting for a row lock (`lock_timeout`): another
+    /// transaction holds the row, and the same write may pass once it ends.
+    pub fn is_lock_timeout(&self) -> bool {
+        matches!(self, StoreError::Database(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE))
+    }
 }
 
 /// Applies every pending migration on `client`. Safe to call from many nodes at once:

@@ -26,21 +26,42 @@ pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 /// Wakes the idle worker when the transaction commits. `$1` job id (text).
 pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
 
-/// Inserts a job unless its id exists (a trigger stores its snapshot's digest). `$1`
-/// job id, `$2` workflow name, `$3` definition, `$4` input, `$5` max attempts.
+/// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
+/// definition, `$4` input, `$5` max attempts, `$6` the definition's digest (NULL: a
+/// trigger computes one; see migration V8).
 pub const INSERT_JOB: &str = "\
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
+
+/// Inserts a batch of jobs in one statement, each unless its id exists, sending each
+/// distinct snapshot once: PostgreSQL parses it once, however many jobs share it.
+/// The rows go in in the order given (callers sort by job id, so two batches holding
+/// the same ids lock them in the same order: never a deadlock); the ids answered are
+/// the rows inserted (an id taken, or given twice, is inserted at most once).
+///
+/// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
+/// `$4` inputs, `$5` max attempts. Per distinct snapshot: `$6` definitions, `$7`
+/// digests (NULL: the trigger computes one).
+pub const INSERT_JOBS: &str = "\
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest)
+SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.digest
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[])
+           WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, at)
+  JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
+    ON d.at = j.snapshot
+ ORDER BY j.at
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id";
 
 /// Inserts a job that failed before it could run (for example a broker-native request
 /// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
 /// a redelivery from a conflict). `$1` job id, `$2` workflow name,
-/// `$3` definition, `$4` input, `$5` error.
+/// `$3` definition, `$4` input, `$5` error, `$6` the definition's digest (or NULL).
 pub const INSERT_FAILED_JOB: &str = "\
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at)
-VALUES ($1, $2, $3, $4, 'FAILED', $5, now())
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest)
+VALUES ($1, $2, $3, $4, 'FAILED', $5, now(), $6)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -64,6 +85,18 @@ SELECT $1, $2, $3, $4,
        CASE WHEN EXISTS (SELECT 1 FROM workflow_run_events_outbox
                           WHERE job_id = $2 AND status IN ('FAILED', 'HELD'))
             THEN 'HELD' ELSE 'PENDING' END";
+
+/// Writes the outbox rows of a batch, each as [`INSERT_EVENT`] would. Per row: `$1`
+/// event ids, `$2` job ids, `$3` event types, `$4` payloads.
+pub const INSERT_EVENTS: &str = "\
+INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
+SELECT e.event_id, e.job_id, e.event_type, e.payload,
+       CASE WHEN EXISTS (SELECT 1 FROM workflow_run_events_outbox o
+                          WHERE o.job_id = e.job_id AND o.status IN ('FAILED', 'HELD'))
+            THEN 'HELD' ELSE 'PENDING' END
+  FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[]) WITH ORDINALITY
+           AS e(event_id, job_id, event_type, payload, at)
+ ORDER BY e.at";
 
 /// The whole claim of a batch in one statement (answering the snapshot's digest, not
 /// the snapshot: see [`JOB_DEFINITION`]): the sub-select finds the `$3` QUEUED
@@ -103,6 +136,13 @@ SELECT workflow_definition,
 /// open transaction on one job) fails the batch, which then commits each write alone,
 /// instead of holding every job of the node.
 pub const BATCH_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+
+/// The settings of a submission's transaction: [`BATCH_LOCK_TIMEOUT`]'s bound on
+/// waiting for a row lock (an id another transaction is inserting and has not
+/// committed), and the flag by which the trigger of migration V8 keeps the snapshot
+/// digests the submitter computed instead of computing its own.
+pub const SUBMISSION_SETTINGS: &str =
+    "SET LOCAL lock_timeout = '5s'; SET LOCAL protomolt.digest_from_node = 'on'";
 
 /// The fence every post-claim write ends with.
 macro_rules! fenced {

@@ -14,6 +14,10 @@ pub struct NewJob {
     pub workflow_name: String,
     /// The envelope snapshot (shared: the jobs of one batch may share one).
     pub definition: std::sync::Arc<Value>,
+    /// The snapshot's digest as the submitter computed it
+    /// ([`crate::compiled::snapshot_digest`]); the jobs of a batch with the same
+    /// digest send their snapshot once. `None`: PostgreSQL computes one.
+    pub definition_digest: Option<std::sync::Arc<str>>,
     /// The input snapshot.
     pub input: Value,
     /// Attempts allowed.
@@ -79,6 +83,7 @@ impl Store {
     ) -> Result<Inserted, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
+        tx.batch_execute(sql::SUBMISSION_SETTINGS).await?;
         let inserted = tx
             .query_opt(
                 first.statement,
@@ -88,6 +93,7 @@ impl Store {
                     &*job.definition,
                     &job.input,
                     first.last_param,
+                    &job.definition_digest.as_deref(),
                 ],
             )
             .await?;
@@ -122,15 +128,20 @@ impl Store {
 impl Store {
     /// Inserts many jobs in one transaction, answering each as [`Store::insert_job`]
     /// would (a conflict is that item's answer, not the batch's). When PostgreSQL
-    /// refuses a value the batch is rolled back and each job inserted on its own, so
-    /// only the refused one fails. The answers are in the order of `jobs`.
+    /// refuses a value, or an id stays locked by another transaction for the lock
+    /// timeout, the batch is rolled back and each job inserted on its own, so only
+    /// that one fails. Any other failure (the connection lost, the server down) is
+    /// every job's answer at once: inserting each alone would only meet it again, once
+    /// per job. The answers are in the order of `jobs`.
     pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Vec<Result<Inserted, StoreError>> {
         if jobs.is_empty() {
             return Vec::new();
         }
         match self.try_insert_jobs(jobs).await {
             Ok(answers) => answers,
-            Err(BatchFailure::Rolledback(refused)) if jobs.len() > 1 => {
+            Err(BatchFailure::Rolledback(refused))
+                if jobs.len() > 1 && (refused.is_data_error() || refused.is_lock_timeout()) =>
+            {
                 tracing::debug!(jobs = jobs.len(), error = %refused, "a batched insert failed; inserting each job alone");
                 let mut answers = Vec::with_capacity(jobs.len());
                 for job in jobs {
@@ -148,6 +159,9 @@ impl Store {
     ) -> Result<Vec<Result<Inserted, StoreError>>, BatchFailure> {
         let mut client = batch_connection(&self.pool).await?;
         let tx = begin_batch(&mut client).await?;
+        tx.batch_execute(sql::SUBMISSION_SETTINGS)
+            .await
+            .map_err(|e| BatchFailure::Whole(e.into()))?;
         let answers = insert_batch(&tx, jobs)
             .await
             .map_err(BatchFailure::Rolledback)?;
@@ -158,99 +172,182 @@ impl Store {
     }
 }
 
-/// Inserts of one batch in flight on its connection at once.
-const PIPELINED_INSERTS: usize = 64;
+/// Same-submission checks of one batch in flight on its connection at once.
+const PIPELINED_CHECKS: usize = 64;
 
-/// The statements of a batch of submissions inside its transaction: per job its
-/// insert (and, when the id is taken, the same-submission check) and its ACCEPTED
-/// event, pipelined on the one connection; then one wake-up for the workers and one
-/// for the relays.
+/// The statements of a batch of submissions inside its transaction: one insert of
+/// every row (each distinct snapshot sent once), the same-submission check of each id
+/// it found taken, one insert of the ACCEPTED events of the rows it wrote, then one
+/// wake-up for the workers and one for the relays.
 async fn insert_batch(
     tx: &deadpool_postgres::Transaction<'_>,
     jobs: &[NewJob],
 ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
-    let insert = tx.prepare_cached(sql::INSERT_JOB).await?;
-    let insert_event = tx.prepare_cached(sql::INSERT_EVENT).await?;
-    // In job id order, so two batches holding the same ids lock them in the same order
-    // (never a deadlock); at most PIPELINED_INSERTS in flight, so a large batch never
-    // has all of its rows encoded in the connection's buffer at once.
+    // In job id order (stable: an id given twice is inserted as its first item), so
+    // two batches holding the same ids lock them in the same order: never a deadlock.
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| jobs[i].job_id);
-    let inserts: Vec<_> = order
+    let rows = SnapshotRows::of(jobs, &order);
+    let inserted: std::collections::HashSet<Uuid> = tx
+        .query(
+            sql::INSERT_JOBS,
+            &[
+                &rows.job_ids,
+                &rows.workflow_names,
+                &rows.snapshot,
+                &rows.inputs,
+                &rows.max_attempts,
+                &rows.definitions,
+                &rows.digests,
+            ],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get::<_, Uuid>("job_id"))
+        .collect();
+
+    // The first item of each inserted id created its row; any other item met a taken
+    // id and is a resubmission or a conflict.
+    let mut created = std::collections::HashSet::new();
+    let answers: Vec<_> = order
         .iter()
         .map(|&i| {
             let job = &jobs[i];
-            let (insert, insert_event) = (&insert, &insert_event);
+            let is_new = inserted.contains(&job.job_id) && created.insert(job.job_id);
             async move {
-                let params: [&(dyn ToSql + Sync); 5] = [
-                    &job.job_id,
-                    &job.workflow_name,
-                    &*job.definition,
-                    &job.input,
-                    &job.max_attempts,
-                ];
-                if tx.query_opt(insert, &params).await?.is_none() {
-                    // A conflict is this item's answer; a database error the batch's.
-                    return match existing_submission(tx, job).await {
-                        Err(conflict @ StoreError::Conflict(_)) => Ok(Err(conflict)),
-                        seen => seen.map(Ok),
-                    };
+                if is_new {
+                    return Ok(Ok(Inserted {
+                        created: true,
+                        status: JobStatus::Queued,
+                    }));
                 }
-                let facts = EventFacts {
-                    job_id: job.job_id,
-                    workflow_name: &job.workflow_name,
-                    kind: Type::Accepted,
-                    step: None,
-                    attempt: 0,
-                    verdict: None,
-                    error: None,
-                    status: JobStatus::Queued,
-                };
-                let (event_id, payload) = events::encode(&facts)?;
-                tx.execute(
-                    insert_event,
-                    &[
-                        &event_id,
-                        &job.job_id,
-                        &events::type_name(Type::Accepted),
-                        &payload,
-                    ],
-                )
-                .await?;
-                Ok::<_, StoreError>(Ok(Inserted {
-                    created: true,
-                    status: JobStatus::Queued,
-                }))
+                // A conflict is this item's answer; a database error the batch's.
+                match existing_submission(tx, job).await {
+                    Err(conflict @ StoreError::Conflict(_)) => Ok(Err(conflict)),
+                    seen => seen.map(Ok),
+                }
             }
         })
         .collect();
-    let sorted: Vec<Result<Inserted, StoreError>> = futures_util::stream::iter(inserts)
-        .buffered(PIPELINED_INSERTS)
+    let sorted: Vec<Result<Inserted, StoreError>> = futures_util::stream::iter(answers)
+        .buffered(PIPELINED_CHECKS)
         .try_collect()
         .await?;
+
+    let mut events = AcceptedEvents::default();
+    for (&i, answer) in order.iter().zip(&sorted) {
+        if matches!(answer, Ok(Inserted { created: true, .. })) {
+            events.push(&jobs[i])?;
+        }
+    }
+    if !events.job_ids.is_empty() {
+        tx.execute(
+            sql::INSERT_EVENTS,
+            &[
+                &events.event_ids,
+                &events.job_ids,
+                &events.types,
+                &events.payloads,
+            ],
+        )
+        .await?;
+        // One wake-up is enough: an idle worker claims as many jobs as it has room for.
+        tx.execute(sql::NOTIFY_QUEUED, &[&events.job_ids[0].to_string()])
+            .await?;
+        tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+    }
+
     let mut answers: Vec<Option<Result<Inserted, StoreError>>> =
         (0..jobs.len()).map(|_| None).collect();
     for (&i, answer) in order.iter().zip(sorted) {
         answers[i] = Some(answer);
     }
-    let answers: Vec<Result<Inserted, StoreError>> = answers
+    Ok(answers
         .into_iter()
         .map(|answer| {
             answer
                 .unwrap_or_else(|| Err(StoreError::GroupCommit("the insert got no answer".into())))
         })
-        .collect();
-    let first_created = jobs
-        .iter()
-        .zip(&answers)
-        .find(|(_, answer)| matches!(answer, Ok(Inserted { created: true, .. })));
-    if let Some((job, _)) = first_created {
-        // One wake-up is enough: an idle worker claims as many jobs as it has room for.
-        tx.execute(sql::NOTIFY_QUEUED, &[&job.job_id.to_string()])
-            .await?;
-        tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        .collect())
+}
+
+/// The columns of [`sql::INSERT_JOBS`]: one entry per job, and one per distinct
+/// snapshot (jobs with the same digest share one; a job without a digest has its own).
+struct SnapshotRows<'a> {
+    job_ids: Vec<Uuid>,
+    workflow_names: Vec<&'a str>,
+    snapshot: Vec<i32>,
+    inputs: Vec<&'a Value>,
+    max_attempts: Vec<i32>,
+    definitions: Vec<&'a Value>,
+    digests: Vec<Option<&'a str>>,
+}
+
+impl<'a> SnapshotRows<'a> {
+    fn of(jobs: &'a [NewJob], order: &[usize]) -> Self {
+        let mut rows = SnapshotRows {
+            job_ids: Vec::with_capacity(order.len()),
+            workflow_names: Vec::with_capacity(order.len()),
+            snapshot: Vec::with_capacity(order.len()),
+            inputs: Vec::with_capacity(order.len()),
+            max_attempts: Vec::with_capacity(order.len()),
+            definitions: Vec::new(),
+            digests: Vec::new(),
+        };
+        let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
+        for &i in order {
+            let job = &jobs[i];
+            let digest = job.definition_digest.as_deref();
+            let known = digest.and_then(|digest| by_digest.get(digest).copied());
+            let at = known.unwrap_or_else(|| {
+                rows.definitions.push(&job.definition);
+                rows.digests.push(digest);
+                // 1-based, as WITH ORDINALITY counts; a batch holds at most a few
+                // thousand jobs, far below i32::MAX.
+                let at = rows.definitions.len() as i32;
+                if let Some(digest) = digest {
+                    by_digest.insert(digest, at);
+                }
+                at
+            });
+            rows.job_ids.push(job.job_id);
+            rows.workflow_names.push(&job.workflow_name);
+            rows.snapshot.push(at);
+            rows.inputs.push(&job.input);
+            rows.max_attempts.push(job.max_attempts);
+        }
+        rows
     }
-    Ok(answers)
+}
+
+/// The columns of [`sql::INSERT_EVENTS`] for the ACCEPTED events of a batch.
+#[derive(Default)]
+struct AcceptedEvents {
+    event_ids: Vec<Uuid>,
+    job_ids: Vec<Uuid>,
+    types: Vec<&'static str>,
+    payloads: Vec<Vec<u8>>,
+}
+
+impl AcceptedEvents {
+    fn push(&mut self, job: &NewJob) -> Result<(), StoreError> {
+        let facts = EventFacts {
+            job_id: job.job_id,
+            workflow_name: &job.workflow_name,
+            kind: Type::Accepted,
+            step: None,
+            attempt: 0,
+            verdict: None,
+            error: None,
+            status: JobStatus::Queued,
+        };
+        let (event_id, payload) = events::encode(&facts)?;
+        self.event_ids.push(event_id);
+        self.job_ids.push(job.job_id);
+        self.types.push(events::type_name(Type::Accepted));
+        self.payloads.push(payload);
+        Ok(())
+    }
 }
 
 /// How a new job starts: its insert statement (whose last parameter differs), its

@@ -48,7 +48,7 @@ pub use flusher::Flusher;
 pub use limits::TargetLimits;
 pub use sweeper::sweep_loop;
 
-use crate::compiled::CompiledCache;
+use crate::compiled::{CompiledCache, SNAPSHOT_DIGEST_PREFIX};
 use crate::config::JobsConfig;
 use crate::status::JobStatus;
 use crate::store::{
@@ -364,8 +364,15 @@ impl Worker {
         };
         match self.compiled.get_or_compile_off_thread(&definition).await {
             Ok(compiled) => {
-                self.compiled.remember_digest(&definition, &digest);
-                Ok(compiled)
+                // A submitter's digest that is not this snapshot's own describes some
+                // other snapshot (a row copied with its digest and then edited):
+                // never let it name this workflow for other jobs.
+                if digest.starts_with(SNAPSHOT_DIGEST_PREFIX) && digest != *compiled.digest {
+                    tracing::warn!(job_id = %job.claim.job_id, "the job's snapshot digest does not match its snapshot; running the snapshot without caching it under that digest");
+                } else {
+                    self.compiled.remember_digest(&compiled.digest, &digest);
+                }
+                Ok(compiled.workflow)
             }
             Err(findings) => Err(Ran::Drifted(format!(
                 "WORKFLOW: the stored definition no longer compiles: {findings}"

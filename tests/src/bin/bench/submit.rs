@@ -1,5 +1,7 @@
 //! `submit`: submissions over real HTTP from 32 concurrent clients, one job per call
-//! (`submit-workflow`) and 1,000 per call (`submit-workflows`).
+//! (`submit-workflow`, with the envelope inline and by a stored workflow's name) and
+//! 1,000 per call (`submit-workflows`). Every job row stores the whole snapshot either
+//! way; by name, the call itself is small.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,14 +24,20 @@ pub async fn run(size: Size) -> Report {
     };
     let server = FixtureServer::start().await;
     let workflow = tokenize_chain(&server.target(), 1);
-    let single_rate = submit_rate(&workflow, singles, 1).await;
-    let batched_rate = submit_rate(&workflow, batches * batch, batch).await;
+    let single_rate = submit_rate(&workflow, singles, 1, Naming::Inline).await;
+    let by_name_rate = submit_rate(&workflow, singles, 1, Naming::Stored).await;
+    let batched_rate = submit_rate(&workflow, batches * batch, batch, Naming::Inline).await;
     Report {
         scenario: "submit",
         params: json!({ "clients": CLIENTS, "single_submissions": singles, "batches": batches, "batch_size": batch }),
         figures: vec![
             figure("submit-workflow, 32 clients", single_rate, "jobs/s")
                 .target(Target::AtLeast(3_000.0)),
+            figure(
+                "submit-workflow by stored name, 32 clients",
+                by_name_rate,
+                "jobs/s",
+            ),
             figure(
                 format!("submit-workflows, {batch} per call"),
                 batched_rate,
@@ -40,9 +48,18 @@ pub async fn run(size: Size) -> Report {
     }
 }
 
+/// How a call names its workflow.
+#[derive(Clone, Copy, PartialEq)]
+enum Naming {
+    /// The whole envelope in the call.
+    Inline,
+    /// Its name, the envelope stored with `put-workflow` first.
+    Stored,
+}
+
 /// `jobs` submissions of `workflow` by 32 clients over HTTP, `per_call` per request
 /// (1: `submit-workflow`; more: `submit-workflows`): jobs/s.
-async fn submit_rate(workflow: &Value, jobs: usize, per_call: usize) -> f64 {
+async fn submit_rate(workflow: &Value, jobs: usize, per_call: usize, naming: Naming) -> f64 {
     let db = TestDatabase::create().await;
     let node = JobsNode::start(node_config(&db, "submit", 0)).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -58,7 +75,14 @@ async fn submit_rate(workflow: &Value, jobs: usize, per_call: usize) -> f64 {
     let calls = jobs / per_call;
     // The envelope is serialised once: a real client runs on another machine, and
     // this one's CPU is the node's and PostgreSQL's.
-    let envelope = Arc::new(workflow.to_string());
+    let envelope = Arc::new(match naming {
+        Naming::Inline => format!(r#""workflow":{workflow}"#),
+        Naming::Stored => {
+            let body = json!({ "workflow": workflow });
+            send(&http, address, "put-workflow", body.to_string()).await;
+            format!(r#""workflowName":{}"#, workflow["name"])
+        }
+    });
     let started = Instant::now();
     let mut clients = Vec::new();
     for client in 0..CLIENTS {
@@ -67,17 +91,14 @@ async fn submit_rate(workflow: &Value, jobs: usize, per_call: usize) -> f64 {
             for call in (client..calls).step_by(CLIENTS) {
                 let input = |i: usize| json!({ "text": format!("job {call}/{i}") });
                 if per_call == 1 {
-                    let body = format!(r#"{{"workflow":{envelope},"input":{}}}"#, input(0));
+                    let body = format!(r#"{{{envelope},"input":{}}}"#, input(0));
                     send(&http, address, "submit-workflow", body).await;
                 } else {
                     // The batch names its workflow once; each item is its input.
                     let items: Vec<Value> = (0..per_call)
                         .map(|i| json!({ "input": input(i) }))
                         .collect();
-                    let body = format!(
-                        r#"{{"workflow":{envelope},"submissions":{}}}"#,
-                        Value::Array(items)
-                    );
+                    let body = format!(r#"{{{envelope},"submissions":{}}}"#, Value::Array(items));
                     send(&http, address, "submit-workflows", body).await;
                 }
             }
