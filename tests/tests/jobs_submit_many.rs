@@ -20,15 +20,21 @@ async fn count(db: &TestDatabase, table: &str) -> i64 {
         .get(0)
 }
 
+/// A fresh database, the fixture workflow (its target is never called) and a node
+/// that only takes submissions.
+async fn quiet_node() -> (TestDatabase, Value, JobsNode) {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    (db, two_step_workflow("127.0.0.1:1"), node)
+}
+
 fn error_message(answer: &Value) -> &str {
     answer["error"]["message"].as_str().unwrap_or_default()
 }
 
 #[tokio::test]
 async fn a_mix_of_good_duplicate_conflicting_and_invalid_items_is_answered_item_by_item() {
-    let db = TestDatabase::create().await;
-    let workflow = two_step_workflow("127.0.0.1:1");
-    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let (db, workflow, node) = quiet_node().await;
     let existing = uuid::Uuid::now_v7().to_string();
     node.ok(
         "submit-workflow",
@@ -108,9 +114,7 @@ async fn a_mix_of_good_duplicate_conflicting_and_invalid_items_is_answered_item_
 
 #[tokio::test]
 async fn an_empty_an_oversized_or_an_ambiguous_call_is_refused_whole_and_writes_nothing() {
-    let db = TestDatabase::create().await;
-    let workflow = two_step_workflow("127.0.0.1:1");
-    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let (db, workflow, node) = quiet_node().await;
     let item = json!({ "input": { "text": "x" } });
     for body in [
         json!({ "workflow": workflow, "submissions": [] }),
@@ -159,9 +163,7 @@ async fn jobs_submitted_in_a_batch_run_to_completion() {
 
 #[tokio::test]
 async fn every_row_of_a_batch_holds_its_whole_snapshot_and_one_id_given_twice_is_written_once() {
-    let db = TestDatabase::create().await;
-    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
-    let workflow = two_step_workflow("127.0.0.1:1");
+    let (db, workflow, node) = quiet_node().await;
     let mut other = workflow.clone();
     other["deadlineMs"] = json!(123_456);
     let twice = uuid::Uuid::now_v7().to_string();
@@ -220,9 +222,7 @@ async fn every_row_of_a_batch_holds_its_whole_snapshot_and_one_id_given_twice_is
 
 #[tokio::test]
 async fn batches_holding_the_same_ids_in_opposite_orders_never_deadlock() {
-    let db = TestDatabase::create().await;
-    let workflow = two_step_workflow("127.0.0.1:1");
-    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let (db, workflow, node) = quiet_node().await;
     let ids: Vec<String> = (0..40).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     let batch = |ids: Vec<&String>| {
         let items: Vec<Value> = ids
@@ -250,9 +250,7 @@ async fn batches_holding_the_same_ids_in_opposite_orders_never_deadlock() {
 
 #[tokio::test]
 async fn concurrent_single_submissions_share_commits_and_are_answered_alone() {
-    let db = TestDatabase::create().await;
-    let workflow = two_step_workflow("127.0.0.1:1");
-    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let (db, workflow, node) = quiet_node().await;
     let repeated = uuid::Uuid::now_v7().to_string();
     let mut bodies: Vec<Value> = (0..20)
         .map(|i| json!({ "workflow": workflow, "input": { "text": format!("new {i}") } }))
@@ -300,9 +298,7 @@ async fn concurrent_single_submissions_share_commits_and_are_answered_alone() {
 
 #[tokio::test]
 async fn an_id_locked_by_another_insert_fails_alone_after_the_lock_timeout() {
-    let db = TestDatabase::create().await;
-    let workflow = two_step_workflow("127.0.0.1:1");
-    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let (db, workflow, node) = quiet_node().await;
     // Another transaction is inserting this id and neither commits nor rolls back
     // (a stuck client of another node).
     let stuck_id = uuid::Uuid::now_v7();
