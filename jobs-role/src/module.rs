@@ -20,7 +20,7 @@ use crate::relay::{Publisher, relay_loop};
 use crate::store::Store;
 use crate::store::sql;
 use crate::submit::Submitter;
-use crate::wake::listen_loop;
+use crate::wake::{listen_loop, listen_with};
 use crate::worker::{Worker, sweep_loop};
 
 /// The jobs role.
@@ -127,6 +127,16 @@ impl Role for JobsModule {
         );
         let shutdown = ctx.shutdown_token();
         if self.config.max_in_flight > 0 {
+            let hearing = worker.clone();
+            ctx.spawn_task(
+                "cancel-listener",
+                listen_with(
+                    store.clone(),
+                    sql::LISTEN_CANCEL,
+                    move |job_id| hearing.hear_cancel(job_id),
+                    shutdown.clone(),
+                ),
+            );
             ctx.spawn_task("worker", worker.run(shutdown.clone()));
         }
         ctx.spawn_task(

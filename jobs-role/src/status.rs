@@ -5,11 +5,14 @@
 //!   ▲                  │
 //!   ├── retry/sweep ───┘          WAITING ──complete-step──► QUEUED
 //!   └──► DEAD (attempts exhausted; nothing re-enqueues it)
+//!
+//! QUEUED | WAITING ──cancel-job──► CANCELLED
+//! RUNNING ──cancel-job (requested; the worker or the sweeper settles)──► CANCELLED
 //! ```
 //!
 //! The store writes statuses only through [`JobStatus::as_str`] and checks every
-//! transition it performs with [`JobStatus::can_become`]; the migration's CHECK
-//! constraint lists the same six names.
+//! transition it performs with [`JobStatus::can_become`]; the migrations' CHECK
+//! constraint lists the same seven names.
 
 use std::fmt;
 use std::str::FromStr;
@@ -29,17 +32,20 @@ pub enum JobStatus {
     Failed,
     /// Retries exhausted: the dead-letter state; nothing re-enqueues it.
     Dead,
+    /// Stopped by an operator (`cancel-job`); never claimed again.
+    Cancelled,
 }
 
 impl JobStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [JobStatus; 6] = [
+    pub const ALL: [JobStatus; 7] = [
         JobStatus::Queued,
         JobStatus::Running,
         JobStatus::Waiting,
         JobStatus::Completed,
         JobStatus::Failed,
         JobStatus::Dead,
+        JobStatus::Cancelled,
     ];
 
     /// The name stored in `workflow_run.status`.
@@ -51,6 +57,7 @@ impl JobStatus {
             JobStatus::Completed => "COMPLETED",
             JobStatus::Failed => "FAILED",
             JobStatus::Dead => "DEAD",
+            JobStatus::Cancelled => "CANCELLED",
         }
     }
 
@@ -58,7 +65,7 @@ impl JobStatus {
     pub const fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobStatus::Completed | JobStatus::Failed | JobStatus::Dead
+            JobStatus::Completed | JobStatus::Failed | JobStatus::Dead | JobStatus::Cancelled
         )
     }
 
@@ -80,6 +87,10 @@ impl JobStatus {
             // complete-step accepted, or its response rejected as a verdict
             | (Waiting, Queued)
             | (Waiting, Failed)
+            // an operator's cancel-job: at once, or settled by the worker holding it
+            | (Queued, Cancelled)
+            | (Waiting, Cancelled)
+            | (Running, Cancelled)
         )
     }
 }
@@ -90,10 +101,10 @@ impl fmt::Display for JobStatus {
     }
 }
 
-/// A status name that is not one of the six.
+/// A status name that is not one of the seven.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown job status '{0}': expected one of QUEUED, RUNNING, WAITING, COMPLETED, FAILED, DEAD"
+    "unknown job status '{0}': expected one of QUEUED, RUNNING, WAITING, COMPLETED, FAILED, DEAD, CANCELLED"
 )]
 pub struct UnknownStatus(pub String);
 
@@ -144,5 +155,20 @@ mod tests {
         }
         assert!(JobStatus::Waiting.can_become(JobStatus::Queued));
         assert!(!JobStatus::Waiting.can_become(JobStatus::Completed));
+    }
+
+    #[test]
+    fn only_live_jobs_can_be_cancelled() {
+        for from in JobStatus::ALL {
+            assert_eq!(
+                from.can_become(JobStatus::Cancelled),
+                matches!(
+                    from,
+                    JobStatus::Queued | JobStatus::Waiting | JobStatus::Running
+                ),
+                "{from}"
+            );
+        }
+        assert!(JobStatus::Cancelled.is_terminal());
     }
 }

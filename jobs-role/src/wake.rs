@@ -2,7 +2,9 @@
 //!
 //! One connection per listener subscribes to a channel and wakes every waiter when a
 //! notification arrives: the worker waits on `protomolt_jobs_queued` (submissions,
-//! requeues, answered steps), the relay on `protomolt_jobs_outbox` (every outbox row).
+//! requeues, answered steps), the relay on `protomolt_jobs_outbox` (every outbox row),
+//! and the worker's cancel listener on `protomolt_jobs_cancel` (the id of a RUNNING job
+//! an operator cancelled, so the task holding it stops at once).
 //! An idle fleet so starts work in milliseconds instead of at the next poll; polling
 //! stays as the fallback and covers the time a listener spends reconnecting.
 
@@ -23,8 +25,20 @@ pub async fn listen_loop(
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
+    listen_with(store, listen, move |_| wake.notify_waiters(), shutdown).await
+}
+
+/// Listens with `listen` until `shutdown`, reconnecting after failures, and hands
+/// every notification's payload to `heard`; after each (re)subscription it hears an
+/// empty payload once, since notifications sent while it was away are lost.
+pub async fn listen_with(
+    store: Store,
+    listen: &'static str,
+    heard: impl Fn(&str) + Send + Sync,
+    shutdown: CancellationToken,
+) {
     while !shutdown.is_cancelled() {
-        if let Err(e) = listen_once(&store, listen, &wake, &shutdown).await {
+        if let Err(e) = listen_once(&store, listen, &heard, &shutdown).await {
             tracing::warn!(error = %e, %listen, "a wake-up listener lost its connection; polling covers until it reconnects");
         }
         tokio::select! {
@@ -37,7 +51,7 @@ pub async fn listen_loop(
 async fn listen_once(
     store: &Store,
     listen: &str,
-    wake: &Notify,
+    heard: &(impl Fn(&str) + Send + Sync),
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
     let (client, mut connection) = store.listen_for_work().await.map_err(|e| e.to_string())?;
@@ -47,7 +61,7 @@ async fn listen_once(
             .await
             .map_err(|e| e.to_string())?;
         // Wake everyone once subscribed: work may have arrived while we were away.
-        wake.notify_waiters();
+        heard("");
         // Keep the client alive as long as the connection is polled.
         std::future::pending::<()>().await;
         Ok::<(), String>(())
@@ -55,7 +69,7 @@ async fn listen_once(
     let poll = async {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(AsyncMessage::Notification(_))) => wake.notify_waiters(),
+                Some(Ok(AsyncMessage::Notification(n))) => heard(n.payload()),
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e.to_string()),
                 None => return Err("the connection closed".to_owned()),

@@ -7,8 +7,11 @@ use protomolt_e2e::TestDatabase;
 
 const INSERT_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status,
-                          lease_owner, lease_until, outstanding_step, verdict, error)
-VALUES (gen_random_uuid(), 'w', '{}', '{}', $1, $2, $3, $4, $5, $6)";
+                          lease_owner, lease_until, outstanding_step, verdict, error,
+                          cancel_reason, finished_at)
+VALUES (gen_random_uuid(), 'w', '{}', '{}', $1, $2, $3, $4, $5, $6,
+        CASE WHEN $1::text = 'CANCELLED' THEN 'an operator' END,
+        CASE WHEN $1::text = 'CANCELLED' THEN now() END)";
 
 async fn migrated() -> (TestDatabase, tokio_postgres::Client) {
     let db = TestDatabase::create().await;

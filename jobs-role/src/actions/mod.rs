@@ -7,9 +7,11 @@
 //! | `get-job`         | `jobs:read`     | [`get_job`]       |
 //! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
 //! | `complete-step`   | `jobs:complete` | [`complete_step`] |
+//! | `cancel-job`      | `jobs:operate`  | [`cancel_job`]    |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
+pub mod cancel_job;
 pub mod complete_step;
 pub mod get_job;
 pub mod list_jobs;
@@ -89,6 +91,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:complete",
             "CompleteStep",
             complete_step::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "cancel-job",
+            "Cancel a run: QUEUED or WAITING at once; RUNNING abandons its step and settles CANCELLED.",
+            "jobs:operate",
+            "CancelJob",
+            cancel_job::handle,
         )?,
     ])
 }

@@ -1,6 +1,7 @@
 //! Claims: taking eligible QUEUED rows for a worker, and the sweeper's requeue of
 //! claims whose lease passed.
 
+use super::cancels::insert_cancelled_event;
 use super::*;
 
 /// A worker's hold on a job: what every fenced write carries.
@@ -54,6 +55,8 @@ pub struct SweepReport {
     pub requeued: usize,
     /// Jobs whose last attempt's lease expired: DEAD.
     pub dead: usize,
+    /// Jobs an operator asked to cancel whose worker went quiet: CANCELLED.
+    pub cancelled: usize,
 }
 
 impl Store {
@@ -112,7 +115,8 @@ impl Store {
     }
 
     /// Requeues RUNNING jobs whose lease passed (attempts kept); a job on its last
-    /// attempt lands DEAD with its event.
+    /// attempt lands DEAD, and one an operator asked to cancel CANCELLED, each with its
+    /// event.
     pub async fn sweep_expired_leases(&self, batch: i64) -> Result<SweepReport, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -121,10 +125,13 @@ impl Store {
         for row in &rows {
             let status: JobStatus = row.get::<_, String>("status").parse()?;
             let job_id: Uuid = row.get("job_id");
+            let name: String = row.get("workflow_name");
             if status == JobStatus::Dead {
-                let name: String = row.get("workflow_name");
                 insert_dead_event(&tx, job_id, &name, row).await?;
                 report.dead += 1;
+            } else if status == JobStatus::Cancelled {
+                insert_cancelled_event(&tx, job_id, &name, row).await?;
+                report.cancelled += 1;
             } else {
                 tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
                     .await?;

@@ -34,6 +34,9 @@ pub struct EventFacts<'a> {
     pub error: Option<&'a str>,
     /// The job's status after the transition.
     pub status: JobStatus,
+    /// More context for `detail` beside the status (an operator's reason, the step
+    /// a retry starts from).
+    pub detail: &'a [(&'a str, &'a str)],
 }
 
 /// The outbox type name of an event type.
@@ -46,6 +49,8 @@ pub fn type_name(kind: Type) -> &'static str {
         Type::Completed => "COMPLETED",
         Type::Failed => "FAILED",
         Type::Dead => "DEAD",
+        Type::Cancelled => "CANCELLED",
+        Type::Retried => "RETRIED",
     }
 }
 
@@ -82,7 +87,17 @@ pub fn encode(facts: &EventFacts<'_>) -> Result<(Uuid, Vec<u8>), jobs_proto::Con
             .map(|e| cut(e, MAX_ERROR_CHARS))
             .unwrap_or_default(),
         detail: Some(prost_types::Struct {
-            fields: [("status".to_owned(), status)].into(),
+            fields: facts
+                .detail
+                .iter()
+                .map(|(key, value)| {
+                    let value = prost_types::Value {
+                        kind: Some(Kind::StringValue(cut(value, MAX_ERROR_CHARS))),
+                    };
+                    ((*key).to_owned(), value)
+                })
+                .chain([("status".to_owned(), status)])
+                .collect(),
         }),
         occurred_at: Some(occurred_at),
     };
@@ -105,6 +120,7 @@ mod tests {
             verdict: None,
             error: Some(&error),
             status: JobStatus::Dead,
+            detail: &[],
         };
         let (id, payload) = encode(&facts).expect("a cut error still encodes");
         let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
@@ -124,6 +140,7 @@ mod tests {
             verdict: None,
             error: None,
             status: JobStatus::Failed,
+            detail: &[],
         };
         assert!(encode(&facts).is_err());
     }

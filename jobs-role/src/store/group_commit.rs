@@ -42,6 +42,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         verdict,
         error,
         status,
+        detail: &[],
     };
     let checkpointed = write.checkpoint.as_ref().map(|checkpoint| {
         facts(
@@ -73,8 +74,15 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         return parts;
     }
     if let Some(checkpoint) = &write.checkpoint {
+        // A checkpoint written with its settlement is refused with it when an operator
+        // asked to cancel, so the write's first statement is the one that matches
+        // nothing (a refused write, as a lost claim), never a later one.
+        let statement = match write.settlement {
+            Some(_) => sql::APPEND_CHECKPOINT_BEFORE_SETTLEMENT,
+            None => sql::APPEND_CHECKPOINT,
+        };
         parts.push(Part {
-            statement: sql::APPEND_CHECKPOINT,
+            statement,
             extra: vec![Box::new(&checkpoint.entry)],
             events: checkpointed.into_iter().collect(),
             wake: false,

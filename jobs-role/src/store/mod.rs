@@ -21,6 +21,7 @@
 //!   `text`, a value past a size limit) is [`StoreError::Data`], which no caller
 //!   retries; every other database error may pass and is retried.
 
+mod cancels;
 mod claims;
 pub mod events;
 mod group_commit;
@@ -31,6 +32,7 @@ pub mod sql;
 mod submissions;
 mod writes;
 
+pub use cancels::CancelOutcome;
 pub use claims::{Claim, ClaimedJob, SweepReport};
 pub use outbox::{
     DrainReport, LaneCounts, OutboxRow, PendingEvent, PublishOutcome, RejectedRecord,
@@ -38,7 +40,7 @@ pub use outbox::{
 pub use parked::{ParkedAnswer, ParkedCompletion};
 pub use reads::JobFilter;
 pub use submissions::{Inserted, NewJob};
-pub use writes::{ClaimWrite, Settlement, StepCheckpoint};
+pub use writes::{ClaimWrite, Lease, Settlement, StepCheckpoint};
 
 use std::time::Duration;
 
@@ -355,6 +357,7 @@ async fn insert_dead_event(
         verdict: None,
         error: error.as_deref(),
         status: JobStatus::Dead,
+        detail: &[],
     };
     insert_event(tx, &event).await
 }

@@ -89,6 +89,7 @@ impl Store {
                     verdict: None,
                     error: None,
                     status: JobStatus::Queued,
+                    detail: &[],
                 };
                 insert_event(&tx, &event).await?;
                 tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
@@ -108,6 +109,7 @@ impl Store {
                     verdict: Some(verdict),
                     error: Some(error),
                     status: JobStatus::Failed,
+                    detail: &[],
                 };
                 insert_event(&tx, &event).await?;
                 JobStatus::Failed

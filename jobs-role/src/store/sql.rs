@@ -154,10 +154,25 @@ macro_rules! fenced {
     };
 }
 
-/// Extends the lease. `$4` lease length in milliseconds.
-pub const RENEW_LEASE: &str = fenced!(
-    "UPDATE workflow_run SET lease_until = now() + $4::bigint * interval '1 millisecond', updated_at = now()"
+/// Extends the lease, answering whether an operator asked to cancel the job. `$4`
+/// lease length in milliseconds.
+pub const RENEW_LEASE: &str = concat!(
+    fenced!(
+        "UPDATE workflow_run SET lease_until = now() + $4::bigint * interval '1 millisecond', updated_at = now()"
+    ),
+    "\nRETURNING cancel_requested"
 );
+
+/// The guard of every settlement and release: once an operator asked to cancel a
+/// RUNNING job, nothing but CANCELLED ends its claim. The write matches nothing (as
+/// for a lost claim) and the worker settles CANCELLED instead, so a cancel answered
+/// `CANCEL_REQUESTED` always ends CANCELLED. Checkpoints are not guarded: one that
+/// lands meanwhile is harmless history.
+macro_rules! unless_cancel_requested {
+    ($($fenced:tt)*) => {
+        concat!($($fenced)*, "\n   AND NOT cancel_requested")
+    };
+}
 
 /// Appends one checkpoint (progress: the release count starts over). `$4` the
 /// checkpoint entry (a JSON object).
@@ -166,43 +181,60 @@ pub const APPEND_CHECKPOINT: &str = fenced!(
        updated_at = now()"
 );
 
+/// [`APPEND_CHECKPOINT`] as the first statement of a write that also settles: refused
+/// with the settlement once an operator asked to cancel.
+pub const APPEND_CHECKPOINT_BEFORE_SETTLEMENT: &str = unless_cancel_requested!(fenced!(
+    "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
+       updated_at = now()"
+));
+
 /// Appends the workflow's final checkpoint and settles COMPLETED, in one row version.
 /// `$4` result, `$5` verdict, `$6` the checkpoint entry.
-pub const SETTLE_COMPLETED_WITH_CHECKPOINT: &str = fenced!(
+pub const SETTLE_COMPLETED_WITH_CHECKPOINT: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
        checkpoints = checkpoints || jsonb_build_array($6::jsonb),
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
-);
+));
 
 /// Settles COMPLETED. `$4` result, `$5` verdict.
-pub const SETTLE_COMPLETED: &str = fenced!(
+pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
-);
+));
 
 /// Parks WAITING on an external step. `$4` the step.
-pub const SETTLE_WAITING: &str = fenced!(
+pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4,
        lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
-);
+));
 
 /// Settles FAILED. `$4` error, `$5` verdict (the violations of a validation verdict).
-pub const SETTLE_FAILED: &str = fenced!(
+pub const SETTLE_FAILED: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'FAILED', error = $4, verdict = $5,
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
-);
+));
 
 /// Settles DEAD. `$4` the last error, verbatim.
-pub const SETTLE_DEAD: &str = fenced!(
+pub const SETTLE_DEAD: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'DEAD', error = $4,
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
-);
+));
 
 /// Requeues after a retryable failure. `$4` backoff in milliseconds, `$5` the error.
-pub const SETTLE_RETRY: &str = fenced!(
+pub const SETTLE_RETRY: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'QUEUED', error = $5,
        run_after = now() + $4::bigint * interval '1 millisecond',
        lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
+));
+
+/// Settles CANCELLED a job an operator asked to cancel while it ran; matches nothing
+/// when no cancel was asked for. Returns the attempt and the operator's reason.
+pub const SETTLE_CANCELLED: &str = concat!(
+    fenced!(
+        "UPDATE workflow_run SET status = 'CANCELLED',
+       lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
+    ),
+    "\n   AND cancel_requested\nRETURNING attempt, cancel_reason"
 );
 
 /// Gives a claim back without burning its attempt (shutdown, or a transient store
@@ -213,7 +245,7 @@ pub const SETTLE_RETRY: &str = fenced!(
 /// the released (owner, claims) pair can never match again. `$4` delay in
 /// milliseconds.
 pub const RELEASE_CLAIM: &str = concat!(
-    fenced!(
+    unless_cancel_requested!(fenced!(
         "UPDATE workflow_run SET
        status = CASE WHEN releases + 1 >= $5 THEN 'DEAD' ELSE 'QUEUED' END,
        attempt = CASE WHEN releases + 1 >= $5 THEN attempt ELSE attempt - 1 END,
@@ -225,28 +257,52 @@ pub const RELEASE_CLAIM: &str = concat!(
        releases = releases + 1,
        run_after = now() + $4::bigint * interval '1 millisecond',
        lease_owner = NULL, lease_until = NULL, updated_at = now()"
-    ),
+    )),
     "\nRETURNING status, attempt, error"
 );
 
 /// Requeues RUNNING rows whose lease has passed (their worker went quiet), keeping the
-/// attempts they used; a row whose attempts are spent lands DEAD instead. `$1` the
-/// most rows to sweep at once.
+/// attempts they used; a row whose attempts are spent lands DEAD instead, and one an
+/// operator asked to cancel CANCELLED. `$1` the most rows to sweep at once.
 pub const SWEEP_EXPIRED_LEASES: &str = "\
 UPDATE workflow_run w
-   SET status = CASE WHEN w.attempt >= w.max_attempts THEN 'DEAD' ELSE 'QUEUED' END,
-       error = CASE WHEN w.attempt >= w.max_attempts
+   SET status = CASE WHEN w.cancel_requested THEN 'CANCELLED'
+                     WHEN w.attempt >= w.max_attempts THEN 'DEAD' ELSE 'QUEUED' END,
+       error = CASE WHEN NOT w.cancel_requested AND w.attempt >= w.max_attempts
                     THEN 'LEASE: the lease of attempt ' || w.attempt || ' expired (worker ' || w.lease_owner
                          || ' went quiet) and no attempts are left'
                     ELSE w.error END,
-       finished_at = CASE WHEN w.attempt >= w.max_attempts THEN now() ELSE NULL END,
+       finished_at = CASE WHEN w.cancel_requested OR w.attempt >= w.max_attempts THEN now() ELSE NULL END,
        run_after = now(), lease_owner = NULL, lease_until = NULL, updated_at = now()
  WHERE w.job_id IN (SELECT job_id FROM workflow_run
                      WHERE status = 'RUNNING' AND lease_until < now()
                      ORDER BY lease_until
                      FOR UPDATE SKIP LOCKED
                      LIMIT $1)
-RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error";
+RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason";
+
+/// Locks a job for `cancel-job`. `$1` job id.
+pub const LOCK_JOB_FOR_CANCEL: &str = "\
+SELECT status, workflow_name, attempt, cancel_requested FROM workflow_run WHERE job_id = $1 FOR UPDATE";
+
+/// Cancels a QUEUED or WAITING job at once. `$1` job id, `$2` the operator's reason.
+pub const CANCEL_NOW: &str = "\
+UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_step = NULL,
+       finished_at = now(), updated_at = now()
+ WHERE job_id = $1 AND status IN ('QUEUED', 'WAITING')";
+
+/// Marks a RUNNING job cancel-requested; its worker (or the sweeper) settles it. `$1`
+/// job id, `$2` the operator's reason.
+pub const REQUEST_CANCEL: &str = "\
+UPDATE workflow_run SET cancel_requested = true, cancel_reason = $2, updated_at = now()
+ WHERE job_id = $1 AND status = 'RUNNING'";
+
+/// The channel a cancel request of a RUNNING job notifies, with the job id as payload.
+pub const LISTEN_CANCEL: &str = "LISTEN protomolt_jobs_cancel";
+
+/// Tells the worker holding a job, when the transaction commits, that an operator
+/// asked to cancel it. `$1` job id (text).
+pub const NOTIFY_CANCEL: &str = "SELECT pg_notify('protomolt_jobs_cancel', $1::text)";
 
 /// Locks a job for `complete-step`. `$1` job id.
 pub const LOCK_JOB: &str = "\

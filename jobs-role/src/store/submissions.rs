@@ -111,6 +111,7 @@ impl Store {
             verdict: None,
             error: first.error,
             status: first.status,
+            detail: &[],
         };
         insert_event(&tx, &facts).await?;
         if first.status == JobStatus::Queued {
@@ -340,6 +341,7 @@ impl AcceptedEvents {
             verdict: None,
             error: None,
             status: JobStatus::Queued,
+            detail: &[],
         };
         let (event_id, payload) = events::encode(&facts)?;
         self.event_ids.push(event_id);

@@ -71,6 +71,15 @@ impl Settlement {
     }
 }
 
+/// What a lease renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// Extended; the job runs on.
+    Renewed,
+    /// Extended, but an operator asked to cancel the job: settle it CANCELLED.
+    CancelRequested,
+}
+
 /// One step's checkpoint entry, as a claim appends it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepCheckpoint {
@@ -138,20 +147,22 @@ impl ClaimWrite {
 }
 
 impl Store {
-    /// Extends the lease of a running claim.
-    pub async fn renew_lease(&self, claim: &Claim, lease: Duration) -> Result<(), StoreError> {
+    /// Extends the lease of a running claim; answers whether an operator asked to
+    /// cancel the job meanwhile ([`Lease::CancelRequested`]).
+    pub async fn renew_lease(&self, claim: &Claim, lease: Duration) -> Result<Lease, StoreError> {
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(sql::RENEW_LEASE).await?;
         let renewed = client
-            .execute(
+            .query_opt(
                 &statement,
                 &[&claim.job_id, &claim.owner, &claim.token, &millis(lease)],
             )
             .await?;
-        if renewed == 0 {
-            return Err(claim.lost());
+        match renewed {
+            None => Err(claim.lost()),
+            Some(row) if row.get::<_, bool>("cancel_requested") => Ok(Lease::CancelRequested),
+            Some(_) => Ok(Lease::Renewed),
         }
-        Ok(())
     }
 
     /// Appends one checkpoint with its STEP_CHECKPOINT event, in a transaction of its

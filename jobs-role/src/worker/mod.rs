@@ -32,12 +32,14 @@ pub mod flusher;
 mod limits;
 mod sweeper;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 use workflow::compile::decode_json;
 use workflow::{
     CallMetadata, Checkpoint, CheckpointSink, CompiledStep, CompiledWorkflow, FailureKind, Runner,
@@ -52,7 +54,7 @@ use crate::compiled::{CompiledCache, SNAPSHOT_DIGEST_PREFIX};
 use crate::config::JobsConfig;
 use crate::status::JobStatus;
 use crate::store::{
-    Claim, ClaimWrite, ClaimedJob, Settlement, StepCheckpoint, Store, StoreError, nul_path,
+    Claim, ClaimWrite, ClaimedJob, Lease, Settlement, StepCheckpoint, Store, StoreError, nul_path,
 };
 
 /// The most jobs one claim statement takes (the free slots decide, up to this).
@@ -68,6 +70,8 @@ pub struct Worker {
     compiled: Arc<CompiledCache>,
     /// Taken by a job whose workflow is not compiled yet, one at a time.
     compile_turn: tokio::sync::Mutex<()>,
+    /// The jobs this node runs, each with how its task hears of an operator's cancel.
+    cancels: std::sync::Mutex<Cancels>,
 }
 
 impl Worker {
@@ -89,7 +93,48 @@ impl Worker {
             wake,
             compiled,
             compile_turn: tokio::sync::Mutex::new(()),
+            cancels: std::sync::Mutex::default(),
         })
+    }
+
+    /// Tells the task running `job_id` on this node, if any, that an operator may have
+    /// asked to cancel it (the cancel listener calls this for every
+    /// `protomolt_jobs_cancel` notification). The task checks the row before it stops,
+    /// so a stray notification costs one lease renewal, never a job. An empty payload
+    /// (the listener has just (re)subscribed, and may have missed some) tells every
+    /// running task; an id this node does not run yet is kept a few seconds, for a
+    /// task whose claim committed just before the cancel but registers just after.
+    pub fn hear_cancel(&self, payload: &str) {
+        let mut cancels = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        if payload.is_empty() {
+            for watch in cancels.running.values() {
+                watch.notify_one();
+            }
+            return;
+        }
+        let Ok(job_id) = Uuid::parse_str(payload) else {
+            return;
+        };
+        match cancels.running.get(&job_id) {
+            // Stored as a permit when the task is not waiting right now.
+            Some(watch) => watch.notify_one(),
+            None => cancels.heard_early(job_id),
+        }
+    }
+
+    /// Registers `job_id` for [`Self::hear_cancel`] until the guard drops.
+    fn watch_cancel(&self, job_id: Uuid) -> CancelWatch<'_> {
+        let cancel = Arc::new(Notify::new());
+        let mut cancels = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+        if cancels.take_early(job_id) {
+            cancel.notify_one();
+        }
+        cancels.running.insert(job_id, cancel.clone());
+        CancelWatch {
+            worker: self,
+            job_id,
+            cancel,
+        }
     }
 
     /// The node's worker until `shutdown`: claims jobs in batches as slots free up,
@@ -213,6 +258,20 @@ impl Worker {
         settlement: Settlement,
     ) -> Result<(), StoreError> {
         let write = ClaimWrite::settle(claim, held, settlement)?;
+        match self.commit_write(flusher, claim, write).await {
+            // Every settlement is refused once an operator asked to cancel.
+            Err(lost) if lost.is_lost_claim() => self.cancelled_instead(claim, lost).await,
+            settled => settled,
+        }
+    }
+
+    /// Commits a settlement's write, once more after a failed COMMIT.
+    async fn commit_write(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+        write: ClaimWrite,
+    ) -> Result<(), StoreError> {
         match flusher.commit(write.clone()).await {
             // The batch's COMMIT failed, so whether it landed is unknown. A settlement
             // may be tried again: it moves the row out of RUNNING, so if the first one
@@ -224,6 +283,27 @@ impl Worker {
             }
             settled => settled,
         }
+    }
+
+    /// A settlement or release matched nothing: either the claim was lost (`lost`
+    /// stands) or an operator asked to cancel the job, which is then settled
+    /// CANCELLED.
+    async fn cancelled_instead(&self, claim: &Claim, lost: StoreError) -> Result<(), StoreError> {
+        match self.store.settle_cancelled(claim).await {
+            Ok(()) => {
+                tracing::info!(job_id = %claim.job_id, "cancelled by an operator");
+                Ok(())
+            }
+            Err(e) if e.is_lost_claim() => Err(lost),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Abandons the job for an operator's cancel: whatever it queued commits first
+    /// (the flusher keeps the order), then it settles CANCELLED.
+    async fn cancel_now(&self, flusher: &Flusher, claim: &Claim) -> Result<(), StoreError> {
+        let _ = flusher.commit(ClaimWrite::barrier(claim)).await;
+        self.cancelled_instead(claim, claim.lost()).await
     }
 
     /// Fails a job whose stored state no longer fits its workflow: loud, no retry.
@@ -250,10 +330,14 @@ impl Worker {
         delay: Duration,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let status = self
+        let status = match self
             .store
             .release_claim(claim, delay, self.config.max_releases, reason)
-            .await?;
+            .await
+        {
+            Err(lost) if lost.is_lost_claim() => return self.cancelled_instead(claim, lost).await,
+            released => released?,
+        };
         if status == JobStatus::Dead {
             tracing::warn!(job_id = %claim.job_id, %reason, "released too often without progress: the job is DEAD");
         }
@@ -261,13 +345,21 @@ impl Worker {
     }
 
     /// Runs the claimed job and settles it; the lease is renewed from the claim until
-    /// the segment ends (also while the claim waits for its per-target permit). The
-    /// error is the store's.
+    /// the segment ends (also while the claim waits for its per-target permit). An
+    /// operator's cancel (heard from the cancel listener, or read at a lease renewal)
+    /// abandons the segment, in-flight call and all, and settles CANCELLED. The error
+    /// is the store's.
     async fn execute(&self, job: ClaimedJob, flusher: &Flusher) -> Result<(), StoreError> {
         let claim = &job.claim;
+        let watch = self.watch_cancel(claim.job_id);
         let ran = tokio::select! {
             ran = self.run_segment(&job, flusher) => ran,
-            lost = self.keep_lease(claim) => return Err(lost),
+            end = self.keep_lease(claim, Some(&watch.cancel)) => {
+                return match end {
+                    LeaseEnd::Lost(lost) => Err(lost),
+                    LeaseEnd::CancelRequested => self.cancel_now(flusher, claim).await,
+                };
+            }
         };
         match ran {
             // The lease is renewed until the settlement is answered too: a flush held up
@@ -278,7 +370,7 @@ impl Worker {
                 held,
             } => tokio::select! {
                 settled = self.settle(flusher, &job, &compiled, outcome, held) => settled,
-                lost = self.keep_lease(claim) => Err(lost),
+                end = self.keep_lease(claim, None) => Err(end.into_error(claim)),
             },
             Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
             Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
@@ -380,16 +472,39 @@ impl Worker {
         }
     }
 
-    /// Renews the lease every third of its length until the renewal fails; returns
-    /// that failure (a lost claim stops the segment).
-    async fn keep_lease(&self, claim: &Claim) -> StoreError {
+    /// Renews the lease every third of its length until the claim is lost, or, when
+    /// `cancel` is given, until an operator asks to cancel the job (heard on `cancel`
+    /// or read at a renewal). Without `cancel` (a settlement in flight) a requested
+    /// cancel does not stop the renewals: the store refuses that settlement, and the
+    /// job is settled CANCELLED then.
+    async fn keep_lease(&self, claim: &Claim, cancel: Option<&Notify>) -> LeaseEnd {
         let lease = self.config.lease();
         let every = (lease / 3).max(Duration::from_millis(10));
+        let mut renewed = tokio::time::Instant::now();
         loop {
-            tokio::time::sleep(every).await;
+            // A cancel heard is confirmed by renewing at once: the row says whether an
+            // operator asked (anyone may send a NOTIFY). A cancel heard while no one
+            // waits is kept as the Notify's permit, so a fresh wait each turn misses
+            // nothing.
+            let heard = async {
+                match cancel {
+                    Some(cancel) => cancel.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(renewed + every) => {}
+                // At most one check every CANCEL_CHECK_GAP, whatever a storm of
+                // notifications says.
+                () = heard => tokio::time::sleep_until(renewed + CANCEL_CHECK_GAP).await,
+            }
+            renewed = tokio::time::Instant::now();
             match self.store.renew_lease(claim, lease).await {
-                Ok(()) => {}
-                Err(e) if e.is_lost_claim() => return e,
+                Ok(Lease::CancelRequested) if cancel.is_some() => {
+                    return LeaseEnd::CancelRequested;
+                }
+                Ok(_) => {}
+                Err(e) if e.is_lost_claim() => return LeaseEnd::Lost(e),
                 // A transient store failure: try again at the next tick; the lease
                 // still has two thirds to run.
                 Err(e) => {
@@ -544,6 +659,86 @@ impl Worker {
     }
 }
 
+/// Why [`Worker::keep_lease`] stopped renewing.
+enum LeaseEnd {
+    /// The claim was lost.
+    Lost(StoreError),
+    /// An operator asked to cancel the job.
+    CancelRequested,
+}
+
+impl LeaseEnd {
+    fn into_error(self, claim: &Claim) -> StoreError {
+        match self {
+            LeaseEnd::Lost(lost) => lost,
+            // Not returned without a cancel to hear; fail safe as a lost claim.
+            LeaseEnd::CancelRequested => claim.lost(),
+        }
+    }
+}
+
+/// A running job's registration for [`Worker::hear_cancel`], removed on drop.
+struct CancelWatch<'a> {
+    worker: &'a Worker,
+    job_id: Uuid,
+    cancel: Arc<Notify>,
+}
+
+impl Drop for CancelWatch<'_> {
+    fn drop(&mut self) {
+        let mut cancels = self
+            .worker
+            .cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Only its own entry: a newer claim of the same job on this node (while an old
+        // task winds down) has replaced it.
+        if cancels
+            .running
+            .get(&self.job_id)
+            .is_some_and(|watch| Arc::ptr_eq(watch, &self.cancel))
+        {
+            cancels.running.remove(&self.job_id);
+        }
+    }
+}
+
+/// The least time between two lease renewals a heard cancel triggers.
+const CANCEL_CHECK_GAP: Duration = Duration::from_millis(250);
+
+/// How long a cancel heard for a job this node does not run (yet) is kept.
+const EARLY_CANCEL_KEPT: Duration = Duration::from_secs(10);
+/// Most such cancels kept (notifications for jobs other nodes run are most of them).
+const EARLY_CANCELS_KEPT: usize = 1024;
+
+/// The node's running jobs, for [`Worker::hear_cancel`].
+#[derive(Default)]
+struct Cancels {
+    running: HashMap<Uuid, Arc<Notify>>,
+    /// Cancels heard for jobs not registered, with when.
+    early: HashMap<Uuid, std::time::Instant>,
+}
+
+impl Cancels {
+    fn heard_early(&mut self, job_id: Uuid) {
+        let now = std::time::Instant::now();
+        self.early
+            .retain(|_, heard| now.duration_since(*heard) < EARLY_CANCEL_KEPT);
+        if self.early.len() < EARLY_CANCELS_KEPT {
+            self.early.insert(job_id, now);
+        }
+    }
+
+    fn take_early(&mut self, job_id: Uuid) -> bool {
+        if self.early.is_empty() {
+            return false;
+        }
+        self.early
+            .remove(&job_id)
+            .is_some_and(|heard| heard.elapsed() < EARLY_CANCEL_KEPT)
+    }
+}
+
 /// What a segment's outcome comes to.
 enum Decision {
     /// Write this settlement.
@@ -632,5 +827,29 @@ impl CallMetadata for JobMetadata {
                 format!("{}/{}", self.job_id, step.name),
             ),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_heard_before_its_job_registers_is_kept_for_a_while_and_taken_once() {
+        let mut cancels = Cancels::default();
+        let (heard, other) = (Uuid::now_v7(), Uuid::now_v7());
+        cancels.heard_early(heard);
+        assert!(!cancels.take_early(other));
+        assert!(cancels.take_early(heard));
+        assert!(!cancels.take_early(heard), "taken once");
+    }
+
+    #[test]
+    fn cancels_heard_for_jobs_of_other_nodes_are_bounded() {
+        let mut cancels = Cancels::default();
+        for _ in 0..EARLY_CANCELS_KEPT * 3 {
+            cancels.heard_early(Uuid::now_v7());
+        }
+        assert_eq!(cancels.early.len(), EARLY_CANCELS_KEPT);
     }
 }

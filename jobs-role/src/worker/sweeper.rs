@@ -1,6 +1,7 @@
 //! The sweeper: requeues RUNNING jobs whose lease passed (their worker crashed or went
 //! quiet), keeping their attempts, so the next claim resumes from the checkpoints. A
-//! job whose last attempt's lease passed lands DEAD.
+//! job whose last attempt's lease passed lands DEAD; one an operator asked to cancel,
+//! CANCELLED.
 
 use std::time::Duration;
 
@@ -15,10 +16,11 @@ const SWEEP_BATCH: i64 = 500;
 pub async fn sweep_loop(store: Store, interval: Duration, shutdown: CancellationToken) {
     loop {
         match store.sweep_expired_leases(SWEEP_BATCH).await {
-            Ok(report) if report.requeued + report.dead > 0 => {
+            Ok(report) if report.requeued + report.dead + report.cancelled > 0 => {
                 tracing::info!(
                     requeued = report.requeued,
                     dead = report.dead,
+                    cancelled = report.cancelled,
                     "swept expired leases"
                 )
             }
