@@ -4,11 +4,16 @@
 //! QUEUED ──claim──► RUNNING ──► COMPLETED | WAITING | FAILED
 //!   ▲                  │
 //!   ├── retry/sweep ───┘          WAITING ──complete-step──► QUEUED
-//!   └──► DEAD (attempts exhausted; nothing re-enqueues it)
+//!   └──► DEAD (attempts exhausted; only an operator re-enqueues it)
 //!
 //! QUEUED | WAITING ──cancel-job──► CANCELLED
 //! RUNNING ──cancel-job (requested; the worker or the sweeper settles)──► CANCELLED
+//!
+//! DEAD | FAILED | CANCELLED ──retry-job──► QUEUED      COMPLETED ──retry-job fromStep──► QUEUED
 //! ```
+//!
+//! The engine never moves a job out of a terminal state; only an operator's
+//! `retry-job` does ([`JobStatus::can_be_retried`]).
 //!
 //! The store writes statuses only through [`JobStatus::as_str`] and checks every
 //! transition it performs with [`JobStatus::can_become`]; the migrations' CHECK
@@ -30,7 +35,7 @@ pub enum JobStatus {
     Completed,
     /// A validation verdict or a non-retryable error.
     Failed,
-    /// Retries exhausted: the dead-letter state; nothing re-enqueues it.
+    /// Retries exhausted: the dead-letter state; only an operator's `retry-job` re-enqueues it.
     Dead,
     /// Stopped by an operator (`cancel-job`); never claimed again.
     Cancelled,
@@ -61,7 +66,8 @@ impl JobStatus {
         }
     }
 
-    /// True for the states nothing moves a job out of.
+    /// True for the states the engine never moves a job out of (an operator's
+    /// `retry-job` may: see [`JobStatus::can_be_retried`]).
     pub const fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -91,7 +97,22 @@ impl JobStatus {
             | (Queued, Cancelled)
             | (Waiting, Cancelled)
             | (Running, Cancelled)
+            // an operator's retry-job (COMPLETED only from a named step)
+            | (Dead, Queued)
+            | (Failed, Queued)
+            | (Cancelled, Queued)
+            | (Completed, Queued)
         )
+    }
+
+    /// The states an operator's `retry-job` re-queues: DEAD, FAILED and CANCELLED;
+    /// COMPLETED too, when a step to re-run from is named.
+    pub const fn can_be_retried(self, from_a_step: bool) -> bool {
+        match self {
+            JobStatus::Dead | JobStatus::Failed | JobStatus::Cancelled => true,
+            JobStatus::Completed => from_a_step,
+            _ => false,
+        }
     }
 }
 
@@ -136,22 +157,31 @@ mod tests {
     }
 
     #[test]
-    fn terminal_states_go_nowhere() {
+    fn terminal_states_go_nowhere_but_back_to_the_queue_by_an_operator() {
         for from in JobStatus::ALL.into_iter().filter(|s| s.is_terminal()) {
             for to in JobStatus::ALL {
-                assert!(!from.can_become(to), "{from} must not become {to}");
+                assert_eq!(
+                    from.can_become(to),
+                    to == JobStatus::Queued,
+                    "{from} -> {to}"
+                );
             }
+            assert!(from.can_be_retried(true), "{from}");
+            assert_eq!(from.can_be_retried(false), from != JobStatus::Completed);
+        }
+        for live in [JobStatus::Queued, JobStatus::Running, JobStatus::Waiting] {
+            assert!(!live.can_be_retried(true), "{live}");
         }
     }
 
     #[test]
-    fn only_a_claim_starts_a_run_and_nothing_revives_the_dead() {
+    fn only_a_claim_starts_a_run_and_only_a_retry_revives_the_dead() {
         for from in JobStatus::ALL {
             assert_eq!(
                 from.can_become(JobStatus::Running),
                 from == JobStatus::Queued
             );
-            assert!(!JobStatus::Dead.can_become(from));
+            assert_eq!(JobStatus::Dead.can_become(from), from == JobStatus::Queued);
         }
         assert!(JobStatus::Waiting.can_become(JobStatus::Queued));
         assert!(!JobStatus::Waiting.can_become(JobStatus::Completed));

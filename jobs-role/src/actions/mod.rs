@@ -8,6 +8,7 @@
 //! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
 //! | `complete-step`   | `jobs:complete` | [`complete_step`] |
 //! | `cancel-job`      | `jobs:operate`  | [`cancel_job`]    |
+//! | `retry-job`       | `jobs:operate`  | [`retry_job`]     |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
@@ -15,6 +16,7 @@ pub mod cancel_job;
 pub mod complete_step;
 pub mod get_job;
 pub mod list_jobs;
+pub mod retry_job;
 pub mod submit;
 pub mod submit_many;
 
@@ -100,6 +102,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:operate",
             "CancelJob",
             cancel_job::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "retry-job",
+            "Re-queue a DEAD, FAILED or CANCELLED run with a fresh retry budget (a COMPLETED one from a named step).",
+            "jobs:operate",
+            "RetryJob",
+            retry_job::handle,
         )?,
     ])
 }

@@ -46,6 +46,9 @@ pub struct ClaimedJob {
     pub max_attempts: i32,
     /// Claims given back in a row without progress before this one.
     pub releases: i32,
+    /// Operator retries that re-ran checkpointed steps: part of every step call's
+    /// idempotency key once non-zero.
+    pub reruns: i32,
 }
 
 /// What a sweep did.
@@ -90,6 +93,7 @@ impl Store {
                 checkpoints: row.get("checkpoints"),
                 max_attempts: row.get("max_attempts"),
                 releases: row.get("releases"),
+                reruns: row.get("reruns"),
             })
             .collect())
     }

@@ -28,6 +28,7 @@ mod group_commit;
 mod outbox;
 mod parked;
 mod reads;
+mod retries;
 pub mod sql;
 mod submissions;
 mod writes;
@@ -39,6 +40,7 @@ pub use outbox::{
 };
 pub use parked::{ParkedAnswer, ParkedCompletion};
 pub use reads::JobFilter;
+pub use retries::{Retry, RetryOutcome};
 pub use submissions::{Inserted, NewJob};
 pub use writes::{ClaimWrite, Lease, Settlement, StepCheckpoint};
 

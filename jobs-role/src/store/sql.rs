@@ -120,7 +120,7 @@ UPDATE workflow_run
                            FOR UPDATE SKIP LOCKED
                            LIMIT $3))
    AND status = 'QUEUED'
-RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, checkpoints,
+RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, reruns, checkpoints,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
               AS definition_digest";
 
@@ -296,6 +296,30 @@ UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_st
 pub const REQUEST_CANCEL: &str = "\
 UPDATE workflow_run SET cancel_requested = true, cancel_reason = $2, updated_at = now()
  WHERE job_id = $1 AND status = 'RUNNING'";
+
+/// Locks a job for `retry-job`. `$1` job id.
+pub const LOCK_JOB_FOR_RETRY: &str = "\
+SELECT status, workflow_name, max_attempts, claims FROM workflow_run WHERE job_id = $1 FOR UPDATE";
+
+/// An operator's retry: the job is QUEUED again, claimable now, with a fresh retry
+/// budget and its outcome cleared; its checkpoints are kept up to `$3` entries (NULL:
+/// all of them, and `reruns` unchanged), so the next claim resumes at the first missing
+/// one. A checkpoint column that is not an array (drifted) is emptied when cut. Returns
+/// the checkpoints kept. `$1` job id, `$2` max attempts, `$3` checkpoints to keep.
+pub const RETRY_JOB: &str = "\
+UPDATE workflow_run
+   SET status = 'QUEUED', attempt = 0, max_attempts = $2, releases = 0,
+       reruns = CASE WHEN $3::integer IS NULL THEN reruns ELSE reruns + 1 END,
+       checkpoints = CASE WHEN $3::integer IS NULL THEN checkpoints
+                          WHEN jsonb_typeof(checkpoints) <> 'array' THEN '[]'::jsonb
+                          ELSE (SELECT COALESCE(jsonb_agg(c.entry ORDER BY c.at), '[]'::jsonb)
+                                  FROM jsonb_array_elements(checkpoints) WITH ORDINALITY AS c(entry, at)
+                                 WHERE c.at <= $3::integer) END,
+       result = NULL, verdict = NULL, error = NULL, outstanding_step = NULL,
+       cancel_requested = false, cancel_reason = NULL,
+       run_after = now(), finished_at = NULL, updated_at = now()
+ WHERE job_id = $1 AND status IN ('DEAD', 'FAILED', 'CANCELLED', 'COMPLETED')
+RETURNING CASE WHEN jsonb_typeof(checkpoints) = 'array' THEN jsonb_array_length(checkpoints) END AS kept";
 
 /// The channel a cancel request of a RUNNING job notifies, with the job id as payload.
 pub const LISTEN_CANCEL: &str = "LISTEN protomolt_jobs_cancel";

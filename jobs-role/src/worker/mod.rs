@@ -25,7 +25,8 @@
 //! | the claim was lost                                     | nothing: the new holder owns the job    |
 //!
 //! Every step call carries `x-protomolt-job-id`, `x-protomolt-step`,
-//! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>`, because a retried
+//! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>` (`/rerun-<n>` after an
+//! operator's `retry-job` with `fromStep`: see migration V10), because a retried
 //! step may have done its side effect before its checkpoint landed.
 
 pub mod flusher;
@@ -422,6 +423,7 @@ impl Worker {
         let metadata = JobMetadata {
             job_id: claim.job_id.to_string(),
             attempt: claim.attempt,
+            reruns: job.reruns,
         };
         let outcome = self
             .runner
@@ -814,6 +816,19 @@ impl CheckpointSink for StoreSink<'_> {
 struct JobMetadata {
     job_id: String,
     attempt: i32,
+    /// Operator re-runs so far: a re-run step must not be answered from a target's
+    /// idempotency cache.
+    reruns: i32,
+}
+
+impl JobMetadata {
+    /// `<job_id>/<step>`; after an operator's re-run, `<job_id>/<step>/rerun-<n>`.
+    fn idempotency_key(&self, step: &CompiledStep) -> String {
+        match self.reruns {
+            0 => format!("{}/{}", self.job_id, step.name),
+            n => format!("{}/{}/rerun-{n}", self.job_id, step.name),
+        }
+    }
 }
 
 impl CallMetadata for JobMetadata {
@@ -822,10 +837,7 @@ impl CallMetadata for JobMetadata {
             ("x-protomolt-job-id".into(), self.job_id.clone()),
             ("x-protomolt-step".into(), step.name.clone()),
             ("x-protomolt-attempt".into(), self.attempt.to_string()),
-            (
-                "idempotency-key".into(),
-                format!("{}/{}", self.job_id, step.name),
-            ),
+            ("idempotency-key".into(), self.idempotency_key(step)),
         ]
     }
 }

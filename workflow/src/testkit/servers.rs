@@ -20,6 +20,8 @@ pub struct FixtureOptions {
     pub embed_delay: Option<Duration>,
     /// Tokenize sleeps this long before answering.
     pub tokenize_delay: Option<Duration>,
+    /// While set, Embed answers UNAVAILABLE (a target that is down, then recovers).
+    pub embed_unavailable: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// A counter the test bumps (for example once per recorded checkpoint); Embed
     /// records its value at the moment it is called.
     pub probe: Option<Arc<AtomicUsize>>,
@@ -149,8 +151,13 @@ impl Embedder for Fixtures {
         if let Some(delay) = self.options.embed_delay {
             tokio::time::sleep(delay).await;
         }
+        let down = self
+            .options
+            .embed_unavailable
+            .as_ref()
+            .is_some_and(|down| down.load(Ordering::SeqCst));
         let tokens = request.into_inner();
-        if tokens.fail {
+        if tokens.fail || down {
             return Err(Status::unavailable("model loading"));
         }
         Ok(Response::new(Vector {

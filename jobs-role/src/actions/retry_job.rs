@@ -1,0 +1,95 @@
+//! `retry-job {jobId, fromStep?, maxAttempts?, reason?}`: an operator re-queues a
+//! finished job (see [`crate::store::Retry`]). `fromStep` must name a step of the
+//! job's own workflow snapshot (400 otherwise, listing its steps).
+//!
+//! | answer                                                       | meaning                          |
+//! |--------------------------------------------------------------|----------------------------------|
+//! | `{ok: true, outcome: "RETRIED", status: "QUEUED", from, checkpointsKept}` | queued again; `from` the status it left; the next claim starts at step `checkpointsKept` |
+//! | `{ok: false, outcome: "WRONG_STATE", status, error}`           | live, COMPLETED without `fromStep`, or FAILED at submission |
+//! | `{ok: false, error: "no workflow run <id>"}`                   | no such job                      |
+
+use std::sync::Arc;
+
+use registry_stub::{ActionError, ActionRequest};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{JobsState, store_error};
+use crate::status::JobStatus;
+use crate::store::{Retry, RetryOutcome};
+
+/// Handles one call.
+pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let job_id = Uuid::parse_str(request.str("jobId"))
+        .map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
+    let not_found = || json!({ "ok": false, "error": format!("no workflow run {job_id}") });
+    let from_step = match request.str("fromStep") {
+        "" => None,
+        step => {
+            let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
+                return Ok(not_found());
+            };
+            Some((step, step_position(&state, &job, step).await?))
+        }
+    };
+    let retry = Retry {
+        from_step,
+        max_attempts: request
+            .get("maxAttempts")
+            .and_then(Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| *n > 0),
+        reason: Some(request.str("reason")).filter(|r| !r.is_empty()),
+    };
+    let outcome = state
+        .store
+        .retry_job(job_id, &retry)
+        .await
+        .map_err(store_error)?;
+    Ok(match outcome {
+        RetryOutcome::Retried {
+            was,
+            checkpoints_kept,
+        } => json!({
+            "ok": true, "outcome": "RETRIED", "status": JobStatus::Queued.as_str(), "from": was.as_str(),
+            "checkpointsKept": checkpoints_kept,
+        }),
+        RetryOutcome::NeverRan => json!({
+            "ok": false, "outcome": "WRONG_STATE", "status": JobStatus::Failed.as_str(),
+            "error": "this job failed at submission and never ran (see its error): submit it again with a new jobId",
+        }),
+        RetryOutcome::WrongState { status } => {
+            let error = if status == JobStatus::Completed {
+                "a COMPLETED job is re-run only from a named step: give fromStep".to_owned()
+            } else {
+                format!("only DEAD, FAILED or CANCELLED jobs are retried; this one is {status}")
+            };
+            json!({ "ok": false, "outcome": "WRONG_STATE", "status": status.as_str(), "error": error })
+        }
+        RetryOutcome::NotFound => not_found(),
+    })
+}
+
+/// The position of `step` in the job's own workflow snapshot (compiled through the
+/// node's cache, off the async threads).
+async fn step_position(state: &JobsState, job: &Value, step: &str) -> Result<usize, ActionError> {
+    let compiled = state
+        .submitter
+        .compiled()
+        .get_or_compile_off_thread(&job["workflow_definition"])
+        .await
+        .map_err(|findings| {
+            ActionError::invalid(format!(
+                "fromStep: the job's stored workflow no longer compiles: {findings}"
+            ))
+        })?
+        .workflow;
+    compiled.step(step).map(|found| found.index).ok_or_else(|| {
+        let steps: Vec<&str> = compiled.steps.iter().map(|s| s.name.as_str()).collect();
+        ActionError::invalid(format!(
+            "fromStep: workflow '{}' has no step '{step}' (its steps: {})",
+            compiled.name,
+            steps.join(", ")
+        ))
+    })
+}
