@@ -67,6 +67,10 @@ pub struct JobsConfig {
     pub relay_backoff_base_ms: u64,
     /// Ceiling of the relay's backoffs (also while the broker is unreachable).
     pub relay_backoff_max_ms: u64,
+    /// How long a job parked on an external step without its own `waitTimeoutMs`
+    /// waits for its answer before it ends per the step's `onTimeout`; off (waits for
+    /// ever) unless set.
+    pub wait_timeout_ms: Option<u64>,
 }
 
 impl Default for JobsConfig {
@@ -95,6 +99,7 @@ impl Default for JobsConfig {
             relay_max_attempts: 10,
             relay_backoff_base_ms: 500,
             relay_backoff_max_ms: 60_000,
+            wait_timeout_ms: None,
         }
     }
 }
@@ -164,7 +169,20 @@ impl JobsConfig {
         if self.max_releases < 1 {
             return Err("jobs.max_releases must be at least 1".into());
         }
+        if let Some(wait) = self.wait_timeout_ms
+            && !(1..=workflow::compile::MAX_WAIT_TIMEOUT_MS).contains(&wait)
+        {
+            return Err(format!(
+                "jobs.wait_timeout_ms must be from 1 to {} (366 days), or left out to wait for ever",
+                workflow::compile::MAX_WAIT_TIMEOUT_MS
+            ));
+        }
         Ok(())
+    }
+
+    /// The node's default wait for a parked step's answer, if any.
+    pub fn wait_timeout(&self) -> Option<Duration> {
+        self.wait_timeout_ms.map(Duration::from_millis)
     }
 
     /// The lease as a duration.

@@ -6,6 +6,9 @@
 //!   ├── retry/sweep ───┘          WAITING ──complete-step──► QUEUED
 //!   └──► DEAD (attempts exhausted; only an operator re-enqueues it)
 //!
+//! WAITING ──rejected response, reject-step, wait ran out──► FAILED
+//! WAITING ──wait ran out (onTimeout "dead")──► DEAD
+//!
 //! QUEUED | WAITING ──cancel-job──► CANCELLED
 //! RUNNING ──cancel-job (requested; the worker or the sweeper settles)──► CANCELLED
 //!
@@ -90,9 +93,11 @@ impl JobStatus {
             | (Running, Failed)
             | (Running, Queued)
             | (Running, Dead)
-            // complete-step accepted, or its response rejected as a verdict
+            // complete-step accepted; its response rejected, reject-step, or the wait
+            // ran out; the wait ran out with onTimeout "dead"
             | (Waiting, Queued)
             | (Waiting, Failed)
+            | (Waiting, Dead)
             // an operator's cancel-job: at once, or settled by the worker holding it
             | (Queued, Cancelled)
             | (Waiting, Cancelled)
@@ -184,6 +189,10 @@ mod tests {
             assert_eq!(JobStatus::Dead.can_become(from), from == JobStatus::Queued);
         }
         assert!(JobStatus::Waiting.can_become(JobStatus::Queued));
+        assert!(
+            JobStatus::Waiting.can_become(JobStatus::Dead),
+            "a wait ran out"
+        );
         assert!(!JobStatus::Waiting.can_become(JobStatus::Completed));
     }
 

@@ -12,7 +12,9 @@
 //!
 //! Step keys: `name`, `target` (`host:port`; optional on external steps), `method`
 //! (`package.Service/Method`), `rules`, `when` (CEL), `completion` (`"call"`, the
-//! default, or `"external"`), `validate`, `deadlineMs`, `tls`, `maxResponseBytes`.
+//! default, or `"external"`), `validate`, `deadlineMs`, `tls`, `maxResponseBytes`, and on
+//! external steps `waitTimeoutMs` (how long a parked step may wait for its answer, 1 ms
+//! to 366 days) and `onTimeout` (`"fail"`, the default, or `"dead"`).
 //!
 //! Compilation never stops at the first problem: every missing field, bad value,
 //! unknown type or method and (through [`crate::verify`]) every rule that does not
@@ -56,6 +58,8 @@ const MAX_NAME_CHARS: usize = 200;
 /// The largest `maxResponseBytes` a step may declare.
 pub const MAX_RESPONSE_BYTES_CEILING: u64 = 256 * 1024 * 1024;
 const MAX_DEADLINE_MS: u64 = 86_400_000;
+/// The longest an external step may wait for its answer: 366 days.
+pub const MAX_WAIT_TIMEOUT_MS: u64 = 366 * 86_400_000;
 
 /// One problem with an envelope: where it is and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +95,26 @@ pub enum Completion {
     External,
 }
 
+/// How a job parked on an external step ends when nobody answers in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnTimeout {
+    /// FAILED (the default).
+    #[default]
+    Fail,
+    /// DEAD: the dead-letter state.
+    Dead,
+}
+
+impl OnTimeout {
+    /// The envelope's spelling: `fail` or `dead`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Fail => "fail",
+            OnTimeout::Dead => "dead",
+        }
+    }
+}
+
 /// A resolved, verified step.
 #[derive(Debug, Clone)]
 pub struct CompiledStep {
@@ -116,6 +140,11 @@ pub struct CompiledStep {
     pub tls: bool,
     /// The largest response this step accepts, overriding the runner's limit.
     pub max_response_bytes: Option<usize>,
+    /// How long a job parked here waits for its answer (external steps; `None`: the
+    /// node's default, if any).
+    pub wait_timeout: Option<Duration>,
+    /// How a job parked here ends when the wait times out.
+    pub on_timeout: OnTimeout,
 }
 
 impl CompiledStep {
@@ -515,6 +544,46 @@ impl Draft<'_> {
         }
     }
 
+    /// `waitTimeoutMs` and `onTimeout`, which only an external step may have.
+    fn parked_wait(
+        &mut self,
+        object: &Map<String, Value>,
+        completion: Completion,
+        step: Option<&str>,
+        path: &str,
+    ) -> (Option<Duration>, OnTimeout) {
+        for key in ["waitTimeoutMs", "onTimeout"] {
+            if completion != Completion::External && object.contains_key(key) {
+                self.find(
+                    step,
+                    format!("{path}.{key}"),
+                    format!("'{key}' applies to external steps only (\"completion\": \"external\"); remove it"),
+                );
+            }
+        }
+        let wait = object.get("waitTimeoutMs").and_then(|value| match value.as_u64() {
+            Some(ms) if (1..=MAX_WAIT_TIMEOUT_MS).contains(&ms) => Some(Duration::from_millis(ms)),
+            _ => {
+                self.find(step, format!("{path}.waitTimeoutMs"), format!("'waitTimeoutMs' must be a whole number of milliseconds from 1 to {MAX_WAIT_TIMEOUT_MS}, not {value}"));
+                None
+            }
+        });
+        let on_timeout = match object.get("onTimeout") {
+            None | Some(Value::Null) => OnTimeout::Fail,
+            Some(Value::String(s)) if s == "fail" => OnTimeout::Fail,
+            Some(Value::String(s)) if s == "dead" => OnTimeout::Dead,
+            Some(other) => {
+                self.find(
+                    step,
+                    format!("{path}.onTimeout"),
+                    format!("'onTimeout' must be \"fail\" or \"dead\", not {other}"),
+                );
+                OnTimeout::Fail
+            }
+        };
+        (wait, on_timeout)
+    }
+
     fn max_response_bytes(
         &mut self,
         object: &Map<String, Value>,
@@ -632,6 +701,8 @@ pub(crate) struct StepSpec {
     pub deadline: Option<Duration>,
     pub tls: bool,
     pub max_response_bytes: Option<usize>,
+    pub wait_timeout: Option<Duration>,
+    pub on_timeout: OnTimeout,
 }
 
 const ROOT_KEYS: &[&str] = &[
@@ -653,6 +724,8 @@ const STEP_KEYS: &[&str] = &[
     "deadlineMs",
     "tls",
     "maxResponseBytes",
+    "waitTimeoutMs",
+    "onTimeout",
 ];
 
 fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<CompiledWorkflow> {
@@ -713,6 +786,8 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
             deadline: spec.deadline,
             tls: spec.tls,
             max_response_bytes: spec.max_response_bytes,
+            wait_timeout: spec.wait_timeout,
+            on_timeout: spec.on_timeout,
         });
     }
     let output = match output {
@@ -974,6 +1049,7 @@ fn step_specs(
         let tls = draft.boolean(object, "tls", step, &path);
         let deadline = draft.deadline(object, step, &path);
         let max_response_bytes = draft.max_response_bytes(object, step, &path);
+        let (wait_timeout, on_timeout) = draft.parked_wait(object, completion, step, &path);
         specs.push(StepSpec {
             name: label,
             target,
@@ -985,6 +1061,8 @@ fn step_specs(
             deadline,
             tls,
             max_response_bytes,
+            wait_timeout,
+            on_timeout,
         });
     }
     specs

@@ -52,7 +52,9 @@ pub mod verify;
 pub mod testkit;
 
 pub use checkpoint::{Checkpoint, ReplayedCheckpoint, replay_checkpoints};
-pub use compile::{CompiledStep, CompiledWorkflow, Completion, Finding, Findings, OutputMapping};
+pub use compile::{
+    CompiledStep, CompiledWorkflow, Completion, Finding, Findings, OnTimeout, OutputMapping,
+};
 pub use failure::{FailureKind, StepFailure, Violation};
 pub use runner::{
     CallMetadata, CheckpointSink, NoMetadata, RunError, RunOutcome, Runner, SYNC_REFUSAL,

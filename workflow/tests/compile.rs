@@ -427,3 +427,60 @@ fn declared_rules_check_supplied_responses() {
         workflow::compile::decode_json(&review, &json!({ "notes": "x", "score": 10 })).unwrap();
     assert!(wf.violations(&fine).unwrap().is_empty());
 }
+
+#[test]
+fn an_external_step_may_bound_its_wait_and_only_an_external_step() {
+    let mut envelope = three_step_workflow(TARGET);
+    envelope["steps"][1]["waitTimeoutMs"] = json!(86_400_000);
+    envelope["steps"][1]["onTimeout"] = json!("dead");
+    let wf = CompiledWorkflow::compile(&envelope).expect("compiles");
+    assert_eq!(
+        wf.steps[1].wait_timeout,
+        Some(std::time::Duration::from_secs(86_400))
+    );
+    assert_eq!(wf.steps[1].on_timeout, workflow::OnTimeout::Dead);
+    let plain = CompiledWorkflow::compile(&three_step_workflow(TARGET)).unwrap();
+    assert_eq!(plain.steps[1].wait_timeout, None);
+    assert_eq!(plain.steps[1].on_timeout, workflow::OnTimeout::Fail);
+
+    let mut bad = three_step_workflow(TARGET);
+    bad["steps"][0]["waitTimeoutMs"] = json!(1000);
+    bad["steps"][0]["onTimeout"] = json!("fail");
+    bad["steps"][1]["waitTimeoutMs"] = json!(0);
+    bad["steps"][1]["onTimeout"] = json!("retry");
+    let all = findings(&bad);
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].waitTimeoutMs",
+        "applies to external steps only",
+    );
+    assert_finding(
+        &all,
+        Some("tokenize"),
+        "$.steps[0].onTimeout",
+        "applies to external steps only",
+    );
+    assert_finding(
+        &all,
+        Some("review"),
+        "$.steps[1].waitTimeoutMs",
+        "from 1 to 31622400000",
+    );
+    assert_finding(
+        &all,
+        Some("review"),
+        "$.steps[1].onTimeout",
+        "must be \"fail\" or \"dead\"",
+    );
+    for hostile in [json!(-5), json!(1.5), json!("1000"), json!(u64::MAX)] {
+        let mut envelope = three_step_workflow(TARGET);
+        envelope["steps"][1]["waitTimeoutMs"] = hostile.clone();
+        assert_finding(
+            &findings(&envelope),
+            Some("review"),
+            "$.steps[1].waitTimeoutMs",
+            "whole number of milliseconds",
+        );
+    }
+}

@@ -27,19 +27,42 @@ use super::{JobsState, store_error};
 use crate::status::JobStatus;
 use crate::store::{ParkedAnswer, ParkedCompletion, nul_path};
 
-/// Handles one call.
-pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+/// The parked step a call names, once the fail-fast gate passed.
+pub(super) struct ParkedStep {
+    pub job_id: Uuid,
+    /// The job's workflow, compiled from its own snapshot (through the node's cache).
+    pub compiled: Arc<CompiledWorkflow>,
+    /// The step's position in it.
+    pub index: usize,
+}
+
+/// The gate `complete-step` and `reject-step` share, fail-fast before the store
+/// decides again under the row lock: the job must exist (else the answer), the step
+/// must be an external step of the job's own workflow (400 otherwise), and the job must
+/// be WAITING on exactly that step (else the `ALREADY_DONE` or `WRONG_STATE` answer).
+pub(super) async fn parked_step(
+    state: &JobsState,
+    request: &ActionRequest,
+) -> Result<Result<ParkedStep, Value>, ActionError> {
     let job_id = Uuid::parse_str(request.str("jobId"))
         .map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
     let step_name = request.str("stepName");
     let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
-        return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
+        return Ok(Err(
+            json!({ "ok": false, "error": format!("no workflow run {job_id}") }),
+        ));
     };
-    let compiled = CompiledWorkflow::compile(&job["workflow_definition"]).map_err(|findings| {
-        ActionError::invalid(format!(
-            "job {job_id}: its stored workflow no longer compiles: {findings}"
-        ))
-    })?;
+    let compiled = state
+        .submitter
+        .compiled()
+        .get_or_compile_off_thread(&job["workflow_definition"])
+        .await
+        .map_err(|findings| {
+            ActionError::invalid(format!(
+                "job {job_id}: its stored workflow no longer compiles: {findings}"
+            ))
+        })?
+        .workflow;
     let Some(step) = compiled.step(step_name) else {
         let steps: Vec<&str> = compiled.steps.iter().map(|s| s.name.as_str()).collect();
         return Err(ActionError::invalid(format!(
@@ -54,7 +77,6 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         )));
     }
 
-    // Fail fast on the state; the store decides again under the lock.
     let status: JobStatus = job["status"]
         .as_str()
         .unwrap_or_default()
@@ -73,8 +95,29 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
                 outstanding_step: outstanding.map(str::to_owned),
             }
         };
-        return Ok(answer(decided, step_name, None));
+        return Ok(Err(answer(decided, step_name, None)));
     }
+    let index = step.index;
+    Ok(Ok(ParkedStep {
+        job_id,
+        compiled,
+        index,
+    }))
+}
+
+/// Handles one call.
+pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let ParkedStep {
+        job_id,
+        compiled,
+        index,
+    } = match parked_step(&state, &request).await? {
+        Ok(parked) => parked,
+        Err(answered) => return Ok(answered),
+    };
+    let step_name = request.str("stepName");
+    // The gate found the step at this position of this workflow.
+    let step = &compiled.steps[index];
 
     let supplied = request
         .get("response")
@@ -145,7 +188,12 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     Ok(body)
 }
 
-fn answer(decided: ParkedCompletion, step_name: &str, decision: Option<&ParkedAnswer>) -> Value {
+/// The answer to a decided parked step.
+pub(super) fn answer(
+    decided: ParkedCompletion,
+    step_name: &str,
+    decision: Option<&ParkedAnswer>,
+) -> Value {
     match decided {
         ParkedCompletion::Completed {
             status: JobStatus::Failed,

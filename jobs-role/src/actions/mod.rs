@@ -7,6 +7,7 @@
 //! | `get-job`         | `jobs:read`     | [`get_job`]       |
 //! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
 //! | `complete-step`   | `jobs:complete` | [`complete_step`] |
+//! | `reject-step`     | `jobs:complete` | [`reject_step`]   |
 //! | `cancel-job`      | `jobs:operate`  | [`cancel_job`]    |
 //! | `retry-job`       | `jobs:operate`  | [`retry_job`]     |
 //!
@@ -16,6 +17,7 @@ pub mod cancel_job;
 pub mod complete_step;
 pub mod get_job;
 pub mod list_jobs;
+pub mod reject_step;
 pub mod retry_job;
 pub mod submit;
 pub mod submit_many;
@@ -93,6 +95,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:complete",
             "CompleteStep",
             complete_step::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "reject-step",
+            "Fail a run parked on an external step, as a verdict (REJECTED: step '<step>': <reason>).",
+            "jobs:complete",
+            "RejectStep",
+            reject_step::handle,
         )?,
         verb(
             &pool,

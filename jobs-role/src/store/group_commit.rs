@@ -99,9 +99,13 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             events: vec![facts(Type::Completed, None, Some(verdict), None, to)],
             wake: false,
         },
-        Settlement::Waiting { step } => Part {
+        Settlement::Waiting { step, timeout } => Part {
             statement: sql::SETTLE_WAITING,
-            extra: vec![Box::new(step)],
+            extra: vec![
+                Box::new(step),
+                Box::new(timeout.map(|t| millis(t.after))),
+                Box::new(timeout.map(|t| t.on_timeout.as_str())),
+            ],
             events: vec![facts(Type::Waiting, Some(step), None, None, to)],
             wake: false,
         },

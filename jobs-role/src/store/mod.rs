@@ -38,11 +38,11 @@ pub use claims::{Claim, ClaimedJob, SweepReport};
 pub use outbox::{
     DrainReport, LaneCounts, OutboxRow, PendingEvent, PublishOutcome, RejectedRecord,
 };
-pub use parked::{ParkedAnswer, ParkedCompletion};
+pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut};
 pub use reads::JobFilter;
 pub use retries::{Retry, RetryOutcome};
 pub use submissions::{Inserted, NewJob};
-pub use writes::{ClaimWrite, Lease, Settlement, StepCheckpoint};
+pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
 
 use std::time::Duration;
 

@@ -119,3 +119,52 @@ impl Store {
         Ok(ParkedCompletion::Completed { status })
     }
 }
+
+/// What a sweep of timed-out parked steps did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimedOut {
+    /// Jobs FAILED (`onTimeout: "fail"`, the default).
+    pub failed: usize,
+    /// Jobs DEAD (`onTimeout: "dead"`).
+    pub dead: usize,
+}
+
+impl Store {
+    /// Ends the WAITING jobs whose wait for their external step ran out, at most
+    /// `batch` at once, each with its FAILED or DEAD event. A `complete-step` racing
+    /// this is serialised on the row: whichever commits first decides, and the other
+    /// finds the job no longer parked.
+    pub async fn time_out_parked_steps(&self, batch: i64) -> Result<TimedOut, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx.query(sql::TIME_OUT_PARKED_STEPS, &[&batch]).await?;
+        let mut report = TimedOut::default();
+        for row in &rows {
+            let status: JobStatus = row.get::<_, String>("status").parse()?;
+            let job_id: Uuid = row.get("job_id");
+            let name: String = row.get("workflow_name");
+            let (step, error): (String, String) = (row.get("step"), row.get("error"));
+            let (kind, counted) = if status == JobStatus::Dead {
+                (Type::Dead, &mut report.dead)
+            } else {
+                (Type::Failed, &mut report.failed)
+            };
+            // The event names the step whose wait ran out.
+            let event = EventFacts {
+                job_id,
+                workflow_name: &name,
+                kind,
+                step: Some(&step),
+                attempt: row.get("attempt"),
+                verdict: None,
+                error: Some(&error),
+                status,
+                detail: &[],
+            };
+            insert_event(&tx, &event).await?;
+            *counted += 1;
+        }
+        tx.commit().await?;
+        Ok(report)
+    }
+}

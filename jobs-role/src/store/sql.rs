@@ -202,9 +202,13 @@ pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 ));
 
-/// Parks WAITING on an external step. `$4` the step.
+/// Parks WAITING on an external step. `$4` the step, `$5` how long it may wait in
+/// milliseconds and `$6` how it ends then (`fail` or `dead`), both NULL to wait for
+/// ever.
 pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4,
+       wait_until = now() + $5::bigint * interval '1 millisecond', wait_timeout_ms = $5::bigint,
+       on_timeout = $6::text,
        lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
 ));
 
@@ -288,6 +292,7 @@ SELECT status, workflow_name, attempt, cancel_requested FROM workflow_run WHERE 
 /// Cancels a QUEUED or WAITING job at once. `$1` job id, `$2` the operator's reason.
 pub const CANCEL_NOW: &str = "\
 UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_step = NULL,
+       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = $1 AND status IN ('QUEUED', 'WAITING')";
 
@@ -328,6 +333,24 @@ pub const LISTEN_CANCEL: &str = "LISTEN protomolt_jobs_cancel";
 /// asked to cancel it. `$1` job id (text).
 pub const NOTIFY_CANCEL: &str = "SELECT pg_notify('protomolt_jobs_cancel', $1::text)";
 
+/// Ends WAITING rows whose wait for their external step ran out: FAILED or DEAD per
+/// the step's `onTimeout`, with the TIMEOUT error naming the step and the wait; the
+/// attempt the park held counts as spent. `$1` the most rows at once.
+pub const TIME_OUT_PARKED_STEPS: &str = "\
+UPDATE workflow_run w
+   SET status = CASE WHEN w.on_timeout = 'dead' THEN 'DEAD' ELSE 'FAILED' END,
+       error = 'TIMEOUT: step ''' || w.outstanding_step || ''' was not answered within '
+               || w.wait_timeout_ms || ' ms',
+       outstanding_step = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
+       finished_at = now(), updated_at = now()
+  FROM (SELECT job_id, outstanding_step FROM workflow_run
+         WHERE status = 'WAITING' AND wait_until < now()
+         ORDER BY wait_until
+         FOR UPDATE SKIP LOCKED
+         LIMIT $1) parked
+ WHERE w.job_id = parked.job_id AND w.status = 'WAITING' AND w.wait_until < now()
+RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outstanding_step AS step";
+
 /// Locks a job for `complete-step`. `$1` job id.
 pub const LOCK_JOB: &str = "\
 SELECT status, outstanding_step, workflow_name, workflow_definition, checkpoints, attempt
@@ -339,13 +362,15 @@ SELECT status, outstanding_step, workflow_name, workflow_definition, checkpoints
 /// `$2` the checkpoint entry.
 pub const ACCEPT_PARKED_STEP: &str = "\
 UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb), status = 'QUEUED',
-       attempt = attempt - 1, outstanding_step = NULL, run_after = now(), updated_at = now()
+       attempt = attempt - 1, outstanding_step = NULL, run_after = now(), updated_at = now(),
+       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL
  WHERE job_id = $1 AND status = 'WAITING'";
 
 /// Fails a parked job whose supplied response broke its rules (a verdict). `$1` job
 /// id, `$2` error, `$3` verdict.
 pub const REJECT_PARKED_STEP: &str = "\
 UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding_step = NULL,
+       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = $1 AND status = 'WAITING'";
 

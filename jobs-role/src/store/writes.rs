@@ -17,6 +17,9 @@ pub enum Settlement {
     Waiting {
         /// The step.
         step: String,
+        /// How long the wait may last and how the job ends then; `None` waits for
+        /// ever.
+        timeout: Option<ParkedTimeout>,
     },
     /// FAILED: a validation verdict or a non-retryable error.
     Failed {
@@ -78,6 +81,16 @@ pub enum Lease {
     Renewed,
     /// Extended, but an operator asked to cancel the job: settle it CANCELLED.
     CancelRequested,
+}
+
+/// How long a parked step waits for its answer, and how its job ends when nobody
+/// answers in time (the sweeper settles it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParkedTimeout {
+    /// The wait.
+    pub after: Duration,
+    /// FAILED or DEAD when it runs out.
+    pub on_timeout: workflow::OnTimeout,
 }
 
 /// One step's checkpoint entry, as a claim appends it.

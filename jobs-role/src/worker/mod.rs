@@ -55,7 +55,8 @@ use crate::compiled::{CompiledCache, SNAPSHOT_DIGEST_PREFIX};
 use crate::config::JobsConfig;
 use crate::status::JobStatus;
 use crate::store::{
-    Claim, ClaimWrite, ClaimedJob, Lease, Settlement, StepCheckpoint, Store, StoreError, nul_path,
+    Claim, ClaimWrite, ClaimedJob, Lease, ParkedTimeout, Settlement, StepCheckpoint, Store,
+    StoreError, nul_path,
 };
 
 /// The most jobs one claim statement takes (the free slots decide, up to this).
@@ -603,7 +604,15 @@ impl Worker {
                 Decision::Settle(Settlement::Completed { result, verdict })
             }
             Ok(SegmentOutcome::Parked { step, .. }) => {
-                Decision::Settle(Settlement::Waiting { step })
+                // The step's own wait, else the node's default, else for ever.
+                let timeout = compiled.step(&step).and_then(|parked| {
+                    let after = parked.wait_timeout.or(self.config.wait_timeout())?;
+                    Some(ParkedTimeout {
+                        after,
+                        on_timeout: parked.on_timeout,
+                    })
+                });
+                Decision::Settle(Settlement::Waiting { step, timeout })
             }
             Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
             Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()

@@ -1,7 +1,8 @@
 //! The sweeper: requeues RUNNING jobs whose lease passed (their worker crashed or went
 //! quiet), keeping their attempts, so the next claim resumes from the checkpoints. A
 //! job whose last attempt's lease passed lands DEAD; one an operator asked to cancel,
-//! CANCELLED.
+//! CANCELLED. It also ends the WAITING jobs whose wait for their external step ran out
+//! (FAILED or DEAD, per the step's `onTimeout`).
 
 use std::time::Duration;
 
@@ -27,6 +28,28 @@ pub async fn sweep_loop(store: Store, interval: Duration, shutdown: Cancellation
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval")
+            }
+        }
+        // Batch after batch while they come back full: a backlog of waits that ran
+        // out is ended now, not one batch per interval.
+        loop {
+            match store.time_out_parked_steps(SWEEP_BATCH).await {
+                Ok(report) if report.failed + report.dead > 0 => {
+                    tracing::info!(
+                        failed = report.failed,
+                        dead = report.dead,
+                        "ended parked steps whose wait ran out"
+                    );
+                    let full = report.failed + report.dead >= SWEEP_BATCH as usize;
+                    if !full || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "ending timed-out parked steps failed; retrying at the next interval");
+                    break;
+                }
             }
         }
         tokio::select! {
