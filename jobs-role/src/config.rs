@@ -71,6 +71,98 @@ pub struct JobsConfig {
     /// waits for its answer before it ends per the step's `onTimeout`; off (waits for
     /// ever) unless set.
     pub wait_timeout_ms: Option<u64>,
+    /// What the pruner deletes, and when; off (everything retained) unless set.
+    pub retention: RetentionConfig,
+}
+
+/// The longest retention: 100 years (PostgreSQL's timestamps end long after).
+pub const MAX_RETENTION_MS: u64 = 100 * 365 * 86_400_000;
+
+/// The `[jobs.retention]` section: how long finished jobs and published events are
+/// kept. Every retention is off (kept for ever, the seed's rule) unless set; the
+/// pruner runs only when one is.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// COMPLETED jobs (with their outbox rows), after `finished_at`.
+    pub completed_ms: Option<u64>,
+    /// FAILED jobs.
+    pub failed_ms: Option<u64>,
+    /// DEAD jobs.
+    pub dead_ms: Option<u64>,
+    /// CANCELLED jobs.
+    pub cancelled_ms: Option<u64>,
+    /// PUBLISHED outbox rows, after `published_at` (their jobs stay). FAILED outbox
+    /// rows, the dead-letter queue, are never pruned, nor is a job that has one.
+    pub published_events_ms: Option<u64>,
+    /// How often the pruner runs.
+    pub interval_ms: u64,
+    /// Rows one delete takes (each its own short transaction).
+    pub batch: i64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            completed_ms: None,
+            failed_ms: None,
+            dead_ms: None,
+            cancelled_ms: None,
+            published_events_ms: None,
+            interval_ms: 60_000,
+            batch: 1_000,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// The finished statuses with a retention, each with it.
+    pub fn jobs(&self) -> Vec<(crate::status::JobStatus, Duration)> {
+        use crate::status::JobStatus;
+        [
+            (JobStatus::Completed, self.completed_ms),
+            (JobStatus::Failed, self.failed_ms),
+            (JobStatus::Dead, self.dead_ms),
+            (JobStatus::Cancelled, self.cancelled_ms),
+        ]
+        .into_iter()
+        .filter_map(|(status, ms)| Some((status, Duration::from_millis(ms?))))
+        .collect()
+    }
+
+    /// The published events' retention, if set.
+    pub fn published_events(&self) -> Option<Duration> {
+        self.published_events_ms.map(Duration::from_millis)
+    }
+
+    /// True when anything is to be pruned.
+    pub fn is_on(&self) -> bool {
+        !self.jobs().is_empty() || self.published_events_ms.is_some()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let retentions = [
+            ("completed_ms", self.completed_ms),
+            ("failed_ms", self.failed_ms),
+            ("dead_ms", self.dead_ms),
+            ("cancelled_ms", self.cancelled_ms),
+            ("published_events_ms", self.published_events_ms),
+        ];
+        for (key, value) in retentions {
+            if value.is_some_and(|ms| !(1..=MAX_RETENTION_MS).contains(&ms)) {
+                return Err(format!(
+                    "jobs.retention.{key} must be from 1 to {MAX_RETENTION_MS} milliseconds (100 years), or left out to keep those rows for ever"
+                ));
+            }
+        }
+        if self.interval_ms == 0 || !(1..=100_000).contains(&self.batch) {
+            return Err(
+                "jobs.retention.interval_ms must be at least 1 and jobs.retention.batch from 1 to 100000"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Default for JobsConfig {
@@ -100,6 +192,7 @@ impl Default for JobsConfig {
             relay_backoff_base_ms: 500,
             relay_backoff_max_ms: 60_000,
             wait_timeout_ms: None,
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -169,6 +262,7 @@ impl JobsConfig {
         if self.max_releases < 1 {
             return Err("jobs.max_releases must be at least 1".into());
         }
+        self.retention.check()?;
         if let Some(wait) = self.wait_timeout_ms
             && !(1..=workflow::compile::MAX_WAIT_TIMEOUT_MS).contains(&wait)
         {
@@ -266,6 +360,53 @@ mod tests {
         assert!(
             !format!("{config:?}").contains("postgres://"),
             "no secrets in Debug"
+        );
+    }
+
+    #[test]
+    fn retention_is_off_until_set_and_a_bad_value_fails_with_one_line() {
+        let mut config = JobsConfig {
+            database_url: Some("postgres://x".into()),
+            worker_id: "node-a".into(),
+            ..JobsConfig::default()
+        };
+        assert!(
+            !config.retention.is_on(),
+            "the seed's rule: keep everything"
+        );
+        config.retention.completed_ms = Some(7 * 86_400_000);
+        config.retention.published_events_ms = Some(86_400_000);
+        assert!(config.retention.is_on());
+        assert_eq!(
+            config.retention.jobs(),
+            [(
+                crate::status::JobStatus::Completed,
+                Duration::from_secs(7 * 86_400)
+            )]
+        );
+        assert!(config.check().is_ok());
+        config.retention.failed_ms = Some(0);
+        let refused = config.check().unwrap_err();
+        assert!(
+            refused.starts_with("jobs.retention.failed_ms must be from 1 to"),
+            "{refused}"
+        );
+        config.retention.failed_ms = Some(u64::MAX);
+        assert!(config.check().is_err(), "past 100 years");
+        config.retention.failed_ms = None;
+        config.retention.batch = 0;
+        assert!(config.check().unwrap_err().contains("jobs.retention.batch"));
+
+        let parsed: JobsConfig = serde_json::from_value(serde_json::json!({
+            "worker_id": "a", "retention": { "completed_ms": 5, "cancelled_ms": 6 },
+        }))
+        .unwrap();
+        assert_eq!(parsed.retention.completed_ms, Some(5));
+        assert_eq!(parsed.retention.cancelled_ms, Some(6));
+        let typo = serde_json::json!({ "retention": { "completed": 5 } });
+        assert!(
+            serde_json::from_value::<JobsConfig>(typo).is_err(),
+            "unknown keys are refused"
         );
     }
 }

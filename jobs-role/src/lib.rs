@@ -20,10 +20,11 @@
 //! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
 //! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
 //! | [`worker`]  | batched claims, segments with lease renewal, group commit, the sweeper |
+//! | [`pruner`]  | retention: deleting finished jobs and published events, when set    |
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
-//! | [`actions`] | the verbs: submit-workflow(s), get-job, list-jobs, complete-step     |
+//! | [`actions`] | the verbs: submit, read, complete or reject a step, cancel, retry    |
 //! | [`module`]  | `JobsModule`, the role a node mounts                                 |
 //! | [`config`]  | the `[jobs]` section                                                 |
 //!
@@ -38,6 +39,7 @@ pub mod compiled;
 pub mod config;
 pub mod consumer;
 pub mod module;
+pub mod pruner;
 pub mod relay;
 pub mod status;
 pub mod store;

@@ -16,7 +16,9 @@ use workflow::Runner;
 use crate::actions::{JobsState, actions};
 use crate::config::JobsConfig;
 use crate::consumer::RequestConsumer;
+use crate::pruner::prune_loop;
 use crate::relay::{Publisher, relay_loop};
+use crate::store::EventsOut;
 use crate::store::Store;
 use crate::store::sql;
 use crate::submit::Submitter;
@@ -147,6 +149,20 @@ impl Role for JobsModule {
                 shutdown.clone(),
             ),
         );
+        if self.config.retention.is_on() {
+            ctx.spawn_task(
+                "pruner",
+                prune_loop(
+                    store.clone(),
+                    self.config.retention.clone(),
+                    match self.config.kafka_bootstrap {
+                        Some(_) => EventsOut::Published,
+                        None => EventsOut::NotDeadLettered,
+                    },
+                    shutdown.clone(),
+                ),
+            );
+        }
         ctx.spawn_task(
             "wake-listener",
             listen_loop(store.clone(), sql::LISTEN_QUEUED, wake, shutdown.clone()),

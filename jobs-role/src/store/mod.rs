@@ -27,6 +27,7 @@ pub mod events;
 mod group_commit;
 mod outbox;
 mod parked;
+mod pruning;
 mod reads;
 mod retries;
 pub mod sql;
@@ -39,6 +40,7 @@ pub use outbox::{
     DrainReport, LaneCounts, OutboxRow, PendingEvent, PublishOutcome, RejectedRecord,
 };
 pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut};
+pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::JobFilter;
 pub use retries::{Retry, RetryOutcome};
 pub use submissions::{Inserted, NewJob};
