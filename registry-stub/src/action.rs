@@ -216,11 +216,16 @@ impl Action {
                 self.request.full_name()
             )));
         }
-        let message = DynamicMessage::deserialize(self.request.clone(), &body).map_err(|e| {
-            ActionError::invalid(format!(
-                "the body does not match {}: {e}",
-                self.request.full_name()
-            ))
+        let mut track = serde_path_to_error::Track::new();
+        let at = serde_path_to_error::Deserializer::new(&body, &mut track);
+        let message = DynamicMessage::deserialize(self.request.clone(), at).map_err(|e| {
+            let path = track.path().to_string();
+            let request = self.request.full_name();
+            ActionError::invalid(match path.as_str() {
+                // The body as a whole (an unknown field names itself in the message).
+                "" | "." => format!("the body does not match {request}: {e}"),
+                field => format!("{field}: {e} (the body does not match {request})"),
+            })
         })?;
         let violations =
             workflow::failure::violations_of(&self.request, self.validator.validate(&message))

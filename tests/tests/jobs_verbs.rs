@@ -283,6 +283,58 @@ async fn list_jobs_filters_pages_newest_first_and_clamps() {
     let clamped = node.ok("list-jobs", json!({ "limit": 1000 })).await;
     assert_eq!(clamped["limit"], 500, "clamped, not refused");
 
+    // By creation time (RFC 3339) and by the step a job is parked on.
+    let client = db.connect().await;
+    client
+        .execute(
+            "UPDATE workflow_run SET created_at = '2020-01-01T00:00:00Z', status = 'WAITING',
+                    outstanding_step = 'review'
+              WHERE job_id = $1::text::uuid",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap();
+    let count = |answer: &Value| answer["jobs"].as_array().unwrap().len();
+    let old = node
+        .ok(
+            "list-jobs",
+            json!({ "createdBefore": "2021-01-01T00:00:00Z" }),
+        )
+        .await;
+    assert_eq!(count(&old), 1, "{old}");
+    assert_eq!(old["jobs"][0]["jobId"], ids[0].as_str());
+    let recent = node
+        .ok(
+            "list-jobs",
+            json!({ "createdAfter": "2021-01-01T00:00:00+01:00" }),
+        )
+        .await;
+    assert_eq!(count(&recent), newest_first.len() - 1);
+    let parked = node
+        .ok("list-jobs", json!({ "outstandingStep": "review" }))
+        .await;
+    assert_eq!(count(&parked), 1);
+    let none = node
+        .ok(
+            "list-jobs",
+            json!({ "outstandingStep": "review", "createdAfter": "2021-01-01T00:00:00Z" }),
+        )
+        .await;
+    assert_eq!(count(&none), 0);
+    for bad in [json!("yesterday"), json!("2021-13-01T00:00:00Z"), json!(5)] {
+        let (status, answer) = node
+            .call("list-jobs", json!({ "createdBefore": bad }))
+            .await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .contains("createdBefore"),
+            "{answer}"
+        );
+    }
+
     let (status, answer) = node.call("list-jobs", json!({ "status": "BOGUS" })).await;
     assert_eq!(status, 400);
     assert_eq!(answer["details"][0]["field"], "status");

@@ -1,4 +1,5 @@
-//! `list-jobs {status?, workflowName?, limit?, offset?}` → summaries newest first.
+//! `list-jobs {status?, workflowName?, createdBefore?, createdAfter?, outstandingStep?,
+//! limit?, offset?}` → summaries newest first.
 //! A limit of 0 selects the default of 50; anything above the ceiling of 500 is
 //! clamped rather than refused, because the ceiling bounds the answer, not the request.
 
@@ -30,11 +31,16 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         n => n.min(MAX_LIMIT),
     };
     let offset = request.get("offset").and_then(Value::as_i64).unwrap_or(0);
+    let given = |field: &str| Some(request.str(field).to_owned()).filter(|v| !v.is_empty());
     let filter = JobFilter {
         status,
-        workflow_name: Some(request.str("workflowName").to_owned()).filter(|n| !n.is_empty()),
+        workflow_name: given("workflowName"),
         limit,
         offset,
+        // The request parser has checked both are RFC 3339 timestamps.
+        created_before: given("createdBefore"),
+        created_after: given("createdAfter"),
+        outstanding_step: given("outstandingStep"),
     };
     let jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
     Ok(json!({ "ok": true, "jobs": jobs, "limit": limit, "offset": offset }))

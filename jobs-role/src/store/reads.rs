@@ -13,6 +13,12 @@ pub struct JobFilter {
     pub limit: i64,
     /// Skip this many.
     pub offset: i64,
+    /// Only jobs created before this instant (RFC 3339).
+    pub created_before: Option<String>,
+    /// Only jobs created after this instant (RFC 3339).
+    pub created_after: Option<String>,
+    /// Only jobs parked on this step.
+    pub outstanding_step: Option<String>,
 }
 
 impl Store {
@@ -37,6 +43,9 @@ impl Store {
                     &filter.workflow_name,
                     &filter.limit,
                     &filter.offset,
+                    &filter.created_before,
+                    &filter.created_after,
+                    &filter.outstanding_step,
                 ],
             )
             .await?;

@@ -430,7 +430,8 @@ UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding
 pub const GET_JOB: &str = "SELECT row_to_json(w) FROM workflow_run w WHERE job_id = $1";
 
 /// Job summaries newest first. `$1` status or NULL, `$2` workflow name or NULL,
-/// `$3` limit, `$4` offset.
+/// `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or
+/// NULL, `$7` the step a job is parked on or NULL.
 pub const LIST_JOBS: &str = "\
 SELECT json_build_object(
          'jobId', job_id, 'workflowName', workflow_name, 'status', status,
@@ -439,6 +440,9 @@ SELECT json_build_object(
          'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at)
   FROM workflow_run
  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
+   AND ($5::text IS NULL OR created_at < $5::text::timestamptz)
+   AND ($6::text IS NULL OR created_at > $6::text::timestamptz)
+   AND ($7::text IS NULL OR outstanding_step = $7)
  ORDER BY created_at DESC, job_id DESC
  LIMIT $3 OFFSET $4";
 
