@@ -36,7 +36,7 @@ use uuid::Uuid;
 use crate::config::JobsConfig;
 use crate::relay::{LaneError, client_config};
 use crate::store::{NewJob, RejectedRecord, Store, StoreError};
-use crate::submit::{DefinitionSource, Submission, SubmitError, Submitter};
+use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitter};
 
 /// The name stored on a FAILED row whose request carried no usable workflow name.
 pub const UNNAMED_WORKFLOW: &str = "(no valid workflow_name)";
@@ -251,6 +251,8 @@ impl RequestHandler {
             input: input.clone(),
             job_id: Some(job_id),
             max_attempts: None,
+            start: Start::Now,
+            priority: None,
         };
         match self.submitter.submit(submission).await {
             Ok(submitted) => Ok(Disposition::Submitted {
@@ -306,6 +308,8 @@ impl RequestHandler {
             },
             definition: std::sync::Arc::new(definition),
             definition_digest: None,
+            priority: crate::store::DEFAULT_PRIORITY,
+            run_after: None,
             input,
             max_attempts: 1,
             by_name: true,

@@ -22,7 +22,7 @@ use workflow::{CompiledWorkflow, Findings};
 use crate::batch::{BatchQueue, batch_loop};
 use crate::compiled::{Compiled, CompiledCache};
 use crate::status::JobStatus;
-use crate::store::{Inserted, NewJob, Store, StoreError, nul_path};
+use crate::store::{DEFAULT_PRIORITY, Inserted, NewJob, Store, StoreError, nul_path};
 
 /// Submissions of one `submit_many` call prepared at once.
 const PREPARING_AT_ONCE: usize = 8;
@@ -47,6 +47,69 @@ pub struct Submission {
     pub job_id: Option<Uuid>,
     /// Attempts allowed; the configured default when absent.
     pub max_attempts: Option<i32>,
+    /// When to start: at once, at an instant, or after a delay.
+    pub start: Start,
+    /// Claim order 0..=9, higher first; [`DEFAULT_PRIORITY`] when absent.
+    pub priority: Option<i16>,
+}
+
+/// When a submitted job becomes claimable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Start {
+    /// At once.
+    #[default]
+    Now,
+    /// At this instant (`runAt`); one in the past starts at once.
+    At(std::time::SystemTime),
+    /// This long after the submission (`delayMs`).
+    After(std::time::Duration),
+}
+
+/// The latest `runAt` and the longest `delayMs` a submission may ask for: 366 days.
+pub const MAX_START_DELAY: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
+
+impl Start {
+    /// The start of a submission's `runAt` (RFC 3339, empty: none) and `delayMs` (0:
+    /// none), or the error naming the field; at most one of them, and at most
+    /// [`MAX_START_DELAY`] ahead.
+    pub fn parse(run_at: &str, delay_ms: i64) -> Result<Start, String> {
+        match (run_at, delay_ms) {
+            ("", 0) => Ok(Start::Now),
+            ("", ms) => u64::try_from(ms)
+                .ok()
+                .map(std::time::Duration::from_millis)
+                .filter(|delay| *delay <= MAX_START_DELAY)
+                .map(Start::After)
+                .ok_or_else(|| {
+                    format!(
+                        "delayMs: {ms} must be from 0 to {} (366 days)",
+                        MAX_START_DELAY.as_millis()
+                    )
+                }),
+            (_, ms) if ms != 0 => Err("runAt: give runAt or delayMs, not both".to_owned()),
+            (text, _) => {
+                let at: prost_types::Timestamp = text.parse().map_err(|e| {
+                    format!("runAt: '{text}' is not an RFC 3339 timestamp ({e}); for example 2026-12-24T18:00:00Z")
+                })?;
+                let at = std::time::SystemTime::try_from(at)
+                    .map_err(|_| format!("runAt: '{text}' is out of range"))?;
+                let latest = std::time::SystemTime::now() + MAX_START_DELAY;
+                if at > latest {
+                    return Err(format!("runAt: '{text}' is more than 366 days ahead"));
+                }
+                Ok(Start::At(at))
+            }
+        }
+    }
+
+    /// The instant it stands for; `None`: now.
+    fn run_after(self) -> Option<std::time::SystemTime> {
+        match self {
+            Start::Now => None,
+            Start::At(at) => Some(at),
+            Start::After(delay) => Some(std::time::SystemTime::now() + delay),
+        }
+    }
 }
 
 /// An accepted submission.
@@ -324,6 +387,8 @@ impl Submitter {
             definition: envelope,
             definition_digest: Some(compiled.digest.clone()),
             input: canonical,
+            priority: submission.priority.unwrap_or(DEFAULT_PRIORITY),
+            run_after: submission.start.run_after(),
             by_name,
             max_attempts: submission
                 .max_attempts

@@ -180,6 +180,8 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             workflow_name: workflow["name"].as_str().unwrap_or("workflow").to_owned(),
             definition: std::sync::Arc::new(workflow.clone()),
             definition_digest: None,
+            priority: jobs_role::store::DEFAULT_PRIORITY,
+            run_after: None,
             input: serde_json::json!({ "text": format!("job {i}") }),
             max_attempts: 3,
             by_name: false,

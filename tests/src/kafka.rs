@@ -116,6 +116,8 @@ pub async fn hand_driven_lanes_node(
         workflow_name: "w".into(),
         definition: std::sync::Arc::new(serde_json::json!({})),
         definition_digest: None,
+        priority: jobs_role::store::DEFAULT_PRIORITY,
+        run_after: None,
         input: serde_json::json!({}),
         max_attempts: 3,
         by_name: false,

@@ -243,6 +243,8 @@ async fn a_retry_with_hostile_values_is_refused_and_changes_nothing() {
         workflow_name: "embed-text".into(),
         definition: Arc::new(json!({})),
         definition_digest: None,
+        priority: jobs_role::store::DEFAULT_PRIORITY,
+        run_after: None,
         input: json!({ "text": 5 }),
         max_attempts: 1,
         by_name: true,

@@ -357,6 +357,8 @@ async fn a_submission_still_in_flight_when_the_commit_loop_stops_is_committed_al
             input: json!({ "text": "late" }),
             job_id: None,
             max_attempts: None,
+            start: jobs_role::submit::Start::Now,
+            priority: None,
         })
         .await
         .expect("committed on its own");

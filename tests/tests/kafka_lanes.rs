@@ -108,6 +108,8 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         workflow_name: "big".into(),
         definition: std::sync::Arc::new(json!({})),
         definition_digest: None,
+        priority: jobs_role::store::DEFAULT_PRIORITY,
+        run_after: None,
         input: json!({}),
         max_attempts: 1,
         by_name: false,

@@ -321,6 +321,45 @@ async fn a_claim_never_walks_the_rows_backing_off() {
 }
 
 #[tokio::test]
+async fn the_claim_by_priority_is_a_range_scan_per_priority_at_depth() {
+    let (_db, mut client) = migrated().await;
+    // 100,000 eligible rows across the ten priorities, and 50,000 rows of the top
+    // priority backing off (older than all of them).
+    client
+        .batch_execute(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, created_at, run_after, priority)
+             SELECT gen_random_uuid(), 'w', '{}', '{}', now() - interval '2 hours' + i * interval '1 ms',
+                    now() + interval '1 hour', 9
+               FROM generate_series(1, 50000) AS i;
+             INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, created_at, run_after, priority)
+             SELECT gen_random_uuid(), 'w', '{}', '{}', now() - interval '1 minute' + i * interval '1 ms',
+                    now() - interval '1 minute', i % 10
+               FROM generate_series(1, 100000) AS i;
+             ANALYZE workflow_run;",
+        )
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_JOBS);
+    let plan: serde_json::Value = tx
+        .query_one(&explain, &[&"worker-1", &300_000i64, &10i64])
+        .await
+        .unwrap()
+        .get(0);
+    tx.rollback().await.unwrap();
+    let text = plan.to_string();
+    assert!(text.contains("workflow_run_eligible_by_priority"), "{plan}");
+    assert!(!text.contains("\"Sort\""), "no sort: {plan}");
+    assert!(!text.contains("Seq Scan"), "no sequential scan: {plan}");
+    let mut scanned = Vec::new();
+    collect_scans(&plan, "workflow_run", &mut scanned);
+    assert!(
+        scanned.iter().all(|rows| *rows <= 10.0),
+        "rows read by the claim's scans, none of the 50,000 backing off: {scanned:?}"
+    );
+}
+
+#[tokio::test]
 async fn held_rows_stay_out_of_the_relays_scan() {
     let (_db, client) = migrated().await;
     // 500 stuck jobs (a FAILED row and 20 HELD rows each, all older), then 10 healthy

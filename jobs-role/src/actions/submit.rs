@@ -1,4 +1,5 @@
-//! `submit-workflow {workflow | workflowName, input, jobId?, maxAttempts?}` →
+//! `submit-workflow {workflow | workflowName, input, jobId?, maxAttempts?, priority?,
+//! runAt? | delayMs?}` →
 //! `{ok, jobId, status, created}`.
 
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use uuid::Uuid;
 
 use super::{JobsState, store_error};
 use crate::store::StoreError;
-use crate::submit::{DefinitionSource, Submission, SubmitError};
+use crate::submit::{DefinitionSource, Start, Submission, SubmitError};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -31,6 +32,16 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .get("maxAttempts")
             .and_then(Value::as_i64)
             .and_then(|n| i32::try_from(n).ok()),
+        start: Start::parse(
+            request.str("runAt"),
+            request.get("delayMs").and_then(Value::as_i64).unwrap_or(0),
+        )
+        .map_err(ActionError::invalid)?,
+        // The request rule already checked it is 0..=9.
+        priority: request
+            .get("priority")
+            .and_then(Value::as_i64)
+            .and_then(|p| i16::try_from(p).ok()),
     };
     match state.submitter.submit(submission).await {
         Ok(submitted) => Ok(json!({

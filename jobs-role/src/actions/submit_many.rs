@@ -1,5 +1,5 @@
 //! `submit-workflows {workflow? | workflowName?, submissions: [{workflow? | workflowName?,
-//! input, jobId?, maxAttempts?}]}` → `{ok, answers: [{index, ok, jobId, status, created}
+//! input, jobId?, maxAttempts?, priority?, runAt? | delayMs?}]}` → `{ok, answers: [{index, ok, jobId, status, created}
 //! | {index, ok: false, error}], created, refused}`.
 //!
 //! Up to 1,000 submissions in one call and one transaction. Each item is checked and
@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::JobsState;
 use super::submit::submit_error;
-use crate::submit::{DefinitionSource, Submission};
+use crate::submit::{DefinitionSource, Start, Submission};
 
 /// Longest stored workflow name an item may give (as `submit-workflow` allows).
 const MAX_NAME_CHARS: usize = 200;
@@ -120,10 +120,34 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
             )));
         }
     };
+    let priority = match item.get("priority").and_then(Value::as_i64) {
+        None => None,
+        Some(p @ 0..=9) => i16::try_from(p).ok(),
+        Some(p) => {
+            return Err(ActionError::invalid(format!(
+                "priority: {p} is outside 0..=9 (higher runs first; 5 when absent)"
+            )));
+        }
+    };
+    // A 64-bit integer may come as proto3 JSON's string form.
+    let delay_ms = match item.get("delayMs") {
+        None | Some(Value::Null) => 0,
+        Some(value) => value
+            .as_i64()
+            .or_else(|| value.as_str()?.parse().ok())
+            .ok_or_else(|| {
+                ActionError::invalid(format!(
+                    "delayMs: {value} is not a whole number of milliseconds"
+                ))
+            })?,
+    };
+    let start = Start::parse(text("runAt"), delay_ms).map_err(ActionError::invalid)?;
     Ok(Submission {
         source,
         input: item.get("input").cloned().unwrap_or_else(|| json!({})),
         job_id,
         max_attempts,
+        start,
+        priority,
     })
 }

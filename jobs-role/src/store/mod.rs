@@ -43,7 +43,7 @@ pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut};
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::JobFilter;
 pub use retries::{Retry, RetryOutcome};
-pub use submissions::{Inserted, NewJob};
+pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
 pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
 
 use std::time::Duration;

@@ -14,6 +14,9 @@
 /// the key is the ASCII bytes of "pmjobs").
 pub const LOCK_MIGRATIONS: &str = "SELECT pg_advisory_lock(123615239430771)";
 
+/// Releases [`LOCK_MIGRATIONS`].
+pub const UNLOCK_MIGRATIONS: &str = "SELECT pg_advisory_unlock(123615239430771)";
+
 /// Takes the pruner's lock for the transaction, answering whether it was free: one
 /// node prunes at a time, and the others skip their round.
 pub const TRY_LOCK_PRUNER: &str = "SELECT pg_try_advisory_xact_lock(123615239430772)";
@@ -66,9 +69,6 @@ DELETE FROM workflow_run_events_outbox
                              FOR UPDATE SKIP LOCKED))
    AND status = 'PUBLISHED'";
 
-/// Releases [`LOCK_MIGRATIONS`].
-pub const UNLOCK_MIGRATIONS: &str = "SELECT pg_advisory_unlock(123615239430771)";
-
 /// The channel submissions and requeues notify and the idle worker listens on.
 pub const QUEUED_CHANNEL: &str = "protomolt_jobs_queued";
 
@@ -80,10 +80,12 @@ pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::t
 
 /// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
 /// definition, `$4` input, `$5` max attempts, `$6` the definition's digest (NULL: a
-/// trigger computes one; see migration V8).
+/// trigger computes one; see migration V8), `$7` priority, `$8` when it becomes
+/// claimable (NULL: now).
 pub const INSERT_JOB: &str = "\
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
+                          priority, run_after)
+VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now()))
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -94,13 +96,16 @@ RETURNING status";
 /// the rows inserted (an id taken, or given twice, is inserted at most once).
 ///
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
-/// `$4` inputs, `$5` max attempts. Per distinct snapshot: `$6` definitions, `$7`
-/// digests (NULL: the trigger computes one).
+/// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
+/// (NULL: now). Per distinct snapshot: `$6` definitions, `$7` digests (NULL: the
+/// trigger computes one).
 pub const INSERT_JOBS: &str = "\
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest)
-SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.digest
-  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[])
-           WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, at)
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
+                          priority, run_after)
+SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.digest,
+       j.priority, COALESCE(j.run_after, now())
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[])
+           WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  ORDER BY j.at
@@ -110,10 +115,12 @@ RETURNING job_id";
 /// Inserts a job that failed before it could run (for example a broker-native request
 /// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
 /// a redelivery from a conflict). `$1` job id, `$2` workflow name,
-/// `$3` definition, `$4` input, `$5` error, `$6` the definition's digest (or NULL).
+/// `$3` definition, `$4` input, `$5` error, `$6` the definition's digest (or NULL),
+/// `$7` priority, `$8` the start asked for (NULL: now), kept for the record.
 pub const INSERT_FAILED_JOB: &str = "\
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest)
-VALUES ($1, $2, $3, $4, 'FAILED', $5, now(), $6)
+INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest,
+                          priority, run_after)
+VALUES ($1, $2, $3, $4, 'FAILED', $5, now(), $6, $7, COALESCE($8, now()))
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -151,10 +158,13 @@ SELECT e.event_id, e.job_id, e.event_type, e.payload,
  ORDER BY e.at";
 
 /// The whole claim of a batch in one statement (answering the snapshot's digest, not
-/// the snapshot: see [`JOB_DEFINITION`]): the sub-select finds the `$3` QUEUED
-/// rows eligible the longest (by `run_after`, then `created_at`, a range scan of the
-/// `workflow_run_eligible` index that never walks rows still backing off) and locks
-/// them, skipping rows other workers hold; the update flips them to RUNNING under that
+/// the snapshot: see [`JOB_DEFINITION`]): the sub-select finds `$3` eligible QUEUED
+/// rows, highest priority first and within one priority those eligible the longest
+/// (by `run_after`, then `created_at`): one range scan of the
+/// `workflow_run_eligible_by_priority` index per priority, never walking rows still
+/// backing off or scheduled for later, stopping once it has `$3` (the lateral join is
+/// lazy, so no row beyond those is locked). It locks them, skipping rows other
+/// workers hold; the update flips them to RUNNING under that
 /// lock, stamps the lease, takes a new fencing token (`claims`) per row and counts the
 /// attempt. `ARRAY(...)` makes the sub-select run once. A QUEUED row always has an
 /// attempt left (a CHECK constraint says so), so nothing claimable is ever skipped for
@@ -166,11 +176,15 @@ UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
        claims = claims + 1, attempt = attempt + 1, updated_at = now()
- WHERE job_id = ANY(ARRAY(SELECT job_id FROM workflow_run
-                           WHERE status = 'QUEUED' AND run_after <= now()
-                           ORDER BY run_after, created_at
-                           FOR UPDATE SKIP LOCKED
-                           LIMIT $3))
+ WHERE job_id = ANY(ARRAY(SELECT eligible.job_id
+                             FROM generate_series(9, 0, -1) AS level(priority),
+                                  LATERAL (SELECT job_id FROM workflow_run
+                                            WHERE status = 'QUEUED' AND priority = level.priority
+                                              AND run_after <= now()
+                                            ORDER BY run_after, created_at
+                                            LIMIT $3
+                                            FOR UPDATE SKIP LOCKED) AS eligible
+                            LIMIT $3))
    AND status = 'QUEUED'
 RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, reruns, checkpoints,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))

@@ -5,6 +5,9 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use super::*;
 
+/// The priority of a job whose submission names none.
+pub const DEFAULT_PRIORITY: i16 = 5;
+
 /// A job to insert.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -22,6 +25,10 @@ pub struct NewJob {
     pub input: Value,
     /// Attempts allowed.
     pub max_attempts: i32,
+    /// Claim order, 0 to 9 (higher first; [`DEFAULT_PRIORITY`] unless asked).
+    pub priority: i16,
+    /// When the job becomes claimable; `None`: at once.
+    pub run_after: Option<std::time::SystemTime>,
     /// Submitted by a stored workflow's name: a resubmission with the same id matches
     /// on the name and the input only, since the stored workflow may have been edited
     /// since (an inline submission matches on its definition too).
@@ -94,6 +101,8 @@ impl Store {
                     &job.input,
                     first.last_param,
                     &job.definition_digest.as_deref(),
+                    &job.priority,
+                    &job.run_after,
                 ],
             )
             .await?;
@@ -200,6 +209,8 @@ async fn insert_batch(
                 &rows.max_attempts,
                 &rows.definitions,
                 &rows.digests,
+                &rows.priorities,
+                &rows.run_afters,
             ],
         )
         .await?
@@ -282,6 +293,8 @@ struct SnapshotRows<'a> {
     max_attempts: Vec<i32>,
     definitions: Vec<&'a Value>,
     digests: Vec<Option<&'a str>>,
+    priorities: Vec<i16>,
+    run_afters: Vec<Option<std::time::SystemTime>>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -294,6 +307,8 @@ impl<'a> SnapshotRows<'a> {
             max_attempts: Vec::with_capacity(order.len()),
             definitions: Vec::new(),
             digests: Vec::new(),
+            priorities: Vec::with_capacity(order.len()),
+            run_afters: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -316,6 +331,8 @@ impl<'a> SnapshotRows<'a> {
             rows.snapshot.push(at);
             rows.inputs.push(&job.input);
             rows.max_attempts.push(job.max_attempts);
+            rows.priorities.push(job.priority);
+            rows.run_afters.push(job.run_after);
         }
         rows
     }
