@@ -65,6 +65,25 @@ pub enum Start {
     After(std::time::Duration),
 }
 
+/// True when an RFC 3339 text ends with its UTC offset (`Z`, or `+hh:mm` / `-hh:mm`
+/// after the time), so a local time written without one is refused, not taken as UTC.
+fn has_utc_offset(text: &str) -> bool {
+    let Some((_, time)) = text.split_once(['T', 't']) else {
+        return false;
+    };
+    if time.ends_with(['Z', 'z']) {
+        return true;
+    }
+    let bytes = time.as_bytes();
+    bytes.len() >= 6 && {
+        let offset = &bytes[bytes.len() - 6..];
+        matches!(offset[0], b'+' | b'-')
+            && offset[1..3].iter().all(u8::is_ascii_digit)
+            && offset[3] == b':'
+            && offset[4..6].iter().all(u8::is_ascii_digit)
+    }
+}
+
 /// The latest `runAt` and the longest `delayMs` a submission may ask for: 366 days.
 pub const MAX_START_DELAY: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
 
@@ -88,21 +107,33 @@ impl Start {
                 }),
             (_, ms) if ms != 0 => Err("runAt: give runAt or delayMs, not both".to_owned()),
             (text, _) => {
+                let example = "for example 2026-12-24T18:00:00Z or 2026-12-24T19:00:00+01:00";
+                if !has_utc_offset(text) {
+                    return Err(format!(
+                        "runAt: '{text}' needs a date, a time and a UTC offset (Z or +hh:mm); {example}"
+                    ));
+                }
                 let at: prost_types::Timestamp = text.parse().map_err(|e| {
-                    format!("runAt: '{text}' is not an RFC 3339 timestamp ({e}); for example 2026-12-24T18:00:00Z")
+                    format!("runAt: '{text}' is not an RFC 3339 timestamp ({e}); {example}")
                 })?;
                 let at = std::time::SystemTime::try_from(at)
                     .map_err(|_| format!("runAt: '{text}' is out of range"))?;
-                let latest = std::time::SystemTime::now() + MAX_START_DELAY;
-                if at > latest {
+                let now = std::time::SystemTime::now();
+                if at > now + MAX_START_DELAY {
                     return Err(format!("runAt: '{text}' is more than 366 days ahead"));
+                }
+                // Far in the past is a mistake (and beyond what PostgreSQL stores); a
+                // past start is stored as now, so it never jumps the queue.
+                if at + MAX_START_DELAY < now {
+                    return Err(format!("runAt: '{text}' is more than 366 days ago"));
                 }
                 Ok(Start::At(at))
             }
         }
     }
 
-    /// The instant it stands for; `None`: now.
+    /// The instant it stands for; `None`: now. (A delay is added to the node's clock:
+    /// nodes are expected to keep time with NTP, as PostgreSQL's host does.)
     fn run_after(self) -> Option<std::time::SystemTime> {
         match self {
             Start::Now => None,

@@ -111,12 +111,20 @@ async fn a_job_is_not_claimed_before_its_start() {
             json!({ "workflow": workflow, "input": { "text": "in an hour" }, "runAt": at }),
         )
         .await;
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let hour_ago = prost_types::Timestamp::from(hour_ago).to_string();
     let past = node
         .ok(
             "submit-workflow",
-            json!({ "workflow": workflow, "input": { "text": "past" }, "runAt": "2020-01-01T00:00:00Z", "priority": 0 }),
+            json!({ "workflow": workflow, "input": { "text": "past" }, "runAt": hour_ago, "priority": 0 }),
         )
         .await;
+    // A past start is stored as the submission's time: it never jumps the queue.
+    let stored = node.job(past["jobId"].as_str().unwrap()).await;
+    assert!(
+        stored["run_after"].as_str().unwrap() >= stored["created_at"].as_str().unwrap(),
+        "{stored}"
+    );
     node.wait_for_status(past["jobId"].as_str().unwrap(), "COMPLETED", WAIT)
         .await;
     let waiting = node.job(scheduled["jobId"].as_str().unwrap()).await;
@@ -145,6 +153,10 @@ async fn bad_starts_and_priorities_are_refused_naming_the_field_and_nothing_is_w
         (json!({ "runAt": "tomorrow" }), "runAt"),
         (json!({ "runAt": "2026-02-30T00:00:00Z" }), "runAt"),
         (json!({ "runAt": "9999-01-01T00:00:00Z" }), "runAt"),
+        (json!({ "runAt": "1970-01-01T00:00:00Z" }), "runAt"),
+        (json!({ "runAt": "-400000-01-01T00:00:00Z" }), "runAt"),
+        (json!({ "runAt": "2026-12-24T18:00:00" }), "runAt"),
+        (json!({ "runAt": "2026-12-24" }), "runAt"),
         (
             json!({ "runAt": "2030-01-01T00:00:00Z", "delayMs": 5 }),
             "runAt",
@@ -165,6 +177,7 @@ async fn bad_starts_and_priorities_are_refused_naming_the_field_and_nothing_is_w
                 { "input": { "text": "a" }, "priority": 12 },
                 { "input": { "text": "b" }, "runAt": "soon" },
                 { "input": { "text": "c" }, "delayMs": "250", "priority": 0 },
+                { "input": { "text": "d" }, "delay_ms": 3_600_000, "priority": "9" },
             ] }),
         )
         .await;
@@ -186,6 +199,13 @@ async fn bad_starts_and_priorities_are_refused_naming_the_field_and_nothing_is_w
     assert_eq!(answers[2]["created"], true, "{answer}");
     let job = node.job(answers[2]["jobId"].as_str().unwrap()).await;
     assert_eq!(job["priority"], 0);
+    // proto3 JSON's other spellings (field names, numbers as strings) are honoured.
+    let later = node.job(answers[3]["jobId"].as_str().unwrap()).await;
+    assert_eq!(later["priority"], 9, "{later}");
+    assert!(
+        later["run_after"].as_str().unwrap() > later["created_at"].as_str().unwrap(),
+        "{later}"
+    );
     let count: i64 = db
         .connect()
         .await
@@ -193,6 +213,6 @@ async fn bad_starts_and_priorities_are_refused_naming_the_field_and_nothing_is_w
         .await
         .unwrap()
         .get(0);
-    assert_eq!(count, 1, "only the good item was written");
+    assert_eq!(count, 2, "only the good items were written");
     node.stop().await;
 }

@@ -84,6 +84,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
 
 /// One item as a submission, or the error that names its field.
 fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submission, ActionError> {
+    let item = &proto3_names(item);
     let text = |field: &str| item.get(field).and_then(Value::as_str).unwrap_or_default();
     let source = match (item.get("workflow"), text("workflowName")) {
         (Some(_), name) if !name.is_empty() => {
@@ -111,7 +112,7 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
                 .map_err(|e| ActionError::invalid(format!("jobId: not a uuid: {e}")))?,
         ),
     };
-    let max_attempts = match item.get("maxAttempts").and_then(Value::as_i64) {
+    let max_attempts = match item.get("maxAttempts").and_then(as_integer) {
         None | Some(0) => None,
         Some(n @ 1..=MAX_ATTEMPTS) => i32::try_from(n).ok(),
         Some(n) => {
@@ -120,7 +121,7 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
             )));
         }
     };
-    let priority = match item.get("priority").and_then(Value::as_i64) {
+    let priority = match item.get("priority").and_then(as_integer) {
         None => None,
         Some(p @ 0..=9) => i16::try_from(p).ok(),
         Some(p) => {
@@ -129,17 +130,13 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
             )));
         }
     };
-    // A 64-bit integer may come as proto3 JSON's string form.
     let delay_ms = match item.get("delayMs") {
         None | Some(Value::Null) => 0,
-        Some(value) => value
-            .as_i64()
-            .or_else(|| value.as_str()?.parse().ok())
-            .ok_or_else(|| {
-                ActionError::invalid(format!(
-                    "delayMs: {value} is not a whole number of milliseconds"
-                ))
-            })?,
+        Some(value) => as_integer(value).ok_or_else(|| {
+            ActionError::invalid(format!(
+                "delayMs: {value} is not a whole number of milliseconds"
+            ))
+        })?,
     };
     let start = Start::parse(text("runAt"), delay_ms).map_err(ActionError::invalid)?;
     Ok(Submission {
@@ -150,4 +147,41 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
         start,
         priority,
     })
+}
+
+/// An item with its fields under their JSON names, whichever spelling proto3 JSON
+/// allowed the caller (`run_at` or `runAt`), the JSON name winning when both are given.
+fn proto3_names(item: &Value) -> Value {
+    let Some(fields) = item.as_object() else {
+        return item.clone();
+    };
+    let mut named = serde_json::Map::new();
+    for (name, value) in fields {
+        let json_name = lower_camel(name);
+        if json_name == *name || !fields.contains_key(&json_name) {
+            named.insert(json_name, value.clone());
+        }
+    }
+    Value::Object(named)
+}
+
+fn lower_camel(name: &str) -> String {
+    let mut camel = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                camel.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => camel.push(c),
+        }
+    }
+    camel
+}
+
+/// A whole number as proto3 JSON writes one: a number, or its decimal string.
+fn as_integer(value: &Value) -> Option<i64> {
+    value.as_i64().or_else(|| value.as_str()?.parse().ok())
 }

@@ -81,11 +81,11 @@ pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::t
 /// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
 /// definition, `$4` input, `$5` max attempts, `$6` the definition's digest (NULL: a
 /// trigger computes one; see migration V8), `$7` priority, `$8` when it becomes
-/// claimable (NULL: now).
+/// claimable (NULL, or a time past: now, so a past start never jumps the queue).
 pub const INSERT_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after)
-VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now()))
+VALUES ($1, $2, $3, $4, $5, $6, $7, GREATEST(COALESCE($8, now()), now()))
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -103,7 +103,7 @@ pub const INSERT_JOBS: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after)
 SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.digest,
-       j.priority, COALESCE(j.run_after, now())
+       j.priority, GREATEST(COALESCE(j.run_after, now()), now())
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
