@@ -141,6 +141,27 @@ impl ActionRequest {
     pub fn get(&self, json_name: &str) -> Option<&Value> {
         self.json.get(json_name).filter(|v| !v.is_null())
     }
+
+    /// A message-typed field (camelCase name) in canonical form, if set: its fields
+    /// under their JSON names whichever spelling the caller used, timestamps in RFC
+    /// 3339, defaults left out. For fields that are request structure (a filter);
+    /// a caller's free-form `Struct` is read as sent, with [`Self::get`].
+    pub fn message_json(&self, json_name: &str) -> Option<Value> {
+        let descriptor = self.message.descriptor();
+        let field = descriptor.fields().find(|f| f.json_name() == json_name)?;
+        if !self.message.has_field(&field) {
+            return None;
+        }
+        let options = prost_reflect::SerializeOptions::new()
+            .stringify_64_bit_integers(false)
+            .skip_default_fields(true);
+        match &*self.message.get_field(&field) {
+            prost_reflect::Value::Message(inner) => inner
+                .serialize_with_options(serde_json::value::Serializer, &options)
+                .ok(),
+            _ => None,
+        }
+    }
 }
 
 /// What a handler returns: the JSON answer (200), or a transport error.

@@ -7,6 +7,9 @@
 //! | `{ok: true, outcome: "ALREADY_CANCELLED", status}`        | cancelled (or requested) before; nothing changed |
 //! | `{ok: false, outcome: "ALREADY_FINISHED", status}`        | COMPLETED, FAILED or DEAD; nothing changed |
 //! | `{ok: false, error: "no workflow run <id>"}`              | no such job                              |
+//!
+//! A job whose row another transaction holds for all of [`crate::store::LOCK_WAIT`]
+//! (a stuck write) answers `unavailable`, with nothing changed.
 
 use std::sync::Arc;
 
@@ -14,9 +17,10 @@ use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::many_jobs::busy;
 use super::{JobsState, store_error};
 use crate::status::JobStatus;
-use crate::store::CancelOutcome;
+use crate::store::{ByJob, CancelOutcome};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -28,14 +32,23 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .cancel_job(job_id, reason)
         .await
         .map_err(store_error)?;
-    let answer = |ok: bool, outcome: &str, status: JobStatus| json!({ "ok": ok, "outcome": outcome, "status": status.as_str() });
     Ok(match outcome {
-        CancelOutcome::Cancelled => answer(true, "CANCELLED", JobStatus::Cancelled),
-        CancelOutcome::CancelRequested => answer(true, "CANCEL_REQUESTED", JobStatus::Running),
-        CancelOutcome::AlreadyCancelled { status } => answer(true, "ALREADY_CANCELLED", status),
-        CancelOutcome::AlreadyFinished { status } => answer(false, "ALREADY_FINISHED", status),
-        CancelOutcome::NotFound => {
-            json!({ "ok": false, "error": format!("no workflow run {job_id}") })
+        ByJob::Decided(outcome) => {
+            let (ok, name, status) = told(&outcome);
+            json!({ "ok": ok, "outcome": name, "status": status.as_str() })
         }
+        ByJob::NotFound => json!({ "ok": false, "error": format!("no workflow run {job_id}") }),
+        ByJob::Busy => return Err(ActionError::unavailable(busy(job_id).error)),
     })
+}
+
+/// How an outcome is told: whether the job now is (or ends) cancelled, the outcome's
+/// name, and the job's status after the call.
+pub fn told(outcome: &CancelOutcome) -> (bool, &'static str, JobStatus) {
+    match outcome {
+        CancelOutcome::Cancelled => (true, "CANCELLED", JobStatus::Cancelled),
+        CancelOutcome::CancelRequested => (true, "CANCEL_REQUESTED", JobStatus::Running),
+        CancelOutcome::AlreadyCancelled { status } => (true, "ALREADY_CANCELLED", *status),
+        CancelOutcome::AlreadyFinished { status } => (false, "ALREADY_FINISHED", *status),
+    }
 }

@@ -1,5 +1,5 @@
 //! `list-jobs {status?, workflowName?, createdBefore?, createdAfter?, outstandingStep?,
-//! limit?, offset?}` → summaries newest first.
+//! priority?, limit?, offset?}` → summaries newest first.
 //! A limit of 0 selects the default of 50; anything above the ceiling of 500 is
 //! clamped rather than refused, because the ceiling bounds the answer, not the request.
 
@@ -41,6 +41,11 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         created_before: given("createdBefore"),
         created_after: given("createdAfter"),
         outstanding_step: given("outstandingStep"),
+        // The request rule has checked it is 0..=9.
+        priority: request
+            .get("priority")
+            .and_then(Value::as_i64)
+            .and_then(|p| i16::try_from(p).ok()),
     };
     let jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
     Ok(json!({ "ok": true, "jobs": jobs, "limit": limit, "offset": offset }))

@@ -10,15 +10,20 @@
 //! | `reject-step`     | `jobs:complete` | [`reject_step`]   |
 //! | `cancel-job`      | `jobs:operate`  | [`cancel_job`]    |
 //! | `retry-job`       | `jobs:operate`  | [`retry_job`]     |
+//! | `cancel-jobs`     | `jobs:operate`  | [`cancel_jobs`]   |
+//! | `retry-jobs`      | `jobs:operate`  | [`retry_jobs`]    |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
 pub mod cancel_job;
+pub mod cancel_jobs;
 pub mod complete_step;
 pub mod get_job;
 pub mod list_jobs;
+pub mod many_jobs;
 pub mod reject_step;
 pub mod retry_job;
+pub mod retry_jobs;
 pub mod submit;
 pub mod submit_many;
 
@@ -82,7 +87,7 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             &pool,
             &state,
             "list-jobs",
-            "List runs newest first, filtered by status or workflow name (limit 0 means 50; above 500 is clamped).",
+            "List runs newest first, filtered by status, workflow name, creation time, outstanding step or priority (limit 0 means 50; above 500 is clamped).",
             "jobs:read",
             "ListJobs",
             list_jobs::handle,
@@ -122,6 +127,24 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:operate",
             "RetryJob",
             retry_job::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "cancel-jobs",
+            "Cancel many runs, by jobIds (up to 1,000) or by a filter with a limit (up to 10,000), each as cancel-job would.",
+            "jobs:operate",
+            "CancelJobs",
+            cancel_jobs::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "retry-jobs",
+            "Re-queue many runs, by jobIds (up to 1,000) or by a filter with a limit (up to 10,000), each as retry-job would (no fromStep).",
+            "jobs:operate",
+            "RetryJobs",
+            retry_jobs::handle,
         )?,
     ])
 }

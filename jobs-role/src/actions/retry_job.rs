@@ -7,6 +7,9 @@
 //! | `{ok: true, outcome: "RETRIED", status: "QUEUED", from, checkpointsKept}` | queued again; `from` the status it left; the next claim starts at step `checkpointsKept` |
 //! | `{ok: false, outcome: "WRONG_STATE", status, error}`           | live, COMPLETED without `fromStep`, or FAILED at submission |
 //! | `{ok: false, error: "no workflow run <id>"}`                   | no such job                      |
+//!
+//! A job whose row another transaction holds for all of [`crate::store::LOCK_WAIT`]
+//! (a stuck write) answers `unavailable`, with nothing changed.
 
 use std::sync::Arc;
 
@@ -14,9 +17,10 @@ use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use super::many_jobs::busy;
 use super::{JobsState, store_error};
 use crate::status::JobStatus;
-use crate::store::{Retry, RetryOutcome};
+use crate::store::{ByJob, Retry, RetryOutcome};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -34,11 +38,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     };
     let retry = Retry {
         from_step,
-        max_attempts: request
-            .get("maxAttempts")
-            .and_then(Value::as_i64)
-            .and_then(|n| i32::try_from(n).ok())
-            .filter(|n| *n > 0),
+        max_attempts: new_budget(&request),
         reason: Some(request.str("reason")).filter(|r| !r.is_empty()),
     };
     let outcome = state
@@ -47,27 +47,50 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .await
         .map_err(store_error)?;
     Ok(match outcome {
-        RetryOutcome::Retried {
+        ByJob::Decided(RetryOutcome::Retried {
             was,
             checkpoints_kept,
-        } => json!({
+        }) => json!({
             "ok": true, "outcome": "RETRIED", "status": JobStatus::Queued.as_str(), "from": was.as_str(),
             "checkpointsKept": checkpoints_kept,
         }),
-        RetryOutcome::NeverRan => json!({
-            "ok": false, "outcome": "WRONG_STATE", "status": JobStatus::Failed.as_str(),
-            "error": "this job failed at submission and never ran (see its error): submit it again with a new jobId",
-        }),
-        RetryOutcome::WrongState { status } => {
-            let error = if status == JobStatus::Completed {
-                "a COMPLETED job is re-run only from a named step: give fromStep".to_owned()
-            } else {
-                format!("only DEAD, FAILED or CANCELLED jobs are retried; this one is {status}")
-            };
+        ByJob::Decided(refused) => {
+            let (status, error) = refusal(&refused);
             json!({ "ok": false, "outcome": "WRONG_STATE", "status": status.as_str(), "error": error })
         }
-        RetryOutcome::NotFound => not_found(),
+        ByJob::NotFound => not_found(),
+        ByJob::Busy => return Err(ActionError::unavailable(busy(job_id).error)),
     })
+}
+
+/// The retry budget a request asks for (`maxAttempts`; 0 or absent: each job keeps
+/// its own).
+pub fn new_budget(request: &ActionRequest) -> Option<i32> {
+    request
+        .get("maxAttempts")
+        .and_then(Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok())
+        .filter(|n| *n > 0)
+}
+
+/// The job's status and why, for a refused retry (one carried out: QUEUED, and no
+/// reason).
+pub fn refusal(outcome: &RetryOutcome) -> (JobStatus, String) {
+    match outcome {
+        RetryOutcome::Retried { .. } => (JobStatus::Queued, String::new()),
+        RetryOutcome::NeverRan => (
+            JobStatus::Failed,
+            "this job failed at submission and never ran (see its error): submit it again with a new jobId".to_owned(),
+        ),
+        RetryOutcome::WrongState { status } if *status == JobStatus::Completed => (
+            *status,
+            "a COMPLETED job is re-run only from a named step: give fromStep".to_owned(),
+        ),
+        RetryOutcome::WrongState { status } => (
+            *status,
+            format!("only DEAD, FAILED or CANCELLED jobs are retried; this one is {status}"),
+        ),
+    }
 }
 
 /// The position of `step` in the job's own workflow snapshot (compiled through the

@@ -1,5 +1,6 @@
-//! Cancels: an operator's `cancel-job`, decided under the row lock, and the CANCELLED
-//! settlement of a RUNNING job whose cancel was requested.
+//! Cancels: an operator's `cancel-job` and `cancel-jobs`, decided under the row lock
+//! (see [`operator_acts`](super::operator_acts)), and the CANCELLED settlement of a
+//! RUNNING job whose cancel was requested.
 //!
 //! QUEUED and WAITING jobs become CANCELLED at once. A RUNNING job belongs to the
 //! worker holding its claim, so the cancel is a request: the row is marked, the worker
@@ -9,6 +10,8 @@
 //! row lock decides a race between a cancel and a settlement: the settlement that
 //! commits first wins (the cancel answers `ALREADY_FINISHED`), and a cancel answered
 //! `CANCEL_REQUESTED` always ends CANCELLED.
+
+use super::operator_acts::{Act, ActedOn, ByJob};
 
 use super::*;
 
@@ -33,8 +36,89 @@ pub enum CancelOutcome {
         /// Its final status.
         status: JobStatus,
     },
-    /// No such job.
-    NotFound,
+}
+
+impl CancelOutcome {
+    /// What a cancel does to a job in `status` (`cancel_requested`: its worker was
+    /// already asked to stop), decided under the row lock.
+    fn of(status: JobStatus, cancel_requested: bool) -> CancelOutcome {
+        match status {
+            JobStatus::Cancelled => CancelOutcome::AlreadyCancelled { status },
+            JobStatus::Running if cancel_requested => CancelOutcome::AlreadyCancelled { status },
+            JobStatus::Running => CancelOutcome::CancelRequested,
+            JobStatus::Queued | JobStatus::Waiting => {
+                debug_assert!(status.can_become(JobStatus::Cancelled));
+                CancelOutcome::Cancelled
+            }
+            finished => CancelOutcome::AlreadyFinished { status: finished },
+        }
+    }
+
+    /// True when the cancel changed the job (cancelled it, or asked its worker to).
+    pub fn changed(&self) -> bool {
+        matches!(
+            self,
+            CancelOutcome::Cancelled | CancelOutcome::CancelRequested
+        )
+    }
+}
+
+/// `cancel-job` and `cancel-jobs`: see [`operator_acts`](super::operator_acts).
+struct CancelAct {
+    reason: String,
+}
+
+impl CancelAct {
+    fn new(reason: &str) -> CancelAct {
+        // NULs written out (PostgreSQL cannot store them) may lengthen the reason
+        // past what the row keeps: cut it there.
+        CancelAct {
+            reason: printable(reason).chars().take(MAX_REASON_CHARS).collect(),
+        }
+    }
+}
+
+impl Act for CancelAct {
+    type Outcome = CancelOutcome;
+    const LOCK: &'static str = sql::LOCK_JOBS_FOR_CANCEL;
+
+    async fn on_locked(
+        &self,
+        tx: &Transaction<'_>,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<Vec<(Uuid, CancelOutcome)>, StoreError> {
+        let mut outcomes = Vec::with_capacity(rows.len());
+        let mut now = Vec::new();
+        let mut requested = Vec::new();
+        let mut events = EventBatch::default();
+        for row in rows {
+            let job_id: Uuid = row.get("job_id");
+            let status: JobStatus = row.get::<_, String>("status").parse()?;
+            let outcome = CancelOutcome::of(status, row.get("cancel_requested"));
+            match outcome {
+                CancelOutcome::Cancelled => {
+                    now.push(job_id);
+                    let name: String = row.get("workflow_name");
+                    events.push(
+                        &cancelled_event(job_id, &name, row.get("attempt"), &self.reason).facts(),
+                    )?;
+                }
+                CancelOutcome::CancelRequested => requested.push(job_id),
+                _ => {}
+            }
+            outcomes.push((job_id, outcome));
+        }
+        if !now.is_empty() {
+            tx.execute(sql::CANCEL_NOW, &[&now, &self.reason]).await?;
+            events.insert(tx).await?;
+        }
+        if !requested.is_empty() {
+            tx.execute(sql::REQUEST_CANCEL, &[&requested, &self.reason])
+                .await?;
+            tx.execute(sql::NOTIFY_CANCEL, &[&requested]).await?;
+        }
+        Ok(outcomes)
+    }
 }
 
 impl Store {
@@ -45,39 +129,19 @@ impl Store {
         &self,
         job_id: Uuid,
         reason: &str,
-    ) -> Result<CancelOutcome, StoreError> {
-        // NULs written out (PostgreSQL cannot store them) may lengthen the reason
-        // past what the row keeps: cut it there.
-        let reason: String = printable(reason).chars().take(MAX_REASON_CHARS).collect();
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let Some(row) = tx.query_opt(sql::LOCK_JOB_FOR_CANCEL, &[&job_id]).await? else {
-            return Ok(CancelOutcome::NotFound);
-        };
-        let status: JobStatus = row.get::<_, String>("status").parse()?;
-        let outcome = match status {
-            JobStatus::Cancelled => CancelOutcome::AlreadyCancelled { status },
-            JobStatus::Running if row.get::<_, bool>("cancel_requested") => {
-                CancelOutcome::AlreadyCancelled { status }
-            }
-            JobStatus::Running => {
-                tx.execute(sql::REQUEST_CANCEL, &[&job_id, &reason]).await?;
-                tx.execute(sql::NOTIFY_CANCEL, &[&job_id.to_string()])
-                    .await?;
-                CancelOutcome::CancelRequested
-            }
-            JobStatus::Queued | JobStatus::Waiting => {
-                debug_assert!(status.can_become(JobStatus::Cancelled));
-                tx.execute(sql::CANCEL_NOW, &[&job_id, &reason]).await?;
-                let name: String = row.get("workflow_name");
-                let event = cancelled_event(job_id, &name, row.get("attempt"), &reason);
-                insert_event(&tx, &event.facts()).await?;
-                CancelOutcome::Cancelled
-            }
-            finished => CancelOutcome::AlreadyFinished { status: finished },
-        };
-        tx.commit().await?;
-        Ok(outcome)
+    ) -> Result<ByJob<CancelOutcome>, StoreError> {
+        let mut acted = self.cancel_jobs(&[job_id], reason).await;
+        match (acted.interrupted, acted.outcomes.pop()) {
+            (Some(error), _) => Err(error),
+            (None, Some((_, outcome))) => Ok(outcome),
+            // Provably unreachable: an act that was not interrupted answers every id.
+            (None, None) => Ok(ByJob::Busy),
+        }
+    }
+
+    /// Cancels many jobs, each as [`Store::cancel_job`] would.
+    pub async fn cancel_jobs(&self, job_ids: &[Uuid], reason: &str) -> ActedOn<CancelOutcome> {
+        self.act_on(&CancelAct::new(reason), job_ids).await
     }
 
     /// Settles CANCELLED, with its event, a claimed job whose cancel was requested.

@@ -25,6 +25,7 @@ mod cancels;
 mod claims;
 pub mod events;
 mod group_commit;
+mod operator_acts;
 mod outbox;
 mod parked;
 mod pruning;
@@ -36,6 +37,7 @@ mod writes;
 
 pub use cancels::CancelOutcome;
 pub use claims::{Claim, ClaimedJob, SweepReport};
+pub use operator_acts::{ActedOn, ByJob, JOBS_PER_TRANSACTION, JobSelection, LOCK_WAIT, Selected};
 pub use outbox::{
     DrainReport, LaneCounts, OutboxRow, PendingEvent, PublishOutcome, RejectedRecord,
 };
@@ -381,6 +383,47 @@ async fn insert_event(tx: &Transaction<'_>, facts: &EventFacts<'_>) -> Result<()
     // Wake idle relays when this transaction commits.
     tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
     Ok(())
+}
+
+/// The outbox rows of many events, written by one [`sql::INSERT_EVENTS`].
+#[derive(Default)]
+struct EventBatch {
+    event_ids: Vec<Uuid>,
+    job_ids: Vec<Uuid>,
+    types: Vec<&'static str>,
+    payloads: Vec<Vec<u8>>,
+}
+
+impl EventBatch {
+    /// Encodes and adds one event.
+    fn push(&mut self, facts: &EventFacts<'_>) -> Result<(), StoreError> {
+        let (event_id, payload) = events::encode(facts)?;
+        self.event_ids.push(event_id);
+        self.job_ids.push(facts.job_id);
+        self.types.push(events::type_name(facts.kind));
+        self.payloads.push(payload);
+        Ok(())
+    }
+
+    /// The job of the first event, if any.
+    fn first_job(&self) -> Option<Uuid> {
+        self.job_ids.first().copied()
+    }
+
+    /// Writes the events, in the order pushed, and wakes idle relays when `tx`
+    /// commits; nothing when there are none.
+    async fn insert(&self, tx: &Transaction<'_>) -> Result<(), StoreError> {
+        if self.job_ids.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            sql::INSERT_EVENTS,
+            &[&self.event_ids, &self.job_ids, &self.types, &self.payloads],
+        )
+        .await?;
+        tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        Ok(())
+    }
 }
 
 fn millis(duration: Duration) -> i64 {

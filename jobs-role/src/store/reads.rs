@@ -19,6 +19,8 @@ pub struct JobFilter {
     pub created_after: Option<String>,
     /// Only jobs parked on this step.
     pub outstanding_step: Option<String>,
+    /// Only jobs of this priority (0 to 9).
+    pub priority: Option<i16>,
 }
 
 impl Store {
@@ -46,6 +48,7 @@ impl Store {
                     &filter.created_before,
                     &filter.created_after,
                     &filter.outstanding_step,
+                    &filter.priority,
                 ],
             )
             .await?;

@@ -3,7 +3,10 @@
 //! decided under the row lock. Nothing automatic ever does this. A retry is an act,
 //! not a request made idempotent: sent again after it was carried out (a client's
 //! resend after a timeout), it finds the job finished again and re-queues it again.
+//! One job or many are retried the same way (see
+//! [`operator_acts`](super::operator_acts)).
 
+use super::operator_acts::{Act, ActedOn, ByJob};
 use super::*;
 
 /// What the operator asked for.
@@ -37,8 +40,102 @@ pub enum RetryOutcome {
         /// Its status now.
         status: JobStatus,
     },
-    /// No such job.
-    NotFound,
+}
+
+impl RetryOutcome {
+    /// What a retry does to a job in `status` that `claims` claims have run, decided
+    /// under the row lock (`from_a_step`: the operator named a step to run again from).
+    fn of(status: JobStatus, claims: i32, from_a_step: bool) -> Option<RetryOutcome> {
+        if !status.can_be_retried(from_a_step) {
+            return Some(RetryOutcome::WrongState { status });
+        }
+        // FAILED before any claim: its submission was refused (a broker-native request
+        // naming an unknown workflow, or an input its rules reject). Running it would
+        // skip those checks; it must be submitted again instead.
+        if status == JobStatus::Failed && claims == 0 {
+            return Some(RetryOutcome::NeverRan);
+        }
+        debug_assert!(status.can_become(JobStatus::Queued));
+        None
+    }
+}
+
+/// `retry-job` and `retry-jobs`: see [`operator_acts`](super::operator_acts).
+struct RetryAct<'a> {
+    retry: &'a Retry<'a>,
+    reason: Option<String>,
+}
+
+impl Act for RetryAct<'_> {
+    type Outcome = RetryOutcome;
+    const LOCK: &'static str = sql::LOCK_JOBS_FOR_RETRY;
+
+    async fn on_locked(
+        &self,
+        tx: &Transaction<'_>,
+        rows: &[tokio_postgres::Row],
+    ) -> Result<Vec<(Uuid, RetryOutcome)>, StoreError> {
+        let mut outcomes = Vec::with_capacity(rows.len());
+        // The jobs to re-queue, with the status each leaves and its workflow's name.
+        let mut retried: Vec<(Uuid, JobStatus, String)> = Vec::new();
+        for row in rows {
+            let job_id: Uuid = row.get("job_id");
+            let status: JobStatus = row.get::<_, String>("status").parse()?;
+            match RetryOutcome::of(status, row.get("claims"), self.retry.from_step.is_some()) {
+                Some(refused) => outcomes.push((job_id, refused)),
+                None => retried.push((job_id, status, row.get("workflow_name"))),
+            }
+        }
+        if retried.is_empty() {
+            return Ok(outcomes);
+        }
+        // The step's position is how many checkpoints stay (steps run in order, one
+        // checkpoint each); a position past them keeps them all.
+        let keep = self
+            .retry
+            .from_step
+            .map(|(_, at)| i32::try_from(at).unwrap_or(i32::MAX));
+        let ids: Vec<Uuid> = retried.iter().map(|(id, _, _)| *id).collect();
+        let kept: std::collections::HashMap<Uuid, Option<i32>> = tx
+            .query(sql::RETRY_JOBS, &[&ids, &self.retry.max_attempts, &keep])
+            .await?
+            .iter()
+            .map(|row| (row.get("job_id"), row.get("kept")))
+            .collect();
+        let mut events = EventBatch::default();
+        for (job_id, was, name) in &retried {
+            let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];
+            if let Some((step, _)) = self.retry.from_step {
+                detail.push(("fromStep", step));
+            }
+            if let Some(reason) = &self.reason {
+                detail.push(("reason", reason));
+            }
+            events.push(&EventFacts {
+                job_id: *job_id,
+                workflow_name: name,
+                kind: Type::Retried,
+                step: None,
+                attempt: 0,
+                verdict: None,
+                error: None,
+                status: JobStatus::Queued,
+                detail: &detail,
+            })?;
+            outcomes.push((
+                *job_id,
+                RetryOutcome::Retried {
+                    was: *was,
+                    checkpoints_kept: kept.get(job_id).copied().flatten().unwrap_or(0),
+                },
+            ));
+        }
+        events.insert(tx).await?;
+        // One wake-up is enough: an idle worker claims as many jobs as it has room for.
+        tx.execute(sql::NOTIFY_QUEUED, &[&ids[0].to_string()])
+            .await?;
+        Ok(outcomes)
+    }
 }
 
 impl Store {
@@ -49,63 +146,23 @@ impl Store {
         &self,
         job_id: Uuid,
         retry: &Retry<'_>,
-    ) -> Result<RetryOutcome, StoreError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let Some(row) = tx.query_opt(sql::LOCK_JOB_FOR_RETRY, &[&job_id]).await? else {
-            return Ok(RetryOutcome::NotFound);
+    ) -> Result<ByJob<RetryOutcome>, StoreError> {
+        let mut acted = self.retry_jobs(&[job_id], retry).await;
+        match (acted.interrupted, acted.outcomes.pop()) {
+            (Some(error), _) => Err(error),
+            (None, Some((_, outcome))) => Ok(outcome),
+            // Provably unreachable: an act that was not interrupted answers every id.
+            (None, None) => Ok(ByJob::Busy),
+        }
+    }
+
+    /// Re-queues many jobs, each as [`Store::retry_job`] would (a `from_step` is a
+    /// position in one workflow: give it only for jobs of that workflow).
+    pub async fn retry_jobs(&self, job_ids: &[Uuid], retry: &Retry<'_>) -> ActedOn<RetryOutcome> {
+        let act = RetryAct {
+            retry,
+            reason: retry.reason.map(printable),
         };
-        let status: JobStatus = row.get::<_, String>("status").parse()?;
-        if !status.can_be_retried(retry.from_step.is_some()) {
-            return Ok(RetryOutcome::WrongState { status });
-        }
-        // FAILED before any claim: its submission was refused (a broker-native request
-        // naming an unknown workflow, or an input its rules reject). Running it would
-        // skip those checks; it must be submitted again instead.
-        if status == JobStatus::Failed && row.get::<_, i32>("claims") == 0 {
-            return Ok(RetryOutcome::NeverRan);
-        }
-        debug_assert!(status.can_become(JobStatus::Queued));
-        let max_attempts = retry
-            .max_attempts
-            .unwrap_or_else(|| row.get("max_attempts"));
-        // The step's position is how many checkpoints stay (steps run in order, one
-        // checkpoint each); a position past them keeps them all.
-        let keep = retry
-            .from_step
-            .map(|(_, at)| i32::try_from(at).unwrap_or(i32::MAX));
-        let kept: Option<i32> = tx
-            .query_one(sql::RETRY_JOB, &[&job_id, &max_attempts, &keep])
-            .await?
-            .get("kept");
-        let name: String = row.get("workflow_name");
-        let was = status.as_str();
-        let reason = retry.reason.map(printable);
-        let mut detail: Vec<(&str, &str)> = vec![("from", was)];
-        if let Some((step, _)) = retry.from_step {
-            detail.push(("fromStep", step));
-        }
-        if let Some(reason) = &reason {
-            detail.push(("reason", reason));
-        }
-        let event = EventFacts {
-            job_id,
-            workflow_name: &name,
-            kind: Type::Retried,
-            step: None,
-            attempt: 0,
-            verdict: None,
-            error: None,
-            status: JobStatus::Queued,
-            detail: &detail,
-        };
-        insert_event(&tx, &event).await?;
-        tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
-            .await?;
-        tx.commit().await?;
-        Ok(RetryOutcome::Retried {
-            was: status,
-            checkpoints_kept: kept.unwrap_or(0),
-        })
+        self.act_on(&act, job_ids).await
     }
 }

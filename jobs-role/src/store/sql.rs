@@ -351,35 +351,78 @@ UPDATE workflow_run w
                      LIMIT $1)
 RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason";
 
-/// Locks a job for `cancel-job`. `$1` job id.
-pub const LOCK_JOB_FOR_CANCEL: &str = "\
-SELECT status, workflow_name, attempt, cancel_requested FROM workflow_run WHERE job_id = $1 FOR UPDATE";
+/// Locks the jobs an operator's act names (`$1` ids), in job-id order, skipping rows
+/// another transaction holds (a worker's write, a claim, another operator's act):
+/// never a deadlock, never a wait behind a stuck transaction; the act tries the
+/// skipped ones again (see `store::operator_acts`). Shared by cancels and retries.
+macro_rules! lock_jobs_for_an_act {
+    ($columns:literal) => {
+        concat!(
+            "SELECT job_id, status, workflow_name, ",
+            $columns,
+            "\n  FROM workflow_run WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE SKIP LOCKED"
+        )
+    };
+}
 
-/// Cancels a QUEUED or WAITING job at once. `$1` job id, `$2` the operator's reason.
+/// Locks jobs for `cancel-job` and `cancel-jobs` (see [`lock_jobs_for_an_act!`]).
+pub const LOCK_JOBS_FOR_CANCEL: &str = lock_jobs_for_an_act!("attempt, cancel_requested");
+
+/// Locks jobs for `retry-job` and `retry-jobs` (see [`lock_jobs_for_an_act!`]).
+pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims");
+
+/// Which of `$1` (ids an act could not lock) exist: the others answer "no such job".
+pub const EXISTING_JOBS: &str = "SELECT job_id FROM workflow_run WHERE job_id = ANY($1)";
+
+/// Cancels QUEUED or WAITING jobs at once. `$1` job ids, `$2` the operator's reason.
+/// Returns each job's attempt and reason, for its event.
 pub const CANCEL_NOW: &str = "\
 UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_step = NULL,
        wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
- WHERE job_id = $1 AND status IN ('QUEUED', 'WAITING')";
+ WHERE job_id = ANY($1) AND status IN ('QUEUED', 'WAITING')";
 
-/// Marks a RUNNING job cancel-requested; its worker (or the sweeper) settles it. `$1`
-/// job id, `$2` the operator's reason.
+/// Marks RUNNING jobs cancel-requested; their workers (or the sweeper) settle them.
+/// `$1` job ids, `$2` the operator's reason.
 pub const REQUEST_CANCEL: &str = "\
 UPDATE workflow_run SET cancel_requested = true, cancel_reason = $2, updated_at = now()
- WHERE job_id = $1 AND status = 'RUNNING'";
+ WHERE job_id = ANY($1) AND status = 'RUNNING'";
 
-/// Locks a job for `retry-job`. `$1` job id.
-pub const LOCK_JOB_FOR_RETRY: &str = "\
-SELECT status, workflow_name, max_attempts, claims FROM workflow_run WHERE job_id = $1 FOR UPDATE";
+/// The filters of the bulk acts' selections (`$2` workflow name, `$3` created
+/// before and `$4` after, RFC 3339 text, each NULL for any; `$5` the most rows).
+/// Oldest first, so repeated calls work through a backlog in order.
+macro_rules! bulk_selection {
+    ($which:literal) => {
+        concat!(
+            "SELECT job_id FROM workflow_run\n WHERE status = ANY($1::text[]) AND ",
+            $which,
+            "
+   AND ($2::text IS NULL OR workflow_name = $2)
+   AND ($3::text IS NULL OR created_at < $3::text::timestamptz)
+   AND ($4::text IS NULL OR created_at > $4::text::timestamptz)
+ ORDER BY created_at, job_id
+ LIMIT $5"
+        )
+    };
+}
 
-/// An operator's retry: the job is QUEUED again, claimable now, with a fresh retry
-/// budget and its outcome cleared; its checkpoints are kept up to `$3` entries (NULL:
-/// all of them, and `reruns` unchanged), so the next claim resumes at the first missing
-/// one. A checkpoint column that is not an array (drifted) is emptied when cut. Returns
-/// the checkpoints kept. `$1` job id, `$2` max attempts, `$3` checkpoints to keep.
-pub const RETRY_JOB: &str = "\
+/// The jobs `cancel-jobs` selects by filter: `$1` statuses (of QUEUED, WAITING,
+/// RUNNING), leaving out RUNNING ones already asked to cancel.
+pub const CANCELLABLE_JOBS: &str = bulk_selection!("NOT cancel_requested");
+
+/// The jobs `retry-jobs` selects by filter: `$1` statuses (of DEAD, FAILED,
+/// CANCELLED), leaving out jobs FAILED at submission (never claimed: never retried).
+pub const RETRYABLE_JOBS: &str = bulk_selection!("(status <> 'FAILED' OR claims > 0)");
+
+/// An operator's retry: the jobs are QUEUED again, claimable now, with a fresh retry
+/// budget and their outcome cleared; their checkpoints are kept up to `$3` entries
+/// (NULL: all of them, and `reruns` unchanged), so the next claim resumes at the first
+/// missing one. A checkpoint column that is not an array (drifted) is emptied when
+/// cut. Returns each job's checkpoints kept. `$1` job ids, `$2` max attempts (NULL:
+/// each job's own), `$3` checkpoints to keep.
+pub const RETRY_JOBS: &str = "\
 UPDATE workflow_run
-   SET status = 'QUEUED', attempt = 0, max_attempts = $2, releases = 0,
+   SET status = 'QUEUED', attempt = 0, max_attempts = COALESCE($2::integer, max_attempts), releases = 0,
        reruns = CASE WHEN $3::integer IS NULL THEN reruns ELSE reruns + 1 END,
        checkpoints = CASE WHEN $3::integer IS NULL THEN checkpoints
                           WHEN jsonb_typeof(checkpoints) <> 'array' THEN '[]'::jsonb
@@ -389,15 +432,17 @@ UPDATE workflow_run
        result = NULL, verdict = NULL, error = NULL, outstanding_step = NULL,
        cancel_requested = false, cancel_reason = NULL,
        run_after = now(), finished_at = NULL, updated_at = now()
- WHERE job_id = $1 AND status IN ('DEAD', 'FAILED', 'CANCELLED', 'COMPLETED')
-RETURNING CASE WHEN jsonb_typeof(checkpoints) = 'array' THEN jsonb_array_length(checkpoints) END AS kept";
+ WHERE job_id = ANY($1) AND status IN ('DEAD', 'FAILED', 'CANCELLED', 'COMPLETED')
+RETURNING job_id,
+          CASE WHEN jsonb_typeof(checkpoints) = 'array' THEN jsonb_array_length(checkpoints) END AS kept";
 
 /// The channel a cancel request of a RUNNING job notifies, with the job id as payload.
 pub const LISTEN_CANCEL: &str = "LISTEN protomolt_jobs_cancel";
 
-/// Tells the worker holding a job, when the transaction commits, that an operator
-/// asked to cancel it. `$1` job id (text).
-pub const NOTIFY_CANCEL: &str = "SELECT pg_notify('protomolt_jobs_cancel', $1::text)";
+/// Tells the workers holding jobs, when the transaction commits, that an operator
+/// asked to cancel them: one notification per job, its id the payload. `$1` job ids.
+pub const NOTIFY_CANCEL: &str =
+    "SELECT pg_notify('protomolt_jobs_cancel', id::text) FROM unnest($1::uuid[]) AS id";
 
 /// Ends WAITING rows whose wait for their external step ran out: FAILED or DEAD per
 /// the step's `onTimeout`, with the TIMEOUT error naming the step and the wait; the
@@ -445,18 +490,20 @@ pub const GET_JOB: &str = "SELECT row_to_json(w) FROM workflow_run w WHERE job_i
 
 /// Job summaries newest first. `$1` status or NULL, `$2` workflow name or NULL,
 /// `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or
-/// NULL, `$7` the step a job is parked on or NULL.
+/// NULL, `$7` the step a job is parked on or NULL, `$8` priority or NULL.
 pub const LIST_JOBS: &str = "\
 SELECT json_build_object(
          'jobId', job_id, 'workflowName', workflow_name, 'status', status,
          'attempt', attempt, 'maxAttempts', max_attempts, 'outstandingStep', outstanding_step,
-         'verdict', verdict, 'error', error, 'runAfter', run_after,
+         'verdict', verdict, 'error', error, 'priority', priority, 'runAfter', run_after,
+         'cancelRequested', cancel_requested,
          'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at)
   FROM workflow_run
  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
    AND ($5::text IS NULL OR created_at < $5::text::timestamptz)
    AND ($6::text IS NULL OR created_at > $6::text::timestamptz)
    AND ($7::text IS NULL OR outstanding_step = $7)
+   AND ($8::smallint IS NULL OR priority = $8)
  ORDER BY created_at DESC, job_id DESC
  LIMIT $3 OFFSET $4";
 

@@ -246,27 +246,28 @@ async fn insert_batch(
         .try_collect()
         .await?;
 
-    let mut events = AcceptedEvents::default();
+    let mut events = EventBatch::default();
     for (&i, answer) in order.iter().zip(&sorted) {
         if matches!(answer, Ok(Inserted { created: true, .. })) {
-            events.push(&jobs[i])?;
+            let job = &jobs[i];
+            events.push(&EventFacts {
+                job_id: job.job_id,
+                workflow_name: &job.workflow_name,
+                kind: Type::Accepted,
+                step: None,
+                attempt: 0,
+                verdict: None,
+                error: None,
+                status: JobStatus::Queued,
+                detail: &[],
+            })?;
         }
     }
-    if !events.job_ids.is_empty() {
-        tx.execute(
-            sql::INSERT_EVENTS,
-            &[
-                &events.event_ids,
-                &events.job_ids,
-                &events.types,
-                &events.payloads,
-            ],
-        )
-        .await?;
+    if let Some(first) = events.first_job() {
+        events.insert(tx).await?;
         // One wake-up is enough: an idle worker claims as many jobs as it has room for.
-        tx.execute(sql::NOTIFY_QUEUED, &[&events.job_ids[0].to_string()])
+        tx.execute(sql::NOTIFY_QUEUED, &[&first.to_string()])
             .await?;
-        tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
     }
 
     let mut answers: Vec<Option<Result<Inserted, StoreError>>> =
@@ -335,37 +336,6 @@ impl<'a> SnapshotRows<'a> {
             rows.run_afters.push(job.run_after);
         }
         rows
-    }
-}
-
-/// The columns of [`sql::INSERT_EVENTS`] for the ACCEPTED events of a batch.
-#[derive(Default)]
-struct AcceptedEvents {
-    event_ids: Vec<Uuid>,
-    job_ids: Vec<Uuid>,
-    types: Vec<&'static str>,
-    payloads: Vec<Vec<u8>>,
-}
-
-impl AcceptedEvents {
-    fn push(&mut self, job: &NewJob) -> Result<(), StoreError> {
-        let facts = EventFacts {
-            job_id: job.job_id,
-            workflow_name: &job.workflow_name,
-            kind: Type::Accepted,
-            step: None,
-            attempt: 0,
-            verdict: None,
-            error: None,
-            status: JobStatus::Queued,
-            detail: &[],
-        };
-        let (event_id, payload) = events::encode(&facts)?;
-        self.event_ids.push(event_id);
-        self.job_ids.push(job.job_id);
-        self.types.push(events::type_name(Type::Accepted));
-        self.payloads.push(payload);
-        Ok(())
     }
 }
 

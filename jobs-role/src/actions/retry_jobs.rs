@@ -1,0 +1,55 @@
+//! `retry-jobs {jobIds | filter + limit, maxAttempts?, reason?}`: `retry-job` for many
+//! jobs, each keeping its checkpoints (see [`super::many_jobs`] for the answer).
+//! Without `filter.status` a filter selects DEAD and FAILED jobs: a CANCELLED job was
+//! stopped on purpose, so it is re-run only when the filter names CANCELLED. Jobs
+//! FAILED at submission (never claimed) are never selected. `fromStep` is not offered:
+//! a step belongs to one workflow's snapshot, so re-running from a step is
+//! `retry-job`'s, one job at a time. `notChanged` lists jobs not in a state a retry
+//! takes (`WRONG_STATE`, with their status), unknown ids (`NOT_FOUND`) and rows a
+//! stuck transaction held (`BUSY`).
+
+use std::sync::Arc;
+
+use registry_stub::{ActionError, ActionRequest};
+use serde_json::Value;
+
+use super::many_jobs::{NamedJobs, NotChanged, answer, named_jobs};
+use super::retry_job::{new_budget, refusal};
+use super::{JobsState, store_error};
+use crate::status::JobStatus;
+use crate::store::{Retry, RetryOutcome};
+
+const FINISHED: [JobStatus; 3] = [JobStatus::Dead, JobStatus::Failed, JobStatus::Cancelled];
+const BY_DEFAULT: [JobStatus; 2] = [JobStatus::Dead, JobStatus::Failed];
+
+/// Handles one call.
+pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let (job_ids, more) = match named_jobs(&request, "retry-jobs", &FINISHED, &BY_DEFAULT)? {
+        NamedJobs::Ids(ids) => (ids, false),
+        NamedJobs::Filter(selection) => {
+            let selected = state
+                .store
+                .retryable_jobs(&selection)
+                .await
+                .map_err(store_error)?;
+            (selected.job_ids, selected.more)
+        }
+    };
+    let retry = Retry {
+        from_step: None,
+        max_attempts: new_budget(&request),
+        reason: Some(request.str("reason")).filter(|r| !r.is_empty()),
+    };
+    let acted = state.store.retry_jobs(&job_ids, &retry).await;
+    answer("retry-jobs", acted, more, |outcome: &RetryOutcome| {
+        if matches!(outcome, RetryOutcome::Retried { .. }) {
+            return None;
+        }
+        let (status, error) = refusal(outcome);
+        Some(NotChanged {
+            outcome: "WRONG_STATE",
+            status: Some(status),
+            error,
+        })
+    })
+}
