@@ -680,3 +680,176 @@ async fn list_jobs_filters_by_priority_and_shows_it() {
     assert!(answer["message"].as_str().unwrap().contains("priority"));
     idle.stop().await;
 }
+
+/// Now, as PostgreSQL tells it, in RFC 3339.
+async fn database_now(db: &TestDatabase) -> String {
+    db.connect()
+        .await
+        .query_one(
+            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_job_that_left_the_filters_statuses_before_its_turn_is_left_as_it_is() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let ids = submitted(&idle, &server, "claimed", 2).await;
+
+    // A claim in flight: the row is locked and RUNNING once the claim commits.
+    let claim = db.connect().await;
+    claim
+        .batch_execute(&format!(
+            "BEGIN; UPDATE workflow_run
+                       SET status = 'RUNNING', lease_owner = 'elsewhere',
+                           lease_until = now() + interval '1 minute', claims = claims + 1, attempt = attempt + 1
+                     WHERE job_id = '{}'",
+            ids[0]
+        ))
+        .await
+        .unwrap();
+    let commit = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        claim.batch_execute("COMMIT").await.unwrap();
+    });
+    let answer = idle
+        .ok(
+            "cancel-jobs",
+            json!({ "filter": { "status": "QUEUED" }, "limit": 10, "reason": "only the queued ones" }),
+        )
+        .await;
+    commit.await.unwrap();
+    assert_eq!(changed_ids(&answer), vec![ids[1].clone()], "{answer}");
+    assert_eq!(
+        not_changed(&answer),
+        vec![(
+            ids[0].clone(),
+            "NO_LONGER_MATCHES".to_owned(),
+            "RUNNING".to_owned()
+        )]
+    );
+    let job = idle.job(&ids[0]).await;
+    assert_eq!(job["status"], "RUNNING");
+    assert_eq!(
+        job["cancel_requested"], false,
+        "a QUEUED-only cancel never stops a running job"
+    );
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn retry_jobs_with_finished_before_works_through_a_backlog_once() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let ids = submitted(&idle, &server, "backlog", 2).await;
+    finish(&db, &ids[0], "FAILED", 1).await;
+    finish(&db, &ids[1], "FAILED", 1).await;
+    let first_call = database_now(&db).await;
+
+    let filter = json!({ "status": "FAILED", "finishedBefore": first_call });
+    let first = idle
+        .ok("retry-jobs", json!({ "filter": filter, "limit": 1 }))
+        .await;
+    assert_eq!(changed_ids(&first), vec![ids[0].clone()], "{first}");
+    assert_eq!(first["more"], true);
+    // The retried job fails again before the next call.
+    finish(&db, &ids[0], "FAILED", 2).await;
+    let second = idle
+        .ok("retry-jobs", json!({ "filter": filter, "limit": 1 }))
+        .await;
+    assert_eq!(
+        changed_ids(&second),
+        vec![ids[1].clone()],
+        "the next one, not the same again: {second}"
+    );
+    assert_eq!(second["more"], false);
+    let third = idle
+        .ok("retry-jobs", json!({ "filter": filter, "limit": 1 }))
+        .await;
+    assert_eq!(third["changed"], 0, "{third}");
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn a_row_written_again_and_again_is_still_caught_in_its_turn() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let ids = submitted(&idle, &server, "hot", 1).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, client, id) = (stop.clone(), db.connect().await, ids[0].clone());
+        tokio::spawn(async move {
+            // Short transactions holding the row most of the time, back to back.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                client
+                    .batch_execute(&format!(
+                        "BEGIN; UPDATE workflow_run SET updated_at = now() WHERE job_id = '{id}';
+                         SELECT pg_sleep(0.04); COMMIT"
+                    ))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let answer = idle
+        .ok("cancel-job", json!({ "jobId": ids[0], "reason": "hot" }))
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    assert_eq!(answer["outcome"], "CANCELLED", "{answer}");
+    assert_eq!(idle.job(&ids[0]).await["status"], "CANCELLED");
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn one_call_waits_for_held_rows_once_however_many_chunks_hold_them() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    queue_jobs(&idle.store, &two_step_workflow(&server.target()), 1_500).await;
+    let ids: Vec<String> = db
+        .connect()
+        .await
+        .query("SELECT job_id::text FROM workflow_run ORDER BY job_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    // The first and the last id: one in each chunk of 1,000.
+    let (first, last) = (ids[0].clone(), ids[ids.len() - 1].clone());
+    let holders = [hold_row(&db, &first).await, hold_row(&db, &last).await];
+
+    let started = Instant::now();
+    let answer = idle
+        .ok(
+            "cancel-jobs",
+            json!({ "filter": {}, "limit": 10_000, "reason": "r" }),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(answer["changed"], 1_498, "{}", answer["notChanged"]);
+    let mut busy = not_changed(&answer);
+    busy.sort();
+    let mut expected = vec![
+        (first, "BUSY".to_owned(), "-".to_owned()),
+        (last, "BUSY".to_owned(), "-".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(busy, expected);
+    assert!(
+        took < jobs_role::store::LOCK_WAIT * 2,
+        "one wait per call, not one per chunk or per row: {took:?}"
+    );
+    for holder in holders {
+        holder.batch_execute("ROLLBACK").await.unwrap();
+    }
+    idle.stop().await;
+}

@@ -38,7 +38,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             json!({ "ok": ok, "outcome": name, "status": status.as_str() })
         }
         ByJob::NotFound => json!({ "ok": false, "error": format!("no workflow run {job_id}") }),
-        ByJob::Busy => return Err(ActionError::unavailable(busy(job_id).error)),
+        // NoLongerMatches only answers a filter's selection, never a job named by id.
+        ByJob::Busy | ByJob::NoLongerMatches { .. } => {
+            return Err(ActionError::unavailable(busy(job_id).error));
+        }
     })
 }
 

@@ -3,8 +3,11 @@
 //! RUNNING; `filter.status` narrows to one) not already asked to stop, oldest first.
 //! Each job is cancelled as `cancel-job` would: QUEUED and WAITING ones at once,
 //! RUNNING ones by their workers. `changed` counts both; `notChanged` lists jobs found
-//! finished or cancelled before (`ALREADY_FINISHED`, `ALREADY_CANCELLED`), unknown ids
-//! (`NOT_FOUND`) and rows a stuck transaction held (`BUSY`).
+//! finished or cancelled before (`ALREADY_FINISHED`, `ALREADY_CANCELLED`), jobs that
+//! left the filter's statuses before their turn (`NO_LONGER_MATCHES`: a QUEUED job
+//! claimed meanwhile is not stopped by a QUEUED-only filter), unknown ids (`NOT_FOUND`)
+//! and rows a long-running transaction held (`BUSY`). Sent again, it changes nothing
+//! twice.
 
 use std::sync::Arc;
 
@@ -21,12 +24,13 @@ const LIVE: [JobStatus; 3] = [JobStatus::Queued, JobStatus::Waiting, JobStatus::
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
-    let (job_ids, more) = match named_jobs(&request, "cancel-jobs", &LIVE, &LIVE)? {
-        NamedJobs::Ids(ids) => (ids, false),
+    let named = named_jobs(&request, "cancel-jobs", &LIVE, &LIVE)?;
+    let (job_ids, more) = match &named {
+        NamedJobs::Ids(ids) => (ids.clone(), false),
         NamedJobs::Filter(selection) => {
             let selected = state
                 .store
-                .cancellable_jobs(&selection)
+                .cancellable_jobs(selection)
                 .await
                 .map_err(store_error)?;
             (selected.job_ids, selected.more)
@@ -34,23 +38,31 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     };
     let acted = state
         .store
-        .cancel_jobs(&job_ids, request.str("reason"))
+        .cancel_jobs(&job_ids, request.str("reason"), named.statuses())
         .await;
-    answer("cancel-jobs", acted, more, |outcome: &CancelOutcome| {
-        if outcome.changed() {
-            return None;
-        }
-        let (_, name, status) = told(outcome);
-        let error = match outcome {
-            CancelOutcome::AlreadyFinished { status } => {
-                format!("the job had already finished ({status})")
+    let on_resend =
+        "Sending the same call again is safe: jobs already cancelled answer ALREADY_CANCELLED";
+    answer(
+        "cancel-jobs",
+        acted,
+        more,
+        on_resend,
+        |outcome: &CancelOutcome| {
+            if outcome.changed() {
+                return None;
             }
-            _ => "the job was cancelled, or asked to cancel, before".to_owned(),
-        };
-        Some(NotChanged {
-            outcome: name,
-            status: Some(status),
-            error,
-        })
-    })
+            let (_, name, status) = told(outcome);
+            let error = match outcome {
+                CancelOutcome::AlreadyFinished { status } => {
+                    format!("the job had already finished ({status})")
+                }
+                _ => "the job was cancelled, or asked to cancel, before".to_owned(),
+            };
+            Some(NotChanged {
+                outcome: name,
+                status: Some(status),
+                error,
+            })
+        },
+    )
 }

@@ -6,7 +6,9 @@
 //! `changed` counts the jobs the act changed; `notChanged` lists every other job the
 //! call named or its filter selected, each with why; `more` is true when the filter
 //! matched more jobs than `limit` (send the call again for the next ones). Each job is
-//! counted once however often it is named.
+//! counted once however often it is named. A filter's statuses are checked again under
+//! each job's row lock: a job that left them meanwhile is answered
+//! `NO_LONGER_MATCHES`.
 
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
@@ -28,9 +30,20 @@ pub enum NamedJobs {
     Filter(JobSelection),
 }
 
+impl NamedJobs {
+    /// The statuses the act checks again under each row lock (none for ids).
+    pub fn statuses(&self) -> &[JobStatus] {
+        match self {
+            NamedJobs::Ids(_) => &[],
+            NamedJobs::Filter(selection) => &selection.statuses,
+        }
+    }
+}
+
 /// Reads `jobIds`, or `filter` and `limit`, of a bulk call (the request's rules have
 /// checked that exactly one is given, and a limit with a filter). `takes` are the
 /// statuses the verb acts on; a filter without a status selects those of `by_default`.
+/// `filter.finishedBefore` only for a verb that takes finished jobs.
 pub fn named_jobs(
     request: &ActionRequest,
     verb: &str,
@@ -74,6 +87,12 @@ pub fn named_jobs(
             vec![status]
         }
     };
+    let finished_before = text("finishedBefore");
+    if finished_before.is_some() && !takes.iter().any(|s| s.is_terminal()) {
+        return Err(ActionError::invalid(format!(
+            "filter.finishedBefore: {verb} selects live jobs, which have not finished; leave it out"
+        )));
+    }
     Ok(NamedJobs::Filter(JobSelection {
         statuses,
         workflow_name: text("workflowName"),
@@ -81,6 +100,7 @@ pub fn named_jobs(
         // writes them in RFC 3339.
         created_before: text("createdBefore"),
         created_after: text("createdAfter"),
+        finished_before,
         limit: request
             .get("limit")
             .and_then(Value::as_i64)
@@ -101,11 +121,13 @@ pub struct NotChanged {
 }
 
 /// The answer of a bulk act. `told` says, for each decided outcome, `None` when the
-/// job was changed, or why it was not.
+/// job was changed, or why it was not; `on_resend` tells what sending the call again
+/// after an interruption does.
 pub fn answer<T>(
     verb: &str,
     acted: ActedOn<T>,
     more: bool,
+    on_resend: &str,
     told: impl Fn(&T) -> Option<NotChanged>,
 ) -> Result<Value, ActionError> {
     let mut changed = Vec::new();
@@ -118,6 +140,13 @@ pub fn answer<T>(
                     continue;
                 }
                 Some(why) => why,
+            },
+            ByJob::NoLongerMatches { status } => NotChanged {
+                outcome: "NO_LONGER_MATCHES",
+                status: Some(*status),
+                error: format!(
+                    "the job was {status} by the time its turn came, outside the filter's statuses"
+                ),
             },
             ByJob::NotFound => NotChanged {
                 outcome: "NOT_FOUND",
@@ -134,7 +163,7 @@ pub fn answer<T>(
         not_changed.push(entry);
     }
     if let Some(error) = acted.interrupted {
-        return Err(interrupted(verb, changed.len(), error));
+        return Err(interrupted(verb, changed.len(), on_resend, error));
     }
     Ok(json!({
         "ok": true,
@@ -151,17 +180,17 @@ pub fn busy(job_id: Uuid) -> NotChanged {
         outcome: "BUSY",
         status: None,
         error: format!(
-            "job {job_id} was held by another transaction for {} s (a stuck write); nothing changed: try again",
+            "job {job_id} was held by another transaction for {} s (a long-running transaction); nothing changed: try again",
             LOCK_WAIT.as_secs()
         ),
     }
 }
 
 /// The error of an act the database stopped part way.
-fn interrupted(verb: &str, changed: usize, error: StoreError) -> ActionError {
+fn interrupted(verb: &str, changed: usize, on_resend: &str, error: StoreError) -> ActionError {
     let cause = store_error(error);
     let message = format!(
-        "{verb} stopped part way after changing {changed} job(s): {}. Sending the same call again is safe: jobs already changed are answered as such",
+        "{verb} stopped part way after changing {changed} job(s): {}. {on_resend}",
         cause.message
     );
     ActionError::new(cause.code, message)

@@ -59,7 +59,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             json!({ "ok": false, "outcome": "WRONG_STATE", "status": status.as_str(), "error": error })
         }
         ByJob::NotFound => not_found(),
-        ByJob::Busy => return Err(ActionError::unavailable(busy(job_id).error)),
+        // NoLongerMatches only answers a filter's selection, never a job named by id.
+        ByJob::Busy | ByJob::NoLongerMatches { .. } => {
+            return Err(ActionError::unavailable(busy(job_id).error));
+        }
     })
 }
 

@@ -5,8 +5,14 @@
 //! FAILED at submission (never claimed) are never selected. `fromStep` is not offered:
 //! a step belongs to one workflow's snapshot, so re-running from a step is
 //! `retry-job`'s, one job at a time. `notChanged` lists jobs not in a state a retry
-//! takes (`WRONG_STATE`, with their status), unknown ids (`NOT_FOUND`) and rows a
-//! stuck transaction held (`BUSY`).
+//! takes (`WRONG_STATE`, with their status), jobs that left the filter's statuses
+//! before their turn (`NO_LONGER_MATCHES`), unknown ids (`NOT_FOUND`) and rows a
+//! long-running transaction held (`BUSY`).
+//!
+//! A retry is an act: a job retried that fails again matches the same filter again,
+//! oldest first. To work through a backlog once, calling again while `more`, give
+//! `filter.finishedBefore` the time of the first call: jobs that finish again after it
+//! are left out.
 
 use std::sync::Arc;
 
@@ -19,17 +25,21 @@ use super::{JobsState, store_error};
 use crate::status::JobStatus;
 use crate::store::{Retry, RetryOutcome};
 
+/// What sending a call again after an interruption does.
+const RESEND: &str = "Sending the same call again retries the jobs not retried yet, and any retried job that has finished again meanwhile; to work through a backlog once, give filter.finishedBefore the time your first call was sent";
+
 const FINISHED: [JobStatus; 3] = [JobStatus::Dead, JobStatus::Failed, JobStatus::Cancelled];
 const BY_DEFAULT: [JobStatus; 2] = [JobStatus::Dead, JobStatus::Failed];
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
-    let (job_ids, more) = match named_jobs(&request, "retry-jobs", &FINISHED, &BY_DEFAULT)? {
-        NamedJobs::Ids(ids) => (ids, false),
+    let named = named_jobs(&request, "retry-jobs", &FINISHED, &BY_DEFAULT)?;
+    let (job_ids, more) = match &named {
+        NamedJobs::Ids(ids) => (ids.clone(), false),
         NamedJobs::Filter(selection) => {
             let selected = state
                 .store
-                .retryable_jobs(&selection)
+                .retryable_jobs(selection)
                 .await
                 .map_err(store_error)?;
             (selected.job_ids, selected.more)
@@ -40,16 +50,25 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         max_attempts: new_budget(&request),
         reason: Some(request.str("reason")).filter(|r| !r.is_empty()),
     };
-    let acted = state.store.retry_jobs(&job_ids, &retry).await;
-    answer("retry-jobs", acted, more, |outcome: &RetryOutcome| {
-        if matches!(outcome, RetryOutcome::Retried { .. }) {
-            return None;
-        }
-        let (status, error) = refusal(outcome);
-        Some(NotChanged {
-            outcome: "WRONG_STATE",
-            status: Some(status),
-            error,
-        })
-    })
+    let acted = state
+        .store
+        .retry_jobs(&job_ids, &retry, named.statuses())
+        .await;
+    answer(
+        "retry-jobs",
+        acted,
+        more,
+        RESEND,
+        |outcome: &RetryOutcome| {
+            if matches!(outcome, RetryOutcome::Retried { .. }) {
+                return None;
+            }
+            let (status, error) = refusal(outcome);
+            Some(NotChanged {
+                outcome: "WRONG_STATE",
+                status: Some(status),
+                error,
+            })
+        },
+    )
 }

@@ -81,6 +81,7 @@ impl CancelAct {
 impl Act for CancelAct {
     type Outcome = CancelOutcome;
     const LOCK: &'static str = sql::LOCK_JOBS_FOR_CANCEL;
+    const LOCK_WAITING: &'static str = sql::LOCK_JOBS_FOR_CANCEL_WAITING;
 
     async fn on_locked(
         &self,
@@ -130,7 +131,7 @@ impl Store {
         job_id: Uuid,
         reason: &str,
     ) -> Result<ByJob<CancelOutcome>, StoreError> {
-        let mut acted = self.cancel_jobs(&[job_id], reason).await;
+        let mut acted = self.cancel_jobs(&[job_id], reason, &[]).await;
         match (acted.interrupted, acted.outcomes.pop()) {
             (Some(error), _) => Err(error),
             (None, Some((_, outcome))) => Ok(outcome),
@@ -139,9 +140,15 @@ impl Store {
         }
     }
 
-    /// Cancels many jobs, each as [`Store::cancel_job`] would.
-    pub async fn cancel_jobs(&self, job_ids: &[Uuid], reason: &str) -> ActedOn<CancelOutcome> {
-        self.act_on(&CancelAct::new(reason), job_ids).await
+    /// Cancels many jobs, each as [`Store::cancel_job`] would; `only`: the statuses a
+    /// filter selected them in (empty: any), checked again under each row lock.
+    pub async fn cancel_jobs(
+        &self,
+        job_ids: &[Uuid],
+        reason: &str,
+        only: &[JobStatus],
+    ) -> ActedOn<CancelOutcome> {
+        self.act_on(&CancelAct::new(reason), job_ids, only).await
     }
 
     /// Settles CANCELLED, with its event, a claimed job whose cancel was requested.

@@ -2,17 +2,22 @@
 //!
 //! The ids are taken in chunks of [`JOBS_PER_TRANSACTION`]. Each chunk's rows are
 //! locked in job-id order with `SKIP LOCKED`, so an act never deadlocks with a
-//! worker's group commit (which writes its rows in its own order) and never waits on
-//! a stuck transaction: a row another transaction holds (a claim, a checkpoint, a
-//! `complete-step`) is tried again, with a growing pause, until [`LOCK_WAIT`] has
-//! passed; only then is it answered [`ByJob::Busy`]. Each job's outcome is decided
-//! under its row lock by the act's own rules (from [`crate::status`]), and written in
-//! the chunk's transaction with its event, so one job's answer is exactly what its row
-//! said when the act got the lock.
+//! worker's group commit (which writes its rows in its own order) and never queues
+//! behind a long transaction. The rows another transaction held (a claim, a
+//! checkpoint, a `complete-step`: milliseconds) are tried again together after a short
+//! pause, twice, and the few still held then each wait their turn in the row's lock
+//! queue, one row per transaction (holding nothing else, so no deadlock), until the
+//! call's [`LOCK_WAIT`] is spent; a row still held then is answered [`ByJob::Busy`].
+//! Each job's outcome is decided under its row lock by the act's own rules (from
+//! [`crate::status`]) and written in that transaction with its event, so one job's
+//! answer is exactly what its row said when the act got the lock.
+//!
+//! A filter's selection is checked again under the lock: a job whose status left the
+//! selection's statuses meanwhile (a QUEUED job claimed, a DEAD one cancelled) is
+//! answered [`ByJob::NoLongerMatches`] and left as it is.
 //!
 //! Chunks commit on their own: a failure part way (the database going away) leaves
-//! the chunks before it done, and [`ActedOn::interrupted`] says so. Every act is safe
-//! to send again: a job already acted on answers its "already" outcome.
+//! the chunks before it done, and [`ActedOn::interrupted`] says so.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -22,20 +27,26 @@ use super::*;
 /// The most jobs one transaction of an act locks and changes.
 pub const JOBS_PER_TRANSACTION: usize = 1_000;
 
-/// How long an act keeps trying a row another transaction holds before answering
-/// [`ByJob::Busy`]. Workers hold a row for a few milliseconds; a row held this long
-/// belongs to a stuck transaction.
-pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How long one act, however many jobs it names, waits for rows other transactions
+/// hold before answering them [`ByJob::Busy`]. Workers hold a row for milliseconds;
+/// this outlasts a group commit stuck behind another row (its own bound is 5 s,
+/// `BATCH_LOCK_TIMEOUT`), so only a long-running transaction makes a row busy.
+pub const LOCK_WAIT: Duration = Duration::from_secs(8);
 
-/// The first pause before a held row is tried again; it doubles up to [`MAX_PAUSE`].
-const FIRST_PAUSE: Duration = Duration::from_millis(10);
-const MAX_PAUSE: Duration = Duration::from_millis(500);
+/// The pauses before held rows are tried again together, skipping any still held.
+const QUICK_RETRIES: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(100)];
 
 /// One job's answer to an act.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ByJob<T> {
     /// The act decided, under the row lock: `T` says what it did.
     Decided(T),
+    /// The job's status left the selection's statuses before its row was locked:
+    /// nothing changed.
+    NoLongerMatches {
+        /// Its status when locked.
+        status: JobStatus,
+    },
     /// No such job.
     NotFound,
     /// Another transaction held the row for all of [`LOCK_WAIT`]: nothing changed.
@@ -47,9 +58,9 @@ pub enum ByJob<T> {
 pub struct ActedOn<T> {
     /// Each job's answer, in job-id order (each id once, however often given).
     pub outcomes: Vec<(Uuid, ByJob<T>)>,
-    /// The failure that stopped the act part way. The chunks before it committed; the
-    /// jobs without an outcome were left as they were (unless the failure was the
-    /// `COMMIT` itself, whose fate is unknown: asking again tells).
+    /// The failure that stopped the act part way. The transactions before it
+    /// committed; the jobs without an outcome were left as they were (unless the
+    /// failure was a `COMMIT` itself, whose fate is unknown: reading the jobs tells).
     pub interrupted: Option<StoreError>,
 }
 
@@ -58,9 +69,12 @@ pub(super) trait Act {
     /// What the act did to one job.
     type Outcome;
 
-    /// The statement locking the act's rows ([`sql::LOCK_JOBS_FOR_CANCEL`], ...):
-    /// `$1` job ids; it answers at least `job_id`.
+    /// Locks the act's rows, skipping held ones ([`sql::LOCK_JOBS_FOR_CANCEL`], ...):
+    /// `$1` job ids; it answers at least `job_id` and `status`.
     const LOCK: &'static str;
+
+    /// [`Act::LOCK`] waiting for the rows instead.
+    const LOCK_WAITING: &'static str;
 
     /// Decides each locked row's outcome and writes it, with its events, in `tx`.
     async fn on_locked(
@@ -70,51 +84,80 @@ pub(super) trait Act {
     ) -> Result<Vec<(Uuid, Self::Outcome)>, StoreError>;
 }
 
+/// How a pass takes its row locks.
+#[derive(Clone, Copy)]
+enum Locking {
+    /// Skip the rows another transaction holds.
+    Skip,
+    /// Wait for them, at most this long.
+    Wait(Duration),
+}
+
 impl Store {
-    /// Carries out `act` on `job_ids` (see the module's comment).
-    pub(super) async fn act_on<A: Act>(&self, act: &A, job_ids: &[Uuid]) -> ActedOn<A::Outcome> {
+    /// Carries out `act` on `job_ids` (see the module's comment). `only`: the statuses
+    /// a filter selected (empty: any status, for jobs named by id).
+    pub(super) async fn act_on<A: Act>(
+        &self,
+        act: &A,
+        job_ids: &[Uuid],
+        only: &[JobStatus],
+    ) -> ActedOn<A::Outcome> {
+        let deadline = Instant::now() + LOCK_WAIT;
         let mut ids = job_ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
         let mut outcomes = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(JOBS_PER_TRANSACTION) {
-            if let Err(error) = self.act_on_chunk(act, chunk, &mut outcomes).await {
-                outcomes.sort_by_key(|(id, _)| *id);
-                return ActedOn {
-                    outcomes,
-                    interrupted: Some(error),
-                };
-            }
-        }
+        let interrupted = self
+            .act_until(act, &ids, only, deadline, &mut outcomes)
+            .await
+            .err();
         outcomes.sort_by_key(|(id, _)| *id);
         ActedOn {
             outcomes,
-            interrupted: None,
+            interrupted,
         }
     }
 
-    /// One chunk: passes until every row was locked once or [`LOCK_WAIT`] is over.
-    async fn act_on_chunk<A: Act>(
+    async fn act_until<A: Act>(
         &self,
         act: &A,
-        chunk: &[Uuid],
+        ids: &[Uuid],
+        only: &[JobStatus],
+        deadline: Instant,
         outcomes: &mut Vec<(Uuid, ByJob<A::Outcome>)>,
     ) -> Result<(), StoreError> {
-        let started = Instant::now();
-        let mut pause = FIRST_PAUSE;
-        let mut held = chunk.to_vec();
-        loop {
-            held = self.act_pass(act, &held, outcomes).await?;
+        let mut held = Vec::new();
+        for chunk in ids.chunks(JOBS_PER_TRANSACTION) {
+            held.extend(
+                self.act_pass(act, chunk, only, Locking::Skip, outcomes)
+                    .await?,
+            );
+        }
+        for pause in QUICK_RETRIES {
             if held.is_empty() {
                 return Ok(());
             }
-            if started.elapsed() >= LOCK_WAIT {
-                outcomes.extend(held.into_iter().map(|id| (id, ByJob::Busy)));
-                return Ok(());
-            }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(MAX_PAUSE);
+            let mut still = Vec::new();
+            for chunk in held.chunks(JOBS_PER_TRANSACTION) {
+                still.extend(
+                    self.act_pass(act, chunk, only, Locking::Skip, outcomes)
+                        .await?,
+                );
+            }
+            held = still;
         }
+        for id in held {
+            // Never a zero bound: PostgreSQL reads `lock_timeout = 0` as no bound.
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            let still = self
+                .act_pass(act, &[id], only, Locking::Wait(left), outcomes)
+                .await?;
+            outcomes.extend(still.into_iter().map(|id| (id, ByJob::Busy)));
+        }
+        Ok(())
     }
 
     /// One transaction: acts on the rows it could lock, answers the ids that name no
@@ -123,11 +166,29 @@ impl Store {
         &self,
         act: &A,
         ids: &[Uuid],
+        only: &[JobStatus],
+        locking: Locking,
         outcomes: &mut Vec<(Uuid, ByJob<A::Outcome>)>,
     ) -> Result<Vec<Uuid>, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let rows = tx.query(A::LOCK, &[&ids]).await?;
+        let rows = match locking {
+            Locking::Skip => tx.query(A::LOCK, &[&ids]).await?,
+            Locking::Wait(bound) => {
+                let bound = format!("{}ms", bound.as_millis());
+                tx.query(sql::SET_LOCK_TIMEOUT, &[&bound]).await?;
+                match tx
+                    .query(A::LOCK_WAITING, &[&ids])
+                    .await
+                    .map_err(StoreError::from)
+                {
+                    // Still held when the bound ran out (the transaction is aborted
+                    // and rolled back on drop).
+                    Err(error) if error.is_lock_timeout() => return Ok(ids.to_vec()),
+                    rows => rows?,
+                }
+            }
+        };
         let locked: HashSet<Uuid> = rows.iter().map(|row| row.get("job_id")).collect();
         let unlocked: Vec<Uuid> = ids
             .iter()
@@ -143,13 +204,24 @@ impl Store {
                 .map(|row| row.get("job_id"))
                 .collect()
         };
-        let decided = act.on_locked(&tx, &rows).await?;
+        let mut selected = Vec::with_capacity(rows.len());
+        let mut moved = Vec::new();
+        for row in rows {
+            let status: JobStatus = row.get::<_, String>("status").parse()?;
+            if only.is_empty() || only.contains(&status) {
+                selected.push(row);
+            } else {
+                moved.push((row.get("job_id"), ByJob::NoLongerMatches { status }));
+            }
+        }
+        let decided = act.on_locked(&tx, &selected).await?;
         tx.commit().await?;
         outcomes.extend(
             decided
                 .into_iter()
                 .map(|(id, outcome)| (id, ByJob::Decided(outcome))),
         );
+        outcomes.extend(moved);
         let (held, missing): (Vec<Uuid>, Vec<Uuid>) =
             unlocked.into_iter().partition(|id| existing.contains(id));
         outcomes.extend(missing.into_iter().map(|id| (id, ByJob::NotFound)));
@@ -168,6 +240,8 @@ pub struct JobSelection {
     pub created_before: Option<String>,
     /// Only jobs created after this instant (RFC 3339).
     pub created_after: Option<String>,
+    /// Only jobs that finished before this instant (RFC 3339).
+    pub finished_before: Option<String>,
     /// At most this many, oldest first.
     pub limit: i64,
 }
@@ -209,6 +283,7 @@ impl Store {
                     &selection.created_before,
                     &selection.created_after,
                     &(selection.limit + 1),
+                    &selection.finished_before,
                 ],
             )
             .await?;

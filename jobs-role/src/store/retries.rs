@@ -69,6 +69,7 @@ struct RetryAct<'a> {
 impl Act for RetryAct<'_> {
     type Outcome = RetryOutcome;
     const LOCK: &'static str = sql::LOCK_JOBS_FOR_RETRY;
+    const LOCK_WAITING: &'static str = sql::LOCK_JOBS_FOR_RETRY_WAITING;
 
     async fn on_locked(
         &self,
@@ -147,7 +148,7 @@ impl Store {
         job_id: Uuid,
         retry: &Retry<'_>,
     ) -> Result<ByJob<RetryOutcome>, StoreError> {
-        let mut acted = self.retry_jobs(&[job_id], retry).await;
+        let mut acted = self.retry_jobs(&[job_id], retry, &[]).await;
         match (acted.interrupted, acted.outcomes.pop()) {
             (Some(error), _) => Err(error),
             (None, Some((_, outcome))) => Ok(outcome),
@@ -157,12 +158,19 @@ impl Store {
     }
 
     /// Re-queues many jobs, each as [`Store::retry_job`] would (a `from_step` is a
-    /// position in one workflow: give it only for jobs of that workflow).
-    pub async fn retry_jobs(&self, job_ids: &[Uuid], retry: &Retry<'_>) -> ActedOn<RetryOutcome> {
+    /// position in one workflow: give it only for jobs of that workflow); `only`: the
+    /// statuses a filter selected them in (empty: any), checked again under each row
+    /// lock.
+    pub async fn retry_jobs(
+        &self,
+        job_ids: &[Uuid],
+        retry: &Retry<'_>,
+        only: &[JobStatus],
+    ) -> ActedOn<RetryOutcome> {
         let act = RetryAct {
             retry,
             reason: retry.reason.map(printable),
         };
-        self.act_on(&act, job_ids).await
+        self.act_on(&act, job_ids, only).await
     }
 }

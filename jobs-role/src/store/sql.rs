@@ -351,25 +351,40 @@ UPDATE workflow_run w
                      LIMIT $1)
 RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason";
 
-/// Locks the jobs an operator's act names (`$1` ids), in job-id order, skipping rows
-/// another transaction holds (a worker's write, a claim, another operator's act):
-/// never a deadlock, never a wait behind a stuck transaction; the act tries the
-/// skipped ones again (see `store::operator_acts`). Shared by cancels and retries.
+/// Locks the jobs an operator's act names (`$1` ids), in job-id order, answering
+/// `job_id`, `status` and the act's own columns. The first form skips rows another
+/// transaction holds (a worker's write, a claim, another operator's act): never a
+/// deadlock, never a wait behind a long transaction. The second waits in the lock
+/// queue, for the rows the first skipped, one row per transaction (so it cannot
+/// deadlock either), under the act's `lock_timeout` (see `store::operator_acts`).
 macro_rules! lock_jobs_for_an_act {
-    ($columns:literal) => {
+    ($columns:literal, $wait:literal) => {
         concat!(
             "SELECT job_id, status, workflow_name, ",
             $columns,
-            "\n  FROM workflow_run WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE SKIP LOCKED"
+            "\n  FROM workflow_run WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
+            $wait
         )
     };
 }
 
-/// Locks jobs for `cancel-job` and `cancel-jobs` (see [`lock_jobs_for_an_act!`]).
-pub const LOCK_JOBS_FOR_CANCEL: &str = lock_jobs_for_an_act!("attempt, cancel_requested");
+/// Locks jobs for `cancel-job` and `cancel-jobs`, skipping held rows.
+pub const LOCK_JOBS_FOR_CANCEL: &str =
+    lock_jobs_for_an_act!("attempt, cancel_requested", " SKIP LOCKED");
 
-/// Locks jobs for `retry-job` and `retry-jobs` (see [`lock_jobs_for_an_act!`]).
-pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims");
+/// Locks a job for `cancel-job` and `cancel-jobs`, waiting for it.
+pub const LOCK_JOBS_FOR_CANCEL_WAITING: &str =
+    lock_jobs_for_an_act!("attempt, cancel_requested", "");
+
+/// Locks jobs for `retry-job` and `retry-jobs`, skipping held rows.
+pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims", " SKIP LOCKED");
+
+/// Locks a job for `retry-job` and `retry-jobs`, waiting for it.
+pub const LOCK_JOBS_FOR_RETRY_WAITING: &str = lock_jobs_for_an_act!("claims", "");
+
+/// Bounds the transaction's waits for a row lock. `$1` the bound (`'250ms'`; never
+/// `'0'`, which would mean no bound).
+pub const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)";
 
 /// Which of `$1` (ids an act could not lock) exist: the others answer "no such job".
 pub const EXISTING_JOBS: &str = "SELECT job_id FROM workflow_run WHERE job_id = ANY($1)";
@@ -388,19 +403,27 @@ pub const REQUEST_CANCEL: &str = "\
 UPDATE workflow_run SET cancel_requested = true, cancel_reason = $2, updated_at = now()
  WHERE job_id = ANY($1) AND status = 'RUNNING'";
 
-/// The filters of the bulk acts' selections (`$2` workflow name, `$3` created
-/// before and `$4` after, RFC 3339 text, each NULL for any; `$5` the most rows).
-/// Oldest first, so repeated calls work through a backlog in order.
+/// The bulk acts' selections: jobs in `$1` (statuses), of `$2` (workflow name),
+/// created before `$3` and after `$4`, finished before `$6` (RFC 3339 text; each
+/// NULL for any), oldest first, at most `$5`. One ordered scan of
+/// `workflow_run_by_status` per status, merged, so a few rare statuses never walk the
+/// whole history.
 macro_rules! bulk_selection {
     ($which:literal) => {
         concat!(
-            "SELECT job_id FROM workflow_run\n WHERE status = ANY($1::text[]) AND ",
+            "SELECT picked.job_id
+  FROM unnest($1::text[]) AS wanted(status),
+       LATERAL (SELECT job_id, created_at FROM workflow_run
+                 WHERE status = wanted.status AND ",
             $which,
             "
-   AND ($2::text IS NULL OR workflow_name = $2)
-   AND ($3::text IS NULL OR created_at < $3::text::timestamptz)
-   AND ($4::text IS NULL OR created_at > $4::text::timestamptz)
- ORDER BY created_at, job_id
+                   AND ($2::text IS NULL OR workflow_name = $2)
+                   AND ($3::text IS NULL OR created_at < $3::text::timestamptz)
+                   AND ($4::text IS NULL OR created_at > $4::text::timestamptz)
+                   AND ($6::text IS NULL OR finished_at < $6::text::timestamptz)
+                 ORDER BY created_at, job_id
+                 LIMIT $5) AS picked
+ ORDER BY picked.created_at, picked.job_id
  LIMIT $5"
         )
     };

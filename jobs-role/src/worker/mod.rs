@@ -719,8 +719,9 @@ const CANCEL_CHECK_GAP: Duration = Duration::from_millis(250);
 
 /// How long a cancel heard for a job this node does not run (yet) is kept.
 const EARLY_CANCEL_KEPT: Duration = Duration::from_secs(10);
-/// Most such cancels kept (notifications for jobs other nodes run are most of them).
-const EARLY_CANCELS_KEPT: usize = 1024;
+/// Most such cancels kept (notifications for jobs other nodes run are most of them):
+/// room for a `cancel-jobs` of 10,000 RUNNING jobs, a few hundred kilobytes.
+const EARLY_CANCELS_KEPT: usize = 16_384;
 
 /// The node's running jobs, for [`Worker::hear_cancel`].
 #[derive(Default)]
@@ -728,13 +729,20 @@ struct Cancels {
     running: HashMap<Uuid, Arc<Notify>>,
     /// Cancels heard for jobs not registered, with when.
     early: HashMap<Uuid, std::time::Instant>,
+    /// When `early`, full, may next be swept of expired entries.
+    next_sweep: Option<std::time::Instant>,
 }
 
 impl Cancels {
     fn heard_early(&mut self, job_id: Uuid) {
         let now = std::time::Instant::now();
-        self.early
-            .retain(|_, heard| now.duration_since(*heard) < EARLY_CANCEL_KEPT);
+        // Forget the expired ones only when full, and at most once a second: a burst
+        // of notifications (a bulk cancel) costs a scan now and then, not one each.
+        if self.early.len() >= EARLY_CANCELS_KEPT && self.next_sweep.is_none_or(|at| now >= at) {
+            self.early
+                .retain(|_, heard| now.duration_since(*heard) < EARLY_CANCEL_KEPT);
+            self.next_sweep = Some(now + Duration::from_secs(1));
+        }
         if self.early.len() < EARLY_CANCELS_KEPT {
             self.early.insert(job_id, now);
         }
