@@ -41,6 +41,10 @@ pub struct JobsConfig {
     pub shutdown_grace_ms: u64,
     /// Connections in the pool.
     pub max_connections: usize,
+    /// Live event streams (`GET /v1/jobs/{jobId}/events`) and waiting `get-job`
+    /// calls one node serves at once; all share one LISTEN connection and one read
+    /// per wake-up. Past it, a new watcher is answered 503.
+    pub max_watchers: usize,
     /// Claims a job may give back in a row without progress (shutdowns, transient
     /// store failures while checkpointing) before it lands DEAD with the reason.
     pub max_releases: i32,
@@ -179,6 +183,7 @@ impl Default for JobsConfig {
             max_concurrent_per_target: 8,
             shutdown_grace_ms: 20_000,
             max_connections: 16,
+            max_watchers: 1_000,
             max_releases: 10,
             events_topic: "workflow-run-events".into(),
             requests_topic: "workflow-run-requests".into(),
@@ -246,6 +251,9 @@ impl JobsConfig {
             return Err(
                 "jobs.max_concurrent_per_target and jobs.max_connections must be at least 1".into(),
             );
+        }
+        if !(1..=100_000).contains(&self.max_watchers) {
+            return Err("jobs.max_watchers must be from 1 to 100000".into());
         }
         if self.relay_batch_size < 1
             || self.relay_max_attempts < 1

@@ -25,6 +25,8 @@
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
 //! | [`actions`] | the verbs: submit, read, complete or reject a step, cancel, retry    |
+//! | [`watch`]   | watching jobs: their events as they commit, one read for all watchers |
+//! | [`routes`]  | HTTP beside the verbs: a job's events as Server-Sent Events          |
 //! | [`module`]  | `JobsModule`, the role a node mounts                                 |
 //! | [`config`]  | the `[jobs]` section                                                 |
 //!
@@ -41,10 +43,12 @@ pub mod consumer;
 pub mod module;
 pub mod pruner;
 pub mod relay;
+pub mod routes;
 pub mod status;
 pub mod store;
 pub mod submit;
 pub mod wake;
+pub mod watch;
 pub mod worker;
 
 pub use config::JobsConfig;

@@ -18,11 +18,13 @@ use crate::config::JobsConfig;
 use crate::consumer::RequestConsumer;
 use crate::pruner::prune_loop;
 use crate::relay::{Publisher, relay_loop};
+use crate::routes;
 use crate::store::EventsOut;
 use crate::store::Store;
 use crate::store::sql;
 use crate::submit::Submitter;
 use crate::wake::{listen_loop, listen_with};
+use crate::watch::Watchers;
 use crate::worker::{Worker, sweep_loop};
 
 /// The jobs role.
@@ -45,6 +47,7 @@ impl JobsModule {
         bootstrap: &str,
         store: Store,
         submitter: Submitter,
+        outbox_wake: Arc<Notify>,
     ) -> Result<(), MountError> {
         let mut publisher =
             Publisher::new(&self.config, bootstrap).map_err(|e| MountError(e.to_string()))?;
@@ -57,20 +60,27 @@ impl JobsModule {
         let consumer = RequestConsumer::new(&self.config, bootstrap, submitter)
             .map_err(|e| MountError(e.to_string()))?;
         let shutdown = ctx.shutdown_token();
-        let outbox_wake = Arc::new(Notify::new());
+        let publisher = Arc::new(publisher);
+        let probe = publisher.clone();
+        ctx.add_readiness_check("broker", move || {
+            let probe = probe.clone();
+            async move {
+                if probe.reachable().await {
+                    Ok(())
+                } else {
+                    Err("the Kafka broker does not answer for the events topic".to_owned())
+                }
+            }
+        });
         ctx.spawn_task(
             "outbox-relay",
             relay_loop(
                 store.clone(),
-                Arc::new(publisher),
+                publisher,
                 self.config.clone(),
-                outbox_wake.clone(),
+                outbox_wake,
                 shutdown.clone(),
             ),
-        );
-        ctx.spawn_task(
-            "outbox-listener",
-            listen_loop(store, sql::LISTEN_OUTBOX, outbox_wake, shutdown.clone()),
         );
         ctx.spawn_task("request-consumer", consumer.run(shutdown));
         tracing::info!(%bootstrap, events = %self.config.events_topic, requests = %self.config.requests_topic, "Kafka lanes on");
@@ -102,6 +112,11 @@ impl Role for JobsModule {
         let store = Store::connect(database_url, self.config.max_connections)
             .await
             .map_err(|e| MountError(format!("connecting to jobs.database_url: {e}")))?;
+        let probe = store.clone();
+        ctx.add_readiness_check("database", move || {
+            let probe = probe.clone();
+            async move { probe.ready().await }
+        });
         let workflows = ctx.workflows()?;
         let runner = ctx
             .get::<Arc<Runner>>()
@@ -110,13 +125,16 @@ impl Role for JobsModule {
             Submitter::new(store.clone(), workflows, self.config.max_attempts_default)
                 .with_group_commit(ctx.shutdown_token());
         ctx.spawn_task("submission-commits", committing);
+        let watchers = Watchers::new(store.clone(), self.config.max_watchers);
         let state = Arc::new(JobsState {
             store: store.clone(),
             submitter,
+            watchers: watchers.clone(),
         });
         for action in actions(Some(state.clone()))? {
             ctx.add_action(action);
         }
+        ctx.add_scoped_routes("jobs:read", routes::router(state.clone()));
         ctx.provide(state.clone());
 
         let wake = Arc::new(Notify::new());
@@ -167,10 +185,27 @@ impl Role for JobsModule {
             "wake-listener",
             listen_loop(store.clone(), sql::LISTEN_QUEUED, wake, shutdown.clone()),
         );
+        // One listener on the outbox channel wakes both the watchers' hub and, with
+        // the lanes on, the relay.
+        let outbox_wake = Arc::new(Notify::new());
+        let (hub, relay) = (watchers.wake(), outbox_wake.clone());
+        ctx.spawn_task(
+            "outbox-listener",
+            listen_with(
+                store.clone(),
+                sql::LISTEN_OUTBOX,
+                move |_| {
+                    hub.notify_one();
+                    relay.notify_waiters();
+                },
+                shutdown.clone(),
+            ),
+        );
+        ctx.spawn_task("watchers", watchers.run(shutdown.clone()));
 
         match &self.config.kafka_bootstrap {
             Some(bootstrap) => {
-                self.mount_kafka_lanes(ctx, bootstrap, store, state.submitter.clone())
+                self.mount_kafka_lanes(ctx, bootstrap, store, state.submitter.clone(), outbox_wake)
                     .await?
             }
             None => tracing::info!(

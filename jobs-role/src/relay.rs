@@ -151,7 +151,7 @@ impl Publisher {
     /// True when the broker answers a metadata request for the events topic. A
     /// partition without a leader does not stop the lane: its records time out, count
     /// as an outage and are deferred, while the other partitions publish.
-    async fn reachable(&self) -> bool {
+    pub async fn reachable(&self) -> bool {
         let producer = self.producer.clone();
         let topic = self.topic.clone();
         // Metadata requests block: keep them off the runtime.

@@ -27,6 +27,7 @@
 //! | [`route`]      | the shared actions route (axum)                                  |
 //! | [`auth`]       | bearer tokens and scopes                                         |
 //! | [`config`]     | the node's typed configuration and the bind policy               |
+//! | [`health`]     | `/healthz` and `/readyz`, with the roles' readiness checks       |
 //! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
 //! | [`registry`]   | the registry role and its four verbs                             |
 //! | [`schema`]     | JSON Schema of a protobuf message, for the catalog               |
@@ -37,6 +38,7 @@
 pub mod action;
 pub mod auth;
 pub mod config;
+pub mod health;
 pub mod node;
 pub mod registry;
 pub mod repository;

@@ -26,8 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 use crate::auth::AuthConfig;
+use crate::health::{ReadinessCheck, health_routes};
 use crate::repository::WorkflowRepository;
-use crate::route::{Catalog, actions_router, protected_routes, public_routes};
+use crate::route::{Catalog, actions_router, protected_routes, public_routes, scoped_routes};
 
 /// A role failed to mount; the message says why and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,7 +98,9 @@ pub struct MountContext {
     role: String,
     actions: BTreeMap<String, (String, Action)>,
     routes: Vec<Router>,
+    scoped_routes: Vec<(String, Router)>,
     public_routes: Vec<Router>,
+    readiness: Vec<(String, ReadinessCheck)>,
     tasks: Vec<(String, Task)>,
     extensions: http::Extensions,
     shutdown: CancellationToken,
@@ -110,7 +113,9 @@ impl MountContext {
             role: String::new(),
             actions: BTreeMap::new(),
             routes: Vec::new(),
+            scoped_routes: Vec::new(),
             public_routes: Vec::new(),
+            readiness: Vec::new(),
             tasks: Vec::new(),
             extensions: http::Extensions::new(),
             shutdown: CancellationToken::new(),
@@ -143,6 +148,25 @@ impl MountContext {
     /// [`crate::route::MAX_BODY_BYTES`]. Refusals use the actions route's error model.
     pub fn add_routes(&mut self, routes: Router) {
         self.routes.push(routes);
+    }
+
+    /// Contributes extra HTTP routes protected like the actions route's verbs: with
+    /// `[auth]` on, a request needs a bearer token granting `scope` (`jobs:read`,
+    /// `metrics:read`, ...); bodies are limited as on every route.
+    pub fn add_scoped_routes(&mut self, scope: &str, routes: Router) {
+        self.scoped_routes.push((scope.to_owned(), routes));
+    }
+
+    /// Contributes a check `/readyz` runs (named `<role>/<name>`): `Ok` when what
+    /// the role needs answers, or why not, in words safe to show without a token.
+    pub fn add_readiness_check<F, Fut>(&mut self, name: &str, check: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let check: ReadinessCheck = Arc::new(move || Box::pin(check()));
+        self.readiness
+            .push((format!("{}/{name}", self.role), check));
     }
 
     /// Contributes extra HTTP routes that answer without a token even when `[auth]`
@@ -250,7 +274,11 @@ impl Node {
         // Layers apply to the routes a router has when they are added, so each group
         // is wrapped before it is merged and the actions route keeps its own checks.
         let protected = ctx.routes.into_iter().fold(Router::new(), Router::merge);
-        router = router.merge(protected_routes(protected, auth));
+        router = router.merge(protected_routes(protected, auth.clone()));
+        for (scope, routes) in ctx.scoped_routes {
+            router = router.merge(scoped_routes(routes, auth.clone(), &scope));
+        }
+        router = router.merge(public_routes(health_routes(ctx.readiness)));
         let public = ctx
             .public_routes
             .into_iter()

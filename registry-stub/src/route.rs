@@ -10,8 +10,9 @@
 //! error to `{"code", "message"}` with its HTTP status, in this one place.
 //!
 //! Routes a role contributes get the same protection ([`protected_routes`]): a valid
-//! bearer token when `[auth]` is on, and the same body limit. Routes a role marks
-//! public ([`public_routes`], for example a health check) get only the body limit.
+//! bearer token when `[auth]` is on, and the same body limit; [`scoped_routes`] also
+//! need the token to grant a scope, as a verb does. Routes a role marks public
+//! ([`public_routes`], for example a health check) get only the body limit.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -92,6 +93,30 @@ pub fn actions_router(catalog: Arc<Catalog>, auth: Option<Arc<AuthConfig>>) -> R
 pub fn protected_routes(routes: Router, auth: Option<Arc<AuthConfig>>) -> Router {
     // The last layer added runs first: the token is checked before the body is read.
     public_routes(routes).layer(from_fn_with_state(auth, require_token))
+}
+
+/// `routes` behind the body limit and, when `auth` is set, a bearer token granting
+/// `scope`. Refusals use the route's error model.
+pub fn scoped_routes(routes: Router, auth: Option<Arc<AuthConfig>>, scope: &str) -> Router {
+    let required = (auth, Arc::<str>::from(scope));
+    public_routes(routes).layer(from_fn_with_state(required, require_scope))
+}
+
+async fn require_scope(
+    State((auth, scope)): State<(Option<Arc<AuthConfig>>, Arc<str>)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(auth) = &auth {
+        let what = format!("{} {}", request.method(), request.uri().path());
+        let granted = auth
+            .authenticate(authorization(request.headers()))
+            .and_then(|token| token.authorize(&scope, &what));
+        if let Err(error) = granted {
+            return error_response(&error);
+        }
+    }
+    next.run(request).await
 }
 
 /// `routes` behind the body limit only: no token is asked for.

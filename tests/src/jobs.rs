@@ -45,9 +45,18 @@ pub struct JobsNode {
 impl JobsNode {
     /// Mounts and starts a node with `config`.
     pub async fn start(config: JobsConfig) -> JobsNode {
+        Self::start_with_auth(config, None).await
+    }
+
+    /// Mounts and starts a node with `config`, requiring the tokens of `auth`.
+    pub async fn start_with_auth(
+        config: JobsConfig,
+        auth: Option<registry_stub::auth::AuthConfig>,
+    ) -> JobsNode {
         let workflows = tempfile::tempdir().expect("temp dir");
         let url = config.database_url.clone().expect("a database");
         let node = Node::new()
+            .with_auth(auth)
             .role(RegistryRole::new(RegistryConfig {
                 workflows_dir: workflows.path().to_owned(),
             }))

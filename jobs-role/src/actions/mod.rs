@@ -49,6 +49,8 @@ pub struct JobsState {
     pub store: Store,
     /// The submitter.
     pub submitter: Submitter,
+    /// The node's watch hub (live event streams, waiting `get-job` calls).
+    pub watchers: crate::watch::Watchers,
 }
 
 /// The jobs verbs, answering `unavailable` when `state` is `None`.
@@ -78,7 +80,7 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             &pool,
             &state,
             "get-job",
-            "Read one run by id, with every column, its checkpoints and its verdict.",
+            "Read one run by id, with every column, its checkpoints and its verdict; waitMs (up to 60,000) waits for it to finish or park on a step first.",
             "jobs:read",
             "GetJob",
             get_job::handle,

@@ -33,6 +33,7 @@ mod reads;
 mod retries;
 pub mod sql;
 mod submissions;
+mod watching;
 mod writes;
 
 pub use cancels::CancelOutcome;
@@ -46,6 +47,7 @@ pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::JobFilter;
 pub use retries::{Retry, RetryOutcome};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
+pub use watching::{WATCHED_EVENTS_PER_READ, WatchedEvent};
 pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
 
 use std::time::Duration;
@@ -255,8 +257,39 @@ impl Store {
         })
     }
 
-    /// Opens a dedicated connection subscribed to [`sql::QUEUED_CHANNEL`]; the caller
-    /// polls the returned connection for notifications.
+    /// Whether the store can serve (for `/readyz`): the database answers and holds
+    /// every migration this node knows. Why not, in words safe to show without a
+    /// token (the driver's text, which can name hosts and users, goes to the log).
+    pub async fn ready(&self) -> Result<(), String> {
+        let needed = embedded::migrations::runner()
+            .get_migrations()
+            .iter()
+            .map(|m| i64::from(m.version()))
+            .max()
+            .unwrap_or(0);
+        let applied: Result<Option<i64>, StoreError> = async {
+            let client = self.pool.get().await?;
+            Ok(client.query_one(sql::APPLIED_MIGRATION, &[]).await?.get(0))
+        }
+        .await;
+        match applied {
+            Ok(Some(applied)) if applied >= needed => Ok(()),
+            Ok(applied) => Err(format!(
+                "the jobs schema is at V{} and this node needs V{needed}: a node of this version applies it at start-up",
+                applied.unwrap_or(0)
+            )),
+            Err(error) => {
+                let reference = Uuid::now_v7();
+                tracing::warn!(%reference, %error, "readiness: the jobs database does not answer");
+                Err(format!(
+                    "the jobs database does not answer (reference {reference} in the node's log)"
+                ))
+            }
+        }
+    }
+
+    /// Opens a dedicated connection for a listener (LISTEN/NOTIFY); the caller polls
+    /// the returned connection for notifications.
     pub async fn listen_for_work(
         &self,
     ) -> Result<

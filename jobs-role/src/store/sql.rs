@@ -14,6 +14,9 @@
 /// the key is the ASCII bytes of "pmjobs").
 pub const LOCK_MIGRATIONS: &str = "SELECT pg_advisory_lock(123615239430771)";
 
+/// The newest migration applied (refinery's history table), for readiness.
+pub const APPLIED_MIGRATION: &str = "SELECT max(version)::bigint FROM refinery_schema_history";
+
 /// Releases [`LOCK_MIGRATIONS`].
 pub const UNLOCK_MIGRATIONS: &str = "SELECT pg_advisory_unlock(123615239430771)";
 
@@ -533,6 +536,24 @@ SELECT json_build_object(
 /// A job's outbox rows in order (operators and tests). `$1` job id.
 pub const JOB_EVENTS: &str = "\
 SELECT event_id, event_type, payload, status FROM workflow_run_events_outbox WHERE job_id = $1 ORDER BY seq";
+
+/// The events of watched jobs after the positions their watchers have seen: `$1`
+/// job ids, `$2` the position after which each job's events are wanted, `$3` the
+/// most rows. One `outbox_by_job` range per job.
+pub const EVENTS_AFTER: &str = "\
+SELECT o.job_id, o.event_id, o.seq, o.event_type, o.payload
+  FROM unnest($1::uuid[], $2::bigint[]) AS w(job_id, after)
+  JOIN workflow_run_events_outbox o ON o.job_id = w.job_id AND o.seq > w.after
+ ORDER BY o.job_id, o.seq
+ LIMIT $3";
+
+/// The position of one of a job's events. `$1` job id, `$2` event id.
+pub const EVENT_POSITION: &str = "\
+SELECT seq FROM workflow_run_events_outbox WHERE job_id = $1 AND event_id = $2";
+
+/// The position of a job's latest event, 0 without one. `$1` job id.
+pub const LATEST_EVENT_POSITION: &str = "\
+SELECT COALESCE(max(seq), 0)::bigint FROM workflow_run_events_outbox WHERE job_id = $1";
 
 /// The channel outbox inserts notify and relays listen on.
 pub const LISTEN_OUTBOX: &str = "LISTEN protomolt_jobs_outbox";

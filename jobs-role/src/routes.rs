@@ -1,0 +1,155 @@
+//! The jobs role's HTTP routes beside the verbs.
+//!
+//! `GET /v1/jobs/{jobId}/events` (scope `jobs:read`): the job's events as
+//! Server-Sent Events, from the outbox as they commit (the Kafka lanes may be off):
+//! first those already written, then each as it lands, ending after a terminal event
+//! (COMPLETED, FAILED, DEAD, CANCELLED); a job not submitted yet is waited for (watch,
+//! then submit with your own `jobId`). Each SSE event carries the event's id as
+//! `id`, its type as `event`, and the `WorkflowRunEvent` in proto3 JSON as `data`. A
+//! client reconnecting with `Last-Event-ID` gets only what follows that event. A
+//! comment line every 15 s keeps idle proxies from closing the stream. Every stream
+//! is served by the node's [`crate::watch::Watchers`] hub: one LISTEN connection and
+//! one read per wake-up for all of them, at most `[jobs].max_watchers` at once
+//! (503 past it).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures_util::stream::{self, Stream};
+use prost_reflect::DynamicMessage;
+use registry_stub::ActionError;
+use uuid::Uuid;
+
+use crate::actions::{JobsState, store_error};
+use crate::status::JobStatus;
+use crate::store::WatchedEvent;
+use crate::watch::Watching;
+
+/// The routes, over the node's jobs state.
+pub fn router(state: Arc<JobsState>) -> Router {
+    Router::new()
+        .route("/v1/jobs/{job_id}/events", get(job_events))
+        .with_state(state)
+}
+
+/// The event types after which a job's stream ends.
+const TERMINAL: [&str; 4] = ["COMPLETED", "FAILED", "DEAD", "CANCELLED"];
+
+/// How often an idle stream sends a comment line.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+async fn job_events(
+    State(state): State<Arc<JobsState>>,
+    Path(job_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match open_stream(&state, &job_id, &headers).await {
+        Ok(stream) => Sse::new(stream)
+            .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+            .into_response(),
+        Err(error) => (error.code.status(), axum::Json(error.body())).into_response(),
+    }
+}
+
+async fn open_stream(
+    state: &JobsState,
+    job_id: &str,
+    headers: &HeaderMap,
+) -> Result<impl Stream<Item = Result<Event, Infallible>> + use<>, ActionError> {
+    let job_id =
+        Uuid::parse_str(job_id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
+    let last_event = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| Uuid::parse_str(v.trim()).ok())
+                .ok_or_else(|| {
+                    ActionError::invalid(
+                        "Last-Event-ID: give the id of an event of this job (a UUID)",
+                    )
+                })?,
+        ),
+    };
+    // A job not submitted yet is waited for: a client may watch before it submits
+    // with its own jobId.
+    let job = state.store.get_job(job_id).await.map_err(store_error)?;
+    let after = match last_event {
+        None => 0,
+        Some(event_id) => state
+            .store
+            .event_position(job_id, event_id)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| {
+                ActionError::invalid(format!(
+                    "Last-Event-ID: job {job_id} has no event {event_id}"
+                ))
+            })?,
+    };
+    // A finished job with nothing after the position given: the stream is over.
+    let finished = job
+        .as_ref()
+        .and_then(|job| job["status"].as_str())
+        .and_then(|s| s.parse::<JobStatus>().ok())
+        .is_some_and(JobStatus::is_terminal);
+    let over = finished
+        && state
+            .store
+            .latest_event_position(job_id)
+            .await
+            .map_err(store_error)?
+            <= after;
+    let watching = if over {
+        None
+    } else {
+        Some(
+            state
+                .watchers
+                .watch(job_id, after)
+                .map_err(|e| ActionError::unavailable(e.to_string()))?,
+        )
+    };
+    Ok(stream::unfold(watching, next_event))
+}
+
+/// The next SSE event of a watch; the stream ends after a terminal event.
+async fn next_event(
+    watching: Option<Watching>,
+) -> Option<(Result<Event, Infallible>, Option<Watching>)> {
+    let mut watching = watching?;
+    let event = watching.events.recv().await?;
+    let terminal = TERMINAL.contains(&event.event_type.as_str());
+    let sse = sse_event(&event);
+    Some((Ok(sse), (!terminal).then_some(watching)))
+}
+
+/// An outbox row as an SSE event: `id`, `event` (its type) and `data` (proto3 JSON).
+fn sse_event(event: &WatchedEvent) -> Event {
+    let data = event_json(&event.payload).unwrap_or_else(|error| {
+        // A payload the contract cannot decode was never written by this engine.
+        tracing::error!(event_id = %event.event_id, %error, "an outbox payload does not decode");
+        serde_json::json!({ "eventId": event.event_id.to_string(), "undecodable": error })
+    });
+    Event::default()
+        .id(event.event_id.to_string())
+        .event(event.event_type.as_str())
+        .data(data.to_string())
+}
+
+/// A `WorkflowRunEvent` payload in proto3 JSON.
+pub fn event_json(payload: &[u8]) -> Result<serde_json::Value, String> {
+    let descriptor = jobs_proto::DESCRIPTOR_POOL
+        .get_message_by_name("protomolt.jobs.v1.WorkflowRunEvent")
+        .ok_or("the contract has no WorkflowRunEvent")?;
+    let message = DynamicMessage::decode(descriptor, payload).map_err(|e| e.to_string())?;
+    serde_json::to_value(&message).map_err(|e| e.to_string())
+}

@@ -1,0 +1,423 @@
+//! Seeing jobs without polling: a job's events as Server-Sent Events (in order, from
+//! the outbox, resumable with `Last-Event-ID`, many watchers on one listener),
+//! `get-job` with `waitMs`, and the health checks. Real PostgreSQL, real fixture
+//! servers, the node's real router.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use registry_stub::auth::{AuthConfig, TokenConfig};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use workflow::testkit::{FixtureServer, three_step_workflow, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone)]
+struct SseEvent {
+    id: String,
+    event: String,
+    data: Value,
+}
+
+/// A `GET /v1/jobs/{jobId}/events` stream, read event by event.
+struct SseStream {
+    body: Body,
+    buffer: String,
+}
+
+impl SseStream {
+    /// Opens the stream; the status, and the stream when it is 200 (the error body
+    /// otherwise).
+    async fn open(
+        router: &Router,
+        job_id: &str,
+        last_event_id: Option<&str>,
+        token: Option<&str>,
+    ) -> Result<SseStream, (StatusCode, Value)> {
+        let mut request = Request::get(format!("/v1/jobs/{job_id}/events"));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let response = router
+            .clone()
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        if status != StatusCode::OK {
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            return Err((status, serde_json::from_slice(&bytes).unwrap()));
+        }
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Ok(SseStream {
+            body: response.into_body(),
+            buffer: String::new(),
+        })
+    }
+
+    /// The next event, or `None` when the stream ended.
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                if event.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                let data = serde_json::from_str(&data).expect("data is JSON");
+                return Some(SseEvent { id, event, data });
+            }
+            let frame = tokio::time::timeout(WAIT, self.body.frame())
+                .await
+                .expect("the stream stalled")?
+                .expect("a frame");
+            if let Ok(bytes) = frame.into_data() {
+                self.buffer.push_str(std::str::from_utf8(&bytes).unwrap());
+            }
+        }
+    }
+
+    /// Every event until the stream ends.
+    async fn all(mut self) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+fn types(events: &[SseEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.event.as_str()).collect()
+}
+
+/// `GET path`: the status and the JSON answer.
+async fn get(router: &Router, path: &str) -> (StatusCode, Value) {
+    let response = router
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn a_watcher_that_subscribes_before_submitting_gets_every_event_in_order_and_can_resume() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let job_id = uuid::Uuid::now_v7().to_string();
+
+    let stream = SseStream::open(&node.router, &job_id, None, None)
+        .await
+        .unwrap();
+    node.ok(
+        "submit-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "a" }, "jobId": job_id }),
+    )
+    .await;
+    let events = stream.all().await;
+    assert_eq!(
+        types(&events),
+        [
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ]
+    );
+    let stored: Vec<String> = node
+        .store
+        .job_events(uuid::Uuid::parse_str(&job_id).unwrap())
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.event_id.to_string())
+        .collect();
+    let ids: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(
+        ids, stored,
+        "each SSE id is its event's id, in outbox order"
+    );
+    for event in &events {
+        assert_eq!(event.data["jobId"], job_id);
+        assert_eq!(event.data["eventId"], event.id);
+    }
+    assert_eq!(events[3].data["detail"]["status"], "COMPLETED");
+
+    // Resuming after the first checkpoint: only what follows, then the end.
+    let resumed = SseStream::open(&node.router, &job_id, Some(&events[1].id), None)
+        .await
+        .unwrap()
+        .all()
+        .await;
+    assert_eq!(types(&resumed), ["STEP_CHECKPOINT", "COMPLETED"]);
+    assert_eq!(resumed[0].id, events[2].id);
+    // Resuming after the terminal event: nothing follows; the stream ends at once.
+    let over = SseStream::open(&node.router, &job_id, Some(&events[3].id), None)
+        .await
+        .unwrap()
+        .all()
+        .await;
+    assert!(over.is_empty(), "{over:?}");
+
+    // Hostile input: a malformed job id or Last-Event-ID, an event of another job.
+    let (status, error) = SseStream::open(&node.router, "not-a-uuid", None, None)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        error["message"].as_str().unwrap().starts_with("jobId:"),
+        "{error}"
+    );
+    for last in ["42", "  ", "{}"] {
+        let (status, error) = SseStream::open(&node.router, &job_id, Some(last), None)
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Last-Event-ID:")
+        );
+    }
+    let stranger = uuid::Uuid::now_v7().to_string();
+    let (status, _) = SseStream::open(&node.router, &job_id, Some(&stranger), None)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn two_hundred_watchers_share_one_database_listener() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let mut config = test_config(&db.url, "busy", 2);
+    config.max_watchers = 200;
+    let node = JobsNode::start(config).await;
+    let job_id = uuid::Uuid::now_v7().to_string();
+    let mut streams = Vec::new();
+    for _ in 0..200 {
+        streams.push(
+            SseStream::open(&node.router, &job_id, None, None)
+                .await
+                .unwrap(),
+        );
+    }
+    // Past the bound: refused, not queued.
+    let (status, error) = SseStream::open(&node.router, &job_id, None, None)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{error}");
+    let listeners: i64 = db
+        .connect()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query = 'LISTEN protomolt_jobs_outbox'",
+            &[&db.name()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(listeners, 1, "one LISTEN connection for all 200 watchers");
+
+    node.ok(
+        "submit-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "a" }, "jobId": job_id }),
+    )
+    .await;
+    let all = futures_util::future::join_all(streams.into_iter().map(SseStream::all)).await;
+    for events in all {
+        assert_eq!(
+            types(&events),
+            [
+                "ACCEPTED",
+                "STEP_CHECKPOINT",
+                "STEP_CHECKPOINT",
+                "COMPLETED"
+            ]
+        );
+    }
+    // Every stream ended, so every watcher is gone: a new one is served.
+    assert!(
+        SseStream::open(&node.router, &job_id, None, None)
+            .await
+            .is_ok()
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn get_job_with_wait_ms_answers_when_the_job_parks_or_finishes_or_the_time_is_up() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let queued = idle
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "a" }))
+        .await;
+    let started = Instant::now();
+    let answer = idle
+        .ok("get-job", json!({ "jobId": queued, "waitMs": 300 }))
+        .await;
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(answer["job"]["status"], "QUEUED", "the time was up first");
+
+    let busy = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let parked = busy
+        .submit(
+            &three_step_workflow(&server.target()),
+            json!({ "text": "b" }),
+        )
+        .await;
+    let answer = busy
+        .ok("get-job", json!({ "jobId": parked, "waitMs": 30_000 }))
+        .await;
+    assert_eq!(answer["job"]["status"], "WAITING", "{answer}");
+    assert_eq!(answer["job"]["outstandingStep"], "review");
+    let (pending, done) = tokio::join!(
+        busy.ok("get-job", json!({ "jobId": parked, "waitMs": 30_000 })),
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            busy.ok(
+                "complete-step",
+                json!({ "jobId": parked, "stepName": "review", "response": { "notes": "ok", "score": 2 } }),
+            )
+            .await
+        }
+    );
+    assert_eq!(done["outcome"], "COMPLETED", "{done}");
+    // Already WAITING when asked: answered at once, before the answer landed.
+    assert_eq!(pending["job"]["status"], "WAITING");
+    let finished = busy
+        .ok("get-job", json!({ "jobId": parked, "waitMs": 30_000 }))
+        .await;
+    assert_eq!(finished["job"]["status"], "COMPLETED", "{finished}");
+
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let missing = busy
+        .ok("get-job", json!({ "jobId": unknown, "waitMs": 100 }))
+        .await;
+    assert_eq!(missing["ok"], false);
+    for wait in [json!(60_001), json!(-1), json!("soon")] {
+        let (status, error) = busy
+            .call("get-job", json!({ "jobId": parked, "waitMs": wait }))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{wait}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains("waitMs"),
+            "{error}"
+        );
+    }
+    busy.stop().await;
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn health_answers_without_a_token_and_readiness_follows_the_database() {
+    let db = TestDatabase::create().await;
+    let auth = AuthConfig {
+        tokens: vec![
+            TokenConfig {
+                name: "reader".into(),
+                token: "reader-token-0123456789".into(),
+                scopes: vec!["jobs:read".into()],
+            },
+            TokenConfig {
+                name: "submitter".into(),
+                token: "submitter-token-0123456789".into(),
+                scopes: vec!["workflow:run".into()],
+            },
+        ],
+    };
+    let node = JobsNode::start_with_auth(test_config(&db.url, "idle", 0), Some(auth)).await;
+
+    assert_eq!(
+        get(&node.router, "/healthz").await,
+        (StatusCode::OK, json!({ "status": "ok" }))
+    );
+    let (status, ready) = get(&node.router, "/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{ready}");
+    assert_eq!(
+        ready,
+        json!({ "status": "ready", "checks": { "jobs/database": "ok" } })
+    );
+
+    // The events route asks for jobs:read, like get-job.
+    let job_id = uuid::Uuid::now_v7().to_string();
+    let (status, _) = SseStream::open(&node.router, &job_id, None, None)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, error) = SseStream::open(
+        &node.router,
+        &job_id,
+        None,
+        Some("submitter-token-0123456789"),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(
+        error["message"].as_str().unwrap().contains("jobs:read"),
+        "{error}"
+    );
+    assert!(
+        SseStream::open(&node.router, &job_id, None, Some("reader-token-0123456789"))
+            .await
+            .is_ok()
+    );
+
+    db.refuse_connections().await;
+    let (status, not_ready) = get(&node.router, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{not_ready}");
+    assert_eq!(not_ready["status"], "not ready");
+    let why = not_ready["checks"]["jobs/database"].as_str().unwrap();
+    assert!(
+        why.starts_with("the jobs database does not answer"),
+        "{why}"
+    );
+    assert!(
+        !why.contains(db.name()),
+        "nothing about the database's name or host: {why}"
+    );
+    assert_eq!(
+        get(&node.router, "/healthz").await.0,
+        StatusCode::OK,
+        "the process still answers"
+    );
+    db.allow_connections().await;
+    eventually("readiness to come back", WAIT, || async {
+        get(&node.router, "/readyz").await.0 == StatusCode::OK
+    })
+    .await;
+    node.stop().await;
+}
