@@ -809,7 +809,7 @@ async fn a_row_written_again_and_again_is_still_caught_in_its_turn() {
 }
 
 #[tokio::test]
-async fn one_call_waits_for_held_rows_once_however_many_chunks_hold_them() {
+async fn one_call_waits_for_held_rows_once_however_many_chunks_and_rows_are_held() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
@@ -823,9 +823,16 @@ async fn one_call_waits_for_held_rows_once_however_many_chunks_hold_them() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    // The first and the last id: one in each chunk of 1,000.
-    let (first, last) = (ids[0].clone(), ids[ids.len() - 1].clone());
-    let holders = [hold_row(&db, &first).await, hold_row(&db, &last).await];
+    // Every row but two held by one long transaction, in both chunks of the call.
+    let free = [ids[700].clone(), ids[1_200].clone()];
+    let holder = db.connect().await;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM workflow_run WHERE job_id NOT IN ('{}', '{}') FOR UPDATE",
+            free[0], free[1]
+        ))
+        .await
+        .unwrap();
 
     let started = Instant::now();
     let answer = idle
@@ -835,21 +842,145 @@ async fn one_call_waits_for_held_rows_once_however_many_chunks_hold_them() {
         )
         .await;
     let took = started.elapsed();
-    assert_eq!(answer["changed"], 1_498, "{}", answer["notChanged"]);
-    let mut busy = not_changed(&answer);
-    busy.sort();
-    let mut expected = vec![
-        (first, "BUSY".to_owned(), "-".to_owned()),
-        (last, "BUSY".to_owned(), "-".to_owned()),
-    ];
-    expected.sort();
-    assert_eq!(busy, expected);
+    assert_eq!(changed_ids(&answer), sorted(&free), "{}", answer["changed"]);
+    let busy = not_changed(&answer);
+    assert_eq!(busy.len(), 1_498);
+    assert!(busy.iter().all(|(_, outcome, _)| outcome == "BUSY"));
+    // One wait for the whole call, however many rows and chunks are held: the wait,
+    // then one last look at the rest.
     assert!(
-        took < jobs_role::store::LOCK_WAIT * 2,
+        took < jobs_role::store::LOCK_WAIT + Duration::from_secs(2),
         "one wait per call, not one per chunk or per row: {took:?}"
     );
-    for holder in holders {
-        holder.batch_execute("ROLLBACK").await.unwrap();
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn a_retried_job_that_finished_again_after_finished_before_is_not_retried_twice() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let ids = submitted(&idle, &server, "again", 1).await;
+    finish(&db, &ids[0], "FAILED", 1).await;
+    let first_call = database_now(&db).await;
+    // Between the selection and the lock, the job fails again (it was retried by
+    // another call, ran and failed): it finished after finishedBefore.
+    let other = db.connect().await;
+    other
+        .batch_execute(&format!(
+            "BEGIN; UPDATE workflow_run SET finished_at = now() + interval '1 second' WHERE job_id = '{}'",
+            ids[0]
+        ))
+        .await
+        .unwrap();
+    let commit = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        other.batch_execute("COMMIT").await.unwrap();
+    });
+    let answer = idle
+        .ok(
+            "retry-jobs",
+            json!({ "filter": { "status": "FAILED", "finishedBefore": first_call }, "limit": 10 }),
+        )
+        .await;
+    commit.await.unwrap();
+    assert_eq!(answer["changed"], 0, "{answer}");
+    assert_eq!(
+        not_changed(&answer),
+        vec![(
+            ids[0].clone(),
+            "NO_LONGER_MATCHES".to_owned(),
+            "FAILED".to_owned()
+        )]
+    );
+    assert_eq!(idle.job(&ids[0]).await["status"], "FAILED");
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn waiting_acts_never_starve_the_pool_even_when_their_callers_hang_up() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    // A pool of 6: at most one connection waits in a lock queue for the acts.
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let ids = submitted(&idle, &server, "held", 6).await;
+    let holder = db.connect().await;
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM workflow_run FOR UPDATE")
+        .await
+        .unwrap();
+    // Six cancels wait on held rows; three of their callers hang up.
+    let mut calls = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let router = idle.router.clone();
+        let body = json!({ "jobId": id, "reason": "r" });
+        calls.push(tokio::spawn(async move {
+            let call = protomolt_e2e::jobs::call(&router, "cancel-job", body);
+            if i % 2 == 0 {
+                tokio::time::timeout(Duration::from_millis(300), call)
+                    .await
+                    .ok()
+            } else {
+                Some(call.await)
+            }
+        }));
     }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Meanwhile the node's other work still gets connections at once.
+    for _ in 0..12 {
+        let started = Instant::now();
+        idle.ok("list-jobs", json!({ "limit": 1 })).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "a verb waited {:?} for a connection",
+            started.elapsed()
+        );
+    }
+    for call in calls {
+        if let Some((status, answer)) = call.await.unwrap() {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+            assert!(
+                answer["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("held by another transaction")
+            );
+        }
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    for id in &ids {
+        assert_eq!(idle.job(id).await["status"], "QUEUED", "nothing changed");
+    }
+    idle.stop().await;
+}
+
+#[tokio::test]
+async fn a_database_statement_timeout_shorter_than_the_wait_reads_as_busy_not_as_an_outage() {
+    let db = TestDatabase::create().await;
+    db.connect()
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET statement_timeout = '1s'",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let ids = submitted(&idle, &server, "held", 1).await;
+    let holder = hold_row(&db, &ids[0]).await;
+    let (status, answer) = idle
+        .call("cancel-job", json!({ "jobId": ids[0], "reason": "r" }))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("held by another transaction"),
+        "{answer}"
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
     idle.stop().await;
 }

@@ -38,7 +38,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     };
     let acted = state
         .store
-        .cancel_jobs(&job_ids, request.str("reason"), named.statuses())
+        .cancel_jobs(&job_ids, request.str("reason"), named.recheck())
         .await;
     let on_resend =
         "Sending the same call again is safe: jobs already cancelled answer ALREADY_CANCELLED";

@@ -6,9 +6,9 @@
 //! `changed` counts the jobs the act changed; `notChanged` lists every other job the
 //! call named or its filter selected, each with why; `more` is true when the filter
 //! matched more jobs than `limit` (send the call again for the next ones). Each job is
-//! counted once however often it is named. A filter's statuses are checked again under
-//! each job's row lock: a job that left them meanwhile is answered
-//! `NO_LONGER_MATCHES`.
+//! counted once however often it is named. A filter's statuses and `finishedBefore`
+//! are checked again under each job's row lock: a job that left them meanwhile is
+//! answered `NO_LONGER_MATCHES`.
 
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::store_error;
 use crate::status::JobStatus;
-use crate::store::{ActedOn, ByJob, JobSelection, LOCK_WAIT, StoreError};
+use crate::store::{ActedOn, ByJob, JobSelection, LOCK_WAIT, Recheck, StoreError};
 
 /// The most jobs a filter may select in one call (the request's rule says so too).
 pub const MAX_LIMIT: i64 = 10_000;
@@ -31,11 +31,14 @@ pub enum NamedJobs {
 }
 
 impl NamedJobs {
-    /// The statuses the act checks again under each row lock (none for ids).
-    pub fn statuses(&self) -> &[JobStatus] {
+    /// What the act checks again under each row lock (nothing for ids).
+    pub fn recheck(&self) -> Recheck {
         match self {
-            NamedJobs::Ids(_) => &[],
-            NamedJobs::Filter(selection) => &selection.statuses,
+            NamedJobs::Ids(_) => Recheck::default(),
+            NamedJobs::Filter(selection) => Recheck {
+                statuses: selection.statuses.clone(),
+                finished_before: selection.finished_before.clone(),
+            },
         }
     }
 }
@@ -145,7 +148,7 @@ pub fn answer<T>(
                 outcome: "NO_LONGER_MATCHES",
                 status: Some(*status),
                 error: format!(
-                    "the job was {status} by the time its turn came, outside the filter's statuses"
+                    "the job (now {status}) no longer matched the filter when its turn came"
                 ),
             },
             ByJob::NotFound => NotChanged {

@@ -52,7 +52,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     };
     let acted = state
         .store
-        .retry_jobs(&job_ids, &retry, named.statuses())
+        .retry_jobs(&job_ids, &retry, named.recheck())
         .await;
     answer(
         "retry-jobs",

@@ -11,7 +11,7 @@
 //! commits first wins (the cancel answers `ALREADY_FINISHED`), and a cancel answered
 //! `CANCEL_REQUESTED` always ends CANCELLED.
 
-use super::operator_acts::{Act, ActedOn, ByJob};
+use super::operator_acts::{Act, ActedOn, ByJob, Recheck};
 
 use super::*;
 
@@ -131,7 +131,9 @@ impl Store {
         job_id: Uuid,
         reason: &str,
     ) -> Result<ByJob<CancelOutcome>, StoreError> {
-        let mut acted = self.cancel_jobs(&[job_id], reason, &[]).await;
+        let mut acted = self
+            .cancel_jobs(&[job_id], reason, Recheck::default())
+            .await;
         match (acted.interrupted, acted.outcomes.pop()) {
             (Some(error), _) => Err(error),
             (None, Some((_, outcome))) => Ok(outcome),
@@ -140,15 +142,15 @@ impl Store {
         }
     }
 
-    /// Cancels many jobs, each as [`Store::cancel_job`] would; `only`: the statuses a
-    /// filter selected them in (empty: any), checked again under each row lock.
+    /// Cancels many jobs, each as [`Store::cancel_job`] would; `recheck`: what a
+    /// filter selected them by, checked again under each row lock.
     pub async fn cancel_jobs(
         &self,
         job_ids: &[Uuid],
         reason: &str,
-        only: &[JobStatus],
+        recheck: Recheck,
     ) -> ActedOn<CancelOutcome> {
-        self.act_on(&CancelAct::new(reason), job_ids, only).await
+        self.act_on(CancelAct::new(reason), job_ids, recheck).await
     }
 
     /// Settles CANCELLED, with its event, a claimed job whose cancel was requested.

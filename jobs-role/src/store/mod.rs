@@ -38,7 +38,9 @@ mod writes;
 
 pub use cancels::CancelOutcome;
 pub use claims::{Claim, ClaimedJob, SweepReport};
-pub use operator_acts::{ActedOn, ByJob, JOBS_PER_TRANSACTION, JobSelection, LOCK_WAIT, Selected};
+pub use operator_acts::{
+    ActedOn, ByJob, JOBS_PER_TRANSACTION, JobSelection, LOCK_WAIT, Recheck, Selected,
+};
 pub use outbox::{
     DrainReport, LaneCounts, OutboxRow, PendingEvent, PublishOutcome, RejectedRecord,
 };
@@ -231,6 +233,9 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
 pub struct Store {
     pool: Pool,
     database_url: String,
+    /// Connections operator acts may hold while they wait in a row's lock queue (a
+    /// quarter of the pool), so waiting acts never starve the workers.
+    waiting_acts: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Store {
@@ -254,6 +259,9 @@ impl Store {
         Ok(Store {
             pool,
             database_url: database_url.to_owned(),
+            waiting_acts: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                (max_connections / 4).max(1),
+            )),
         })
     }
 

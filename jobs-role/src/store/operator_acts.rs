@@ -12,9 +12,14 @@
 //! [`crate::status`]) and written in that transaction with its event, so one job's
 //! answer is exactly what its row said when the act got the lock.
 //!
-//! A filter's selection is checked again under the lock: a job whose status left the
-//! selection's statuses meanwhile (a QUEUED job claimed, a DEAD one cancelled) is
-//! answered [`ByJob::NoLongerMatches`] and left as it is.
+//! A filter's selection is checked again under the lock ([`Recheck`]): a job that
+//! left it meanwhile (a QUEUED job claimed, a DEAD one cancelled, a retried one that
+//! finished again after `finishedBefore`) is answered [`ByJob::NoLongerMatches`] and
+//! left as it is. Waiting rows hold one of a few connections set aside for it (a
+//! quarter of the pool), so waiting acts never starve the workers; past the call's
+//! time, what is left gets one last look, skipping held rows, so a call never runs
+//! much past [`LOCK_WAIT`]. The act runs in a task of its own: a caller that hangs up
+//! does not leave a connection waiting in a lock queue for nobody.
 //!
 //! Chunks commit on their own: a failure part way (the database going away) leaves
 //! the chunks before it done, and [`ActedOn::interrupted`] says so.
@@ -41,8 +46,8 @@ const QUICK_RETRIES: [Duration; 2] = [Duration::from_millis(10), Duration::from_
 pub enum ByJob<T> {
     /// The act decided, under the row lock: `T` says what it did.
     Decided(T),
-    /// The job's status left the selection's statuses before its row was locked:
-    /// nothing changed.
+    /// The job left the filter's selection (its statuses, `finishedBefore`) before
+    /// its row was locked: nothing changed.
     NoLongerMatches {
         /// Its status when locked.
         status: JobStatus,
@@ -77,11 +82,11 @@ pub(super) trait Act {
     const LOCK_WAITING: &'static str;
 
     /// Decides each locked row's outcome and writes it, with its events, in `tx`.
-    async fn on_locked(
+    fn on_locked(
         &self,
         tx: &Transaction<'_>,
         rows: &[tokio_postgres::Row],
-    ) -> Result<Vec<(Uuid, Self::Outcome)>, StoreError>;
+    ) -> impl std::future::Future<Output = Result<Vec<(Uuid, Self::Outcome)>, StoreError>> + Send;
 }
 
 /// How a pass takes its row locks.
@@ -93,28 +98,57 @@ enum Locking {
     Wait(Duration),
 }
 
+/// What a filter selected jobs by, checked again under each row lock: a job outside
+/// it is answered [`ByJob::NoLongerMatches`]. The default (jobs named by id) lets any
+/// job through.
+#[derive(Debug, Clone, Default)]
+pub struct Recheck {
+    /// The statuses selected (empty: any).
+    pub statuses: Vec<JobStatus>,
+    /// Only jobs that finished before this instant (RFC 3339).
+    pub finished_before: Option<String>,
+}
+
 impl Store {
-    /// Carries out `act` on `job_ids` (see the module's comment). `only`: the statuses
-    /// a filter selected (empty: any status, for jobs named by id).
-    pub(super) async fn act_on<A: Act>(
+    /// Carries out `act` on `job_ids` (see the module's comment), in a task of its
+    /// own: a caller that hangs up never leaves a pooled connection waiting in a
+    /// lock queue; the act runs to its end (at most [`LOCK_WAIT`] of waiting) and its
+    /// events tell what it did.
+    pub(super) async fn act_on<A: Act + Send + Sync + 'static>(
         &self,
-        act: &A,
+        act: A,
         job_ids: &[Uuid],
-        only: &[JobStatus],
-    ) -> ActedOn<A::Outcome> {
-        let deadline = Instant::now() + LOCK_WAIT;
+        recheck: Recheck,
+    ) -> ActedOn<A::Outcome>
+    where
+        A::Outcome: Send + 'static,
+    {
+        let store = self.clone();
         let mut ids = job_ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let mut outcomes = Vec::with_capacity(ids.len());
-        let interrupted = self
-            .act_until(act, &ids, only, deadline, &mut outcomes)
-            .await
-            .err();
-        outcomes.sort_by_key(|(id, _)| *id);
-        ActedOn {
-            outcomes,
-            interrupted,
+        let acting = tokio::spawn(async move {
+            let deadline = Instant::now() + LOCK_WAIT;
+            let mut outcomes = Vec::with_capacity(ids.len());
+            let interrupted = store
+                .act_until(&act, &ids, &recheck, deadline, &mut outcomes)
+                .await
+                .err();
+            outcomes.sort_by_key(|(id, _)| *id);
+            ActedOn {
+                outcomes,
+                interrupted,
+            }
+        });
+        match acting.await {
+            Ok(acted) => acted,
+            // The task panicked (a defect) or the runtime is shutting down.
+            Err(failed) => ActedOn {
+                outcomes: Vec::new(),
+                interrupted: Some(StoreError::GroupCommit(format!(
+                    "the operator act stopped: {failed}"
+                ))),
+            },
         }
     }
 
@@ -122,42 +156,65 @@ impl Store {
         &self,
         act: &A,
         ids: &[Uuid],
-        only: &[JobStatus],
+        recheck: &Recheck,
         deadline: Instant,
         outcomes: &mut Vec<(Uuid, ByJob<A::Outcome>)>,
     ) -> Result<(), StoreError> {
-        let mut held = Vec::new();
-        for chunk in ids.chunks(JOBS_PER_TRANSACTION) {
-            held.extend(
-                self.act_pass(act, chunk, only, Locking::Skip, outcomes)
-                    .await?,
-            );
-        }
+        let mut held = self.skip_passes(act, ids, recheck, outcomes).await?;
         for pause in QUICK_RETRIES {
             if held.is_empty() {
                 return Ok(());
             }
             tokio::time::sleep(pause).await;
-            let mut still = Vec::new();
-            for chunk in held.chunks(JOBS_PER_TRANSACTION) {
-                still.extend(
-                    self.act_pass(act, chunk, only, Locking::Skip, outcomes)
-                        .await?,
-                );
+            held = self.skip_passes(act, &held, recheck, outcomes).await?;
+        }
+        // Each row still held waits its turn, while the call's time lasts, holding
+        // one of the few connections set aside for waiting acts.
+        let mut left_over = Vec::new();
+        for (i, id) in held.iter().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let permit = match tokio::time::timeout(left, self.waiting_acts.acquire()).await {
+                Ok(Ok(permit)) => permit,
+                // The time is up (or the semaphore closed, which never happens).
+                _ => {
+                    left_over.extend_from_slice(&held[i..]);
+                    break;
+                }
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                left_over.extend_from_slice(&held[i..]);
+                break;
             }
-            held = still;
-        }
-        for id in held {
-            // Never a zero bound: PostgreSQL reads `lock_timeout = 0` as no bound.
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
             let still = self
-                .act_pass(act, &[id], only, Locking::Wait(left), outcomes)
+                .act_pass(act, &[*id], recheck, Locking::Wait(left), outcomes)
                 .await?;
-            outcomes.extend(still.into_iter().map(|id| (id, ByJob::Busy)));
+            drop(permit);
+            left_over.extend(still);
         }
+        // The time is up: one last look at what is left, skipping what is still held.
+        let still = self.skip_passes(act, &left_over, recheck, outcomes).await?;
+        outcomes.extend(still.into_iter().map(|id| (id, ByJob::Busy)));
         Ok(())
+    }
+
+    /// `ids` in transactions of [`JOBS_PER_TRANSACTION`], skipping held rows; returns
+    /// the ids of the rows other transactions held.
+    async fn skip_passes<A: Act>(
+        &self,
+        act: &A,
+        ids: &[Uuid],
+        recheck: &Recheck,
+        outcomes: &mut Vec<(Uuid, ByJob<A::Outcome>)>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let mut held = Vec::new();
+        for chunk in ids.chunks(JOBS_PER_TRANSACTION) {
+            held.extend(
+                self.act_pass(act, chunk, recheck, Locking::Skip, outcomes)
+                    .await?,
+            );
+        }
+        Ok(held)
     }
 
     /// One transaction: acts on the rows it could lock, answers the ids that name no
@@ -166,19 +223,21 @@ impl Store {
         &self,
         act: &A,
         ids: &[Uuid],
-        only: &[JobStatus],
+        recheck: &Recheck,
         locking: Locking,
         outcomes: &mut Vec<(Uuid, ByJob<A::Outcome>)>,
     ) -> Result<Vec<Uuid>, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
+        let bound = &recheck.finished_before;
         let rows = match locking {
-            Locking::Skip => tx.query(A::LOCK, &[&ids]).await?,
-            Locking::Wait(bound) => {
-                let bound = format!("{}ms", bound.as_millis());
-                tx.query(sql::SET_LOCK_TIMEOUT, &[&bound]).await?;
+            Locking::Skip => tx.query(A::LOCK, &[&ids, bound]).await?,
+            Locking::Wait(wait) => {
+                // Never a zero bound: PostgreSQL reads `lock_timeout = 0` as none.
+                let wait = format!("{}ms", wait.as_millis().max(1));
+                tx.query(sql::SET_LOCK_TIMEOUT, &[&wait]).await?;
                 match tx
-                    .query(A::LOCK_WAITING, &[&ids])
+                    .query(A::LOCK_WAITING, &[&ids, bound])
                     .await
                     .map_err(StoreError::from)
                 {
@@ -208,7 +267,8 @@ impl Store {
         let mut moved = Vec::new();
         for row in rows {
             let status: JobStatus = row.get::<_, String>("status").parse()?;
-            if only.is_empty() || only.contains(&status) {
+            let in_statuses = recheck.statuses.is_empty() || recheck.statuses.contains(&status);
+            if in_statuses && row.get::<_, bool>("finished_in_bound") {
                 selected.push(row);
             } else {
                 moved.push((row.get("job_id"), ByJob::NoLongerMatches { status }));

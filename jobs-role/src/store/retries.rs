@@ -6,7 +6,7 @@
 //! One job or many are retried the same way (see
 //! [`operator_acts`](super::operator_acts)).
 
-use super::operator_acts::{Act, ActedOn, ByJob};
+use super::operator_acts::{Act, ActedOn, ByJob, Recheck};
 use super::*;
 
 /// What the operator asked for.
@@ -61,12 +61,14 @@ impl RetryOutcome {
 }
 
 /// `retry-job` and `retry-jobs`: see [`operator_acts`](super::operator_acts).
-struct RetryAct<'a> {
-    retry: &'a Retry<'a>,
+struct RetryAct {
+    /// The step to run again from, and its position.
+    from_step: Option<(String, usize)>,
+    max_attempts: Option<i32>,
     reason: Option<String>,
 }
 
-impl Act for RetryAct<'_> {
+impl Act for RetryAct {
     type Outcome = RetryOutcome;
     const LOCK: &'static str = sql::LOCK_JOBS_FOR_RETRY;
     const LOCK_WAITING: &'static str = sql::LOCK_JOBS_FOR_RETRY_WAITING;
@@ -82,7 +84,7 @@ impl Act for RetryAct<'_> {
         for row in rows {
             let job_id: Uuid = row.get("job_id");
             let status: JobStatus = row.get::<_, String>("status").parse()?;
-            match RetryOutcome::of(status, row.get("claims"), self.retry.from_step.is_some()) {
+            match RetryOutcome::of(status, row.get("claims"), self.from_step.is_some()) {
                 Some(refused) => outcomes.push((job_id, refused)),
                 None => retried.push((job_id, status, row.get("workflow_name"))),
             }
@@ -93,12 +95,12 @@ impl Act for RetryAct<'_> {
         // The step's position is how many checkpoints stay (steps run in order, one
         // checkpoint each); a position past them keeps them all.
         let keep = self
-            .retry
             .from_step
-            .map(|(_, at)| i32::try_from(at).unwrap_or(i32::MAX));
+            .as_ref()
+            .map(|(_, at)| i32::try_from(*at).unwrap_or(i32::MAX));
         let ids: Vec<Uuid> = retried.iter().map(|(id, _, _)| *id).collect();
         let kept: std::collections::HashMap<Uuid, Option<i32>> = tx
-            .query(sql::RETRY_JOBS, &[&ids, &self.retry.max_attempts, &keep])
+            .query(sql::RETRY_JOBS, &[&ids, &self.max_attempts, &keep])
             .await?
             .iter()
             .map(|row| (row.get("job_id"), row.get("kept")))
@@ -106,7 +108,7 @@ impl Act for RetryAct<'_> {
         let mut events = EventBatch::default();
         for (job_id, was, name) in &retried {
             let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];
-            if let Some((step, _)) = self.retry.from_step {
+            if let Some((step, _)) = &self.from_step {
                 detail.push(("fromStep", step));
             }
             if let Some(reason) = &self.reason {
@@ -148,7 +150,7 @@ impl Store {
         job_id: Uuid,
         retry: &Retry<'_>,
     ) -> Result<ByJob<RetryOutcome>, StoreError> {
-        let mut acted = self.retry_jobs(&[job_id], retry, &[]).await;
+        let mut acted = self.retry_jobs(&[job_id], retry, Recheck::default()).await;
         match (acted.interrupted, acted.outcomes.pop()) {
             (Some(error), _) => Err(error),
             (None, Some((_, outcome))) => Ok(outcome),
@@ -158,19 +160,19 @@ impl Store {
     }
 
     /// Re-queues many jobs, each as [`Store::retry_job`] would (a `from_step` is a
-    /// position in one workflow: give it only for jobs of that workflow); `only`: the
-    /// statuses a filter selected them in (empty: any), checked again under each row
-    /// lock.
+    /// position in one workflow: give it only for jobs of that workflow); `recheck`:
+    /// what a filter selected them by, checked again under each row lock.
     pub async fn retry_jobs(
         &self,
         job_ids: &[Uuid],
         retry: &Retry<'_>,
-        only: &[JobStatus],
+        recheck: Recheck,
     ) -> ActedOn<RetryOutcome> {
         let act = RetryAct {
-            retry,
+            from_step: retry.from_step.map(|(step, at)| (step.to_owned(), at)),
+            max_attempts: retry.max_attempts,
             reason: retry.reason.map(printable),
         };
-        self.act_on(&act, job_ids, only).await
+        self.act_on(act, job_ids, recheck).await
     }
 }

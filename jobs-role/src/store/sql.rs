@@ -355,16 +355,19 @@ UPDATE workflow_run w
 RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason";
 
 /// Locks the jobs an operator's act names (`$1` ids), in job-id order, answering
-/// `job_id`, `status` and the act's own columns. The first form skips rows another
-/// transaction holds (a worker's write, a claim, another operator's act): never a
-/// deadlock, never a wait behind a long transaction. The second waits in the lock
-/// queue, for the rows the first skipped, one row per transaction (so it cannot
-/// deadlock either), under the act's `lock_timeout` (see `store::operator_acts`).
+/// `job_id`, `status`, whether the job finished before `$2` (RFC 3339 text; NULL:
+/// any, so true) as `finished_in_bound`, and the act's own columns. The first form
+/// skips rows another transaction holds (a worker's write, a claim, another operator's
+/// act): never a deadlock, never a wait behind a long transaction. The second waits in
+/// the lock queue, for the rows the first skipped, one row per transaction (so it
+/// cannot deadlock either), under the act's `lock_timeout` (see
+/// `store::operator_acts`).
 macro_rules! lock_jobs_for_an_act {
     ($columns:literal, $wait:literal) => {
         concat!(
             "SELECT job_id, status, workflow_name, ",
             $columns,
+            ",\n       ($2::text IS NULL OR finished_at < $2::text::timestamptz) AS finished_in_bound",
             "\n  FROM workflow_run WHERE job_id = ANY($1) ORDER BY job_id FOR UPDATE",
             $wait
         )
@@ -385,9 +388,12 @@ pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims", " SKIP LOC
 /// Locks a job for `retry-job` and `retry-jobs`, waiting for it.
 pub const LOCK_JOBS_FOR_RETRY_WAITING: &str = lock_jobs_for_an_act!("claims", "");
 
-/// Bounds the transaction's waits for a row lock. `$1` the bound (`'250ms'`; never
-/// `'0'`, which would mean no bound).
-pub const SET_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)";
+/// Bounds the transaction's waits for a row lock by `$1` (`'250ms'`; never `'0'`,
+/// which would mean no bound), and lifts any `statement_timeout` the database sets
+/// for the transaction, so the lock's own bound decides (a wait cut short by it would
+/// read as an outage).
+pub const SET_LOCK_TIMEOUT: &str =
+    "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', '0', true)";
 
 /// Which of `$1` (ids an act could not lock) exist: the others answer "no such job".
 pub const EXISTING_JOBS: &str = "SELECT job_id FROM workflow_run WHERE job_id = ANY($1)";
