@@ -41,6 +41,9 @@ pub struct JobsConfig {
     pub shutdown_grace_ms: u64,
     /// Connections in the pool.
     pub max_connections: usize,
+    /// How often the metrics' fleet-wide gauges (live jobs, outbox depth, oldest ages)
+    /// are read from the database; never per scrape.
+    pub metrics_interval_ms: u64,
     /// Live event streams (`GET /v1/jobs/{jobId}/events`) and waiting `get-job`
     /// calls one node serves at once; all share one LISTEN connection and one read
     /// per wake-up. Past it, a new watcher is answered 503.
@@ -184,6 +187,7 @@ impl Default for JobsConfig {
             shutdown_grace_ms: 20_000,
             max_connections: 16,
             max_watchers: 1_000,
+            metrics_interval_ms: 5_000,
             max_releases: 10,
             events_topic: "workflow-run-events".into(),
             requests_topic: "workflow-run-requests".into(),
@@ -241,6 +245,7 @@ impl JobsConfig {
             ("jobs.poll_interval_ms", self.poll_interval_ms),
             ("jobs.sweep_interval_ms", self.sweep_interval_ms),
             ("jobs.backoff_base_ms", self.backoff_base_ms),
+            ("jobs.metrics_interval_ms", self.metrics_interval_ms),
         ];
         for (key, value) in positive {
             if value == 0 {

@@ -69,6 +69,7 @@ pub enum Disposition {
 pub struct RequestConsumer {
     consumer: StreamConsumer,
     handler: RequestHandler,
+    metrics: crate::metrics::JobsMetrics,
 }
 
 /// Turns records into jobs, FAILED rows or rejects.
@@ -105,7 +106,14 @@ impl RequestConsumer {
         Ok(RequestConsumer {
             consumer,
             handler: RequestHandler::new(submitter),
+            metrics: crate::metrics::JobsMetrics::default(),
         })
+    }
+
+    /// Counts the records it handles in `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::JobsMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Consumes until `shutdown`.
@@ -132,6 +140,16 @@ impl RequestConsumer {
                 match self.handler.process(&record).await {
                     Ok(disposition) => {
                         log_disposition(&record, &disposition);
+                        let outcome = match disposition {
+                            Disposition::Submitted { .. } => "submitted",
+                            Disposition::FailedRow { .. } => "failed_row",
+                            Disposition::Rejected { .. } => "rejected",
+                        };
+                        crate::metrics::JobsMetrics::count(
+                            &self.metrics.request_records,
+                            outcome,
+                            1,
+                        );
                         break;
                     }
                     // Even the dead-letter row was refused: retrying cannot help, and

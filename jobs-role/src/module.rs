@@ -8,6 +8,7 @@
 //! answer `unavailable`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use registry_stub::{MountContext, MountError, Role};
 use tokio::sync::Notify;
@@ -16,6 +17,7 @@ use workflow::Runner;
 use crate::actions::{JobsState, actions};
 use crate::config::JobsConfig;
 use crate::consumer::RequestConsumer;
+use crate::metrics::{JobsMetrics, metrics_loop};
 use crate::pruner::prune_loop;
 use crate::relay::{Publisher, relay_loop};
 use crate::routes;
@@ -48,6 +50,7 @@ impl JobsModule {
         store: Store,
         submitter: Submitter,
         outbox_wake: Arc<Notify>,
+        metrics: JobsMetrics,
     ) -> Result<(), MountError> {
         let mut publisher =
             Publisher::new(&self.config, bootstrap).map_err(|e| MountError(e.to_string()))?;
@@ -58,7 +61,8 @@ impl JobsModule {
                 .map_err(|e| MountError(e.to_string()))?;
         }
         let consumer = RequestConsumer::new(&self.config, bootstrap, submitter)
-            .map_err(|e| MountError(e.to_string()))?;
+            .map_err(|e| MountError(e.to_string()))?
+            .with_metrics(metrics.clone());
         let shutdown = ctx.shutdown_token();
         let publisher = Arc::new(publisher);
         let probe = publisher.clone();
@@ -79,6 +83,7 @@ impl JobsModule {
                 publisher,
                 self.config.clone(),
                 outbox_wake,
+                metrics,
                 shutdown.clone(),
             ),
         );
@@ -137,13 +142,25 @@ impl Role for JobsModule {
         ctx.add_scoped_routes("jobs:read", routes::router(state.clone()));
         ctx.provide(state.clone());
 
+        let metrics = JobsMetrics::register(ctx.metrics());
         let wake = Arc::new(Notify::new());
-        let worker = Worker::new(
+        let worker = Worker::with_metrics(
             store.clone(),
             runner,
             self.config.clone(),
             wake.clone(),
             state.submitter.compiled(),
+            metrics.clone(),
+        );
+        ctx.spawn_task(
+            "metrics",
+            metrics_loop(
+                store.clone(),
+                (self.config.max_in_flight > 0).then(|| worker.limits()),
+                metrics.clone(),
+                Duration::from_millis(self.config.metrics_interval_ms),
+                ctx.shutdown_token(),
+            ),
         );
         let shutdown = ctx.shutdown_token();
         if self.config.max_in_flight > 0 {
@@ -164,6 +181,7 @@ impl Role for JobsModule {
             sweep_loop(
                 store.clone(),
                 self.config.sweep_interval(),
+                metrics.clone(),
                 shutdown.clone(),
             ),
         );
@@ -205,8 +223,15 @@ impl Role for JobsModule {
 
         match &self.config.kafka_bootstrap {
             Some(bootstrap) => {
-                self.mount_kafka_lanes(ctx, bootstrap, store, state.submitter.clone(), outbox_wake)
-                    .await?
+                self.mount_kafka_lanes(
+                    ctx,
+                    bootstrap,
+                    store,
+                    state.submitter.clone(),
+                    outbox_wake,
+                    metrics,
+                )
+                .await?
             }
             None => tracing::info!(
                 "jobs.kafka_bootstrap is not set: the Kafka lanes are off; events wait in the outbox (get-job shows them)"

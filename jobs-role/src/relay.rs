@@ -290,6 +290,7 @@ pub async fn relay_loop(
     publisher: Arc<Publisher>,
     config: JobsConfig,
     wake: Arc<Notify>,
+    metrics: crate::metrics::JobsMetrics,
     shutdown: CancellationToken,
 ) {
     let poll = Duration::from_millis(config.relay_poll_interval_ms);
@@ -301,6 +302,7 @@ pub async fn relay_loop(
         let woken = wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
+        let started = std::time::Instant::now();
         let drained = store
             .drain_outbox(
                 config.relay_batch_size,
@@ -327,6 +329,18 @@ pub async fn relay_loop(
                     log_held(&store).await;
                 }
                 if report.handled() > 0 {
+                    let count = crate::metrics::JobsMetrics::count;
+                    count(&metrics.relay_events, "published", report.published as u64);
+                    count(&metrics.relay_events, "retrying", report.retrying as u64);
+                    count(
+                        &metrics.relay_events,
+                        "dead_lettered",
+                        report.dead_lettered.len() as u64,
+                    );
+                    metrics
+                        .relay_publish_seconds
+                        .get_or_create(&Vec::new())
+                        .observe(started.elapsed().as_secs_f64());
                     tracing::debug!(
                         published = report.published,
                         retrying = report.retrying,

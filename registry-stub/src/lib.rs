@@ -28,6 +28,7 @@
 //! | [`auth`]       | bearer tokens and scopes                                         |
 //! | [`config`]     | the node's typed configuration and the bind policy               |
 //! | [`health`]     | `/healthz` and `/readyz`, with the roles' readiness checks       |
+//! | [`metrics`]    | `/metrics`: the node's registry, the actions route's own metrics |
 //! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
 //! | [`registry`]   | the registry role and its four verbs                             |
 //! | [`schema`]     | JSON Schema of a protobuf message, for the catalog               |
@@ -39,6 +40,7 @@ pub mod action;
 pub mod auth;
 pub mod config;
 pub mod health;
+pub mod metrics;
 pub mod node;
 pub mod registry;
 pub mod repository;

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::action::Action;
 use crate::auth::AuthConfig;
 use crate::health::{ReadinessCheck, health_routes};
+use crate::metrics::{HttpMetrics, metrics_router};
 use crate::repository::WorkflowRepository;
 use crate::route::{Catalog, actions_router, protected_routes, public_routes, scoped_routes};
 
@@ -101,6 +102,7 @@ pub struct MountContext {
     scoped_routes: Vec<(String, Router)>,
     public_routes: Vec<Router>,
     readiness: Vec<(String, ReadinessCheck)>,
+    metrics: prometheus_client::registry::Registry,
     tasks: Vec<(String, Task)>,
     extensions: http::Extensions,
     shutdown: CancellationToken,
@@ -116,6 +118,7 @@ impl MountContext {
             scoped_routes: Vec::new(),
             public_routes: Vec::new(),
             readiness: Vec::new(),
+            metrics: prometheus_client::registry::Registry::default(),
             tasks: Vec::new(),
             extensions: http::Extensions::new(),
             shutdown: CancellationToken::new(),
@@ -167,6 +170,13 @@ impl MountContext {
         let check: ReadinessCheck = Arc::new(move || Box::pin(check()));
         self.readiness
             .push((format!("{}/{name}", self.role), check));
+    }
+
+    /// The node's metrics registry, for the role to register its metrics in while it
+    /// mounts; `GET /metrics` serves them (see [`crate::metrics`]). Names start with
+    /// `protomolt_<role>_`, by convention.
+    pub fn metrics(&mut self) -> &mut prometheus_client::registry::Registry {
+        &mut self.metrics
     }
 
     /// Contributes extra HTTP routes that answer without a token even when `[auth]`
@@ -270,7 +280,8 @@ impl Node {
                 .collect(),
         );
         let auth = self.auth.map(Arc::new);
-        let mut router = actions_router(Arc::new(catalog), auth.clone());
+        let http = HttpMetrics::register(&mut ctx.metrics);
+        let mut router = actions_router(Arc::new(catalog), auth.clone(), http);
         // Layers apply to the routes a router has when they are added, so each group
         // is wrapped before it is merged and the actions route keeps its own checks.
         let protected = ctx.routes.into_iter().fold(Router::new(), Router::merge);
@@ -279,6 +290,11 @@ impl Node {
             router = router.merge(scoped_routes(routes, auth.clone(), &scope));
         }
         router = router.merge(public_routes(health_routes(ctx.readiness)));
+        router = router.merge(scoped_routes(
+            metrics_router(Arc::new(ctx.metrics)),
+            auth.clone(),
+            "metrics:read",
+        ));
         let public = ctx
             .public_routes
             .into_iter()

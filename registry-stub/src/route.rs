@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 
 use crate::action::{Action, ActionError, Code};
 use crate::auth::AuthConfig;
+use crate::metrics::HttpMetrics;
 use crate::schema::json_schema;
 
 /// Largest request body accepted (envelopes carry descriptor sets).
@@ -76,15 +77,25 @@ impl Catalog {
 struct RouteState {
     catalog: Arc<Catalog>,
     auth: Option<Arc<AuthConfig>>,
+    metrics: HttpMetrics,
 }
 
-/// The actions route over `catalog`, requiring tokens when `auth` is set.
-pub fn actions_router(catalog: Arc<Catalog>, auth: Option<Arc<AuthConfig>>) -> Router {
+/// The actions route over `catalog`, requiring tokens when `auth` is set and counting
+/// calls in `metrics`.
+pub fn actions_router(
+    catalog: Arc<Catalog>,
+    auth: Option<Arc<AuthConfig>>,
+    metrics: HttpMetrics,
+) -> Router {
     Router::new()
         .route("/v1/actions", get(list_actions))
         .route("/v1/actions/{verb}", post(call_action))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(RouteState { catalog, auth })
+        .with_state(RouteState {
+            catalog,
+            auth,
+            metrics,
+        })
 }
 
 /// `routes` behind the body limit and, when `auth` is set, a valid bearer token (any
@@ -201,6 +212,14 @@ async fn call_action(
         Err(e) => e.code.status(),
     };
     tracing::debug!(%verb, status = status.as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "action");
+    // Only the catalog's names become labels: a caller inventing verbs cannot grow
+    // the metrics without bound.
+    let known = if state.catalog.get(&verb).is_some() {
+        verb.as_str()
+    } else {
+        "unknown"
+    };
+    state.metrics.observe(known, status, started.elapsed());
     match answer {
         Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),
         Err(error) => error_response(&error),

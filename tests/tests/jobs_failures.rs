@@ -253,6 +253,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     let sweeper = tokio::spawn(sweep_loop(
         store.clone(),
         Duration::from_millis(50),
+        jobs_role::metrics::JobsMetrics::default(),
         shutdown.clone(),
     ));
     let mut b_config = config.clone();

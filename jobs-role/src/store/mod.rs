@@ -46,7 +46,7 @@ pub use outbox::{
 };
 pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut};
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
-pub use reads::JobFilter;
+pub use reads::{FleetState, JobFilter, PoolStatus};
 pub use retries::{Retry, RetryOutcome};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
 pub use watching::{WATCHED_EVENTS_PER_READ, WatchedEvent};

@@ -109,3 +109,74 @@ impl Store {
             }))
     }
 }
+
+/// The fleet's state for the metrics gauges ([`crate::metrics`]).
+#[derive(Debug, Clone, Default)]
+pub struct FleetState {
+    /// Live jobs: (status, workflow, count).
+    pub live_jobs: Vec<(String, String, i64)>,
+    /// WAITING jobs: (workflow, step, count).
+    pub waiting: Vec<(String, String, i64)>,
+    /// PENDING outbox rows.
+    pub outbox_pending: i64,
+    /// HELD outbox rows.
+    pub outbox_held: i64,
+    /// FAILED (dead-lettered) outbox rows.
+    pub outbox_failed: i64,
+    /// Age of the oldest QUEUED job claimable now (0 without one).
+    pub oldest_claimable_seconds: f64,
+    /// Age of the oldest PENDING outbox row (0 without one).
+    pub oldest_pending_seconds: f64,
+}
+
+/// The pool's connections now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Connections open.
+    pub size: usize,
+    /// Of those, idle.
+    pub available: usize,
+    /// Callers waiting for one.
+    pub waiting: usize,
+}
+
+impl Store {
+    /// The fleet's live jobs and outbox depth (a few index scans; never the whole
+    /// history).
+    pub async fn fleet_state(&self) -> Result<FleetState, StoreError> {
+        let client = self.pool.get().await?;
+        let live_jobs = client
+            .query(sql::LIVE_JOBS, &[])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        let waiting = client
+            .query(sql::WAITING_BY_STEP, &[])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        let oldest_claimable_seconds = client.query_one(sql::OLDEST_CLAIMABLE, &[]).await?.get(0);
+        let outbox = client.query_one(sql::OUTBOX_DEPTH, &[]).await?;
+        Ok(FleetState {
+            live_jobs,
+            waiting,
+            outbox_pending: outbox.get("pending"),
+            outbox_held: outbox.get("held"),
+            outbox_failed: outbox.get("failed"),
+            oldest_claimable_seconds,
+            oldest_pending_seconds: outbox.get("oldest_pending"),
+        })
+    }
+
+    /// The pool's connections now.
+    pub fn pool_status(&self) -> PoolStatus {
+        let status = self.pool.status();
+        PoolStatus {
+            size: status.size,
+            available: status.available,
+            waiting: status.waiting,
+        }
+    }
+}

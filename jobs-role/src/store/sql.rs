@@ -561,6 +561,38 @@ SELECT seq FROM workflow_run_events_outbox WHERE job_id = $1 AND event_id = $2";
 pub const LATEST_EVENT_POSITION: &str = "\
 SELECT COALESCE(max(seq), 0)::bigint FROM workflow_run_events_outbox WHERE job_id = $1";
 
+/// Live jobs by status and workflow (metrics): one `workflow_run_by_status` range per
+/// live status.
+pub const LIVE_JOBS: &str = "\
+SELECT status, workflow_name, count(*) FROM workflow_run
+ WHERE status IN ('QUEUED', 'RUNNING', 'WAITING')
+ GROUP BY status, workflow_name";
+
+/// WAITING jobs by workflow and step (metrics).
+pub const WAITING_BY_STEP: &str = "\
+SELECT workflow_name, outstanding_step, count(*) FROM workflow_run
+ WHERE status = 'WAITING'
+ GROUP BY workflow_name, outstanding_step";
+
+/// Seconds since the oldest QUEUED job claimable now became claimable (0 without
+/// one): the first entry of each priority's range of the claim index.
+pub const OLDEST_CLAIMABLE: &str = "\
+SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(first.run_after)), 0)::float8
+  FROM generate_series(0, 9) AS level(priority),
+       LATERAL (SELECT run_after FROM workflow_run
+                 WHERE status = 'QUEUED' AND priority = level.priority AND run_after <= now()
+                 ORDER BY run_after
+                 LIMIT 1) AS first";
+
+/// The outbox's depth by status and the age of its oldest PENDING row, in seconds
+/// (metrics; each from its partial index).
+pub const OUTBOX_DEPTH: &str = "\
+SELECT (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'PENDING') AS pending,
+       (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'HELD') AS held,
+       (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'FAILED') AS failed,
+       COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at))
+                   FROM workflow_run_events_outbox WHERE status = 'PENDING'), 0)::float8 AS oldest_pending";
+
 /// The channel outbox inserts notify and relays listen on.
 pub const LISTEN_OUTBOX: &str = "LISTEN protomolt_jobs_outbox";
 

@@ -52,6 +52,25 @@ impl TargetLimits {
         semaphore.acquire_owned().await.ok()
     }
 
+    /// Each target in use or waited for: (target, permits in use, callers waiting).
+    /// Read from the semaphores' reference counts (the map holds one, each permit and
+    /// each waiter one), so a caller between taking the semaphore and waiting on it
+    /// counts as waiting.
+    pub fn usage(&self) -> Vec<(String, usize, usize)> {
+        let semaphores = self.semaphores.lock().unwrap_or_else(|p| p.into_inner());
+        semaphores
+            .iter()
+            .filter_map(|(target, semaphore)| {
+                let in_use = self
+                    .per_target
+                    .saturating_sub(semaphore.available_permits());
+                let holders = Arc::strong_count(semaphore).saturating_sub(1);
+                let waiting = holders.saturating_sub(in_use);
+                (in_use > 0 || waiting > 0).then(|| (target.clone(), in_use, waiting))
+            })
+            .collect()
+    }
+
     /// Targets currently kept (for tests and metrics).
     pub fn targets(&self) -> usize {
         self.semaphores

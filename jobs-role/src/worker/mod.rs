@@ -53,6 +53,7 @@ pub use sweeper::sweep_loop;
 
 use crate::compiled::{CompiledCache, SNAPSHOT_DIGEST_PREFIX};
 use crate::config::JobsConfig;
+use crate::metrics::JobsMetrics;
 use crate::status::JobStatus;
 use crate::store::{
     Claim, ClaimWrite, ClaimedJob, Lease, ParkedTimeout, Settlement, StepCheckpoint, Store,
@@ -67,8 +68,9 @@ pub struct Worker {
     store: Store,
     runner: Arc<Runner>,
     config: JobsConfig,
-    limits: TargetLimits,
+    limits: Arc<TargetLimits>,
     wake: Arc<Notify>,
+    metrics: JobsMetrics,
     compiled: Arc<CompiledCache>,
     /// Taken by a job whose workflow is not compiled yet, one at a time.
     compile_turn: tokio::sync::Mutex<()>,
@@ -86,17 +88,42 @@ impl Worker {
         wake: Arc<Notify>,
         compiled: Arc<CompiledCache>,
     ) -> Arc<Worker> {
-        let limits = TargetLimits::new(config.max_concurrent_per_target);
+        Self::with_metrics(
+            store,
+            runner,
+            config,
+            wake,
+            compiled,
+            JobsMetrics::default(),
+        )
+    }
+
+    /// [`Worker::new`], counting in `metrics`.
+    pub fn with_metrics(
+        store: Store,
+        runner: Arc<Runner>,
+        config: JobsConfig,
+        wake: Arc<Notify>,
+        compiled: Arc<CompiledCache>,
+        metrics: JobsMetrics,
+    ) -> Arc<Worker> {
+        let limits = Arc::new(TargetLimits::new(config.max_concurrent_per_target));
         Arc::new(Worker {
             store,
             runner,
             config,
             limits,
             wake,
+            metrics,
             compiled,
             compile_turn: tokio::sync::Mutex::new(()),
             cancels: std::sync::Mutex::default(),
         })
+    }
+
+    /// The node's per-target permits (for the metrics).
+    pub fn limits(&self) -> Arc<TargetLimits> {
+        self.limits.clone()
     }
 
     /// Tells the task running `job_id` on this node, if any, that an operator may have
@@ -177,6 +204,7 @@ impl Worker {
                 .await
             {
                 Ok(jobs) => {
+                    self.metrics.claims.inc_by(jobs.len() as u64);
                     let queue_has_more = jobs.len() == free;
                     let mut first_slot = Some(first_slot);
                     for job in jobs {
@@ -220,6 +248,7 @@ impl Worker {
     /// the grace period; after that its claim is released for another node.
     pub async fn run_job(&self, job: ClaimedJob, flusher: &Flusher, shutdown: &CancellationToken) {
         let claim = job.claim.clone();
+        let started = std::time::Instant::now();
         let run = self.execute(job, flusher);
         tokio::pin!(run);
         let settled = tokio::select! {
@@ -240,9 +269,14 @@ impl Worker {
                     .await
             }
         };
+        self.metrics
+            .segment_seconds
+            .get_or_create(&vec![("workflow", claim.workflow_name.clone())])
+            .observe(started.elapsed().as_secs_f64());
         match settlement_result {
             Ok(()) => {}
             Err(e) if e.is_lost_claim() => {
+                self.metrics.lost_claims.inc();
                 tracing::warn!(job_id = %claim.job_id, attempt = claim.attempt, "the claim was lost; another worker owns the job now")
             }
             Err(e) => {
@@ -259,11 +293,23 @@ impl Worker {
         held: Option<StepCheckpoint>,
         settlement: Settlement,
     ) -> Result<(), StoreError> {
+        let outcome = match &settlement {
+            Settlement::Completed { .. } => "completed",
+            Settlement::Waiting { .. } => "waiting",
+            Settlement::Failed { .. } => "failed",
+            Settlement::Dead { .. } => "dead",
+            Settlement::Retry { .. } => "retried",
+        };
         let write = ClaimWrite::settle(claim, held, settlement)?;
         match self.commit_write(flusher, claim, write).await {
             // Every settlement is refused once an operator asked to cancel.
             Err(lost) if lost.is_lost_claim() => self.cancelled_instead(claim, lost).await,
-            settled => settled,
+            settled => {
+                if settled.is_ok() {
+                    self.metrics.settled(outcome, &claim.workflow_name);
+                }
+                settled
+            }
         }
     }
 
@@ -293,6 +339,7 @@ impl Worker {
     async fn cancelled_instead(&self, claim: &Claim, lost: StoreError) -> Result<(), StoreError> {
         match self.store.settle_cancelled(claim).await {
             Ok(()) => {
+                self.metrics.settled("cancelled", &claim.workflow_name);
                 tracing::info!(job_id = %claim.job_id, "cancelled by an operator");
                 Ok(())
             }
@@ -341,7 +388,10 @@ impl Worker {
             released => released?,
         };
         if status == JobStatus::Dead {
+            self.metrics.settled("dead", &claim.workflow_name);
             tracing::warn!(job_id = %claim.job_id, %reason, "released too often without progress: the job is DEAD");
+        } else {
+            self.metrics.settled("released", &claim.workflow_name);
         }
         Ok(())
     }
@@ -417,6 +467,8 @@ impl Worker {
         let mut sink = StoreSink {
             flusher,
             claim,
+            metrics: &self.metrics,
+            last_step_ended: std::time::Instant::now(),
             next_step: prior.len(),
             last_step: compiled.steps.len().saturating_sub(1),
             held: None,
@@ -502,7 +554,11 @@ impl Worker {
                 () = heard => tokio::time::sleep_until(renewed + CANCEL_CHECK_GAP).await,
             }
             renewed = tokio::time::Instant::now();
-            match self.store.renew_lease(claim, lease).await {
+            let renewal = self.store.renew_lease(claim, lease).await;
+            if renewal.is_ok() {
+                self.metrics.lease_renewals.inc();
+            }
+            match renewal {
                 Ok(Lease::CancelRequested) if cancel.is_some() => {
                     return LeaseEnd::CancelRequested;
                 }
@@ -648,6 +704,11 @@ impl Worker {
     fn failure(&self, job: &ClaimedJob, failure: &StepFailure) -> Settlement {
         let claim = &job.claim;
         let error = failure.to_string();
+        self.metrics.step_failed(
+            &claim.workflow_name,
+            failure.step.as_deref().unwrap_or("-"),
+            &failure_code(&failure.kind),
+        );
         if failure.is_retryable() {
             if claim.attempt < job.max_attempts {
                 let delay = self.config.backoff(claim.attempt);
@@ -667,6 +728,28 @@ impl Worker {
             _ => None,
         };
         Settlement::Failed { error, verdict }
+    }
+}
+
+/// The label a failed step is counted under: its gRPC code in the canonical spelling
+/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), or the failure's kind.
+fn failure_code(kind: &FailureKind) -> String {
+    match kind {
+        FailureKind::Grpc { code, .. } => {
+            let mut canonical = String::new();
+            for (i, c) in format!("{code:?}").chars().enumerate() {
+                if c.is_uppercase() && i > 0 {
+                    canonical.push('_');
+                }
+                canonical.push(c.to_ascii_uppercase());
+            }
+            canonical
+        }
+        FailureKind::Deadline => "DEADLINE".into(),
+        FailureKind::Validation { .. } => "VALIDATION".into(),
+        FailureKind::Gate => "GATE".into(),
+        FailureKind::Mapping => "MAPPING".into(),
+        FailureKind::Workflow => "WORKFLOW".into(),
     }
 }
 
@@ -798,6 +881,9 @@ enum Ran {
 struct StoreSink<'a> {
     flusher: &'a Flusher,
     claim: &'a Claim,
+    metrics: &'a JobsMetrics,
+    /// When the previous step of the segment ended (or the segment started).
+    last_step_ended: std::time::Instant,
     /// The index of the step the next checkpoint is for.
     next_step: usize,
     /// The index of the workflow's last step.
@@ -818,6 +904,13 @@ impl CheckpointSink for StoreSink<'_> {
         }
         let is_last = self.next_step >= self.last_step;
         self.next_step += 1;
+        let ended = std::time::Instant::now();
+        self.metrics.step_took(
+            &self.claim.workflow_name,
+            &checkpoint.step,
+            ended - self.last_step_ended,
+        );
+        self.last_step_ended = ended;
         if is_last {
             self.held = Some(checkpoint);
             return Ok(());

@@ -8,16 +8,26 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::JobsMetrics;
 use crate::store::Store;
 
 /// Most rows one sweep moves.
 const SWEEP_BATCH: i64 = 500;
 
 /// Sweeps every `interval` until `shutdown`.
-pub async fn sweep_loop(store: Store, interval: Duration, shutdown: CancellationToken) {
+pub async fn sweep_loop(
+    store: Store,
+    interval: Duration,
+    metrics: JobsMetrics,
+    shutdown: CancellationToken,
+) {
+    let count = JobsMetrics::count;
     loop {
         match store.sweep_expired_leases(SWEEP_BATCH).await {
             Ok(report) if report.requeued + report.dead + report.cancelled > 0 => {
+                count(&metrics.sweeps, "requeued", report.requeued as u64);
+                count(&metrics.sweeps, "dead", report.dead as u64);
+                count(&metrics.sweeps, "cancelled", report.cancelled as u64);
                 tracing::info!(
                     requeued = report.requeued,
                     dead = report.dead,
@@ -35,6 +45,9 @@ pub async fn sweep_loop(store: Store, interval: Duration, shutdown: Cancellation
         loop {
             match store.time_out_parked_steps(SWEEP_BATCH).await {
                 Ok(report) if report.failed + report.dead > 0 => {
+                    metrics
+                        .wait_timeouts
+                        .inc_by((report.failed + report.dead) as u64);
                     tracing::info!(
                         failed = report.failed,
                         dead = report.dead,

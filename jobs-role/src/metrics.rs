@@ -1,0 +1,324 @@
+//! The jobs role's metrics, registered in the node's registry (`GET /metrics`).
+//!
+//! Two kinds:
+//! - **events counted where they happen** (claims, settlements by outcome, step
+//!   latency and gRPC errors, lease renewals and lost claims, sweeps, relay publishes,
+//!   request records): counters and histograms, per node;
+//! - **state read now and then** by [`metrics_loop`] (every `[jobs].metrics_interval_ms`,
+//!   never per scrape): live jobs by status and workflow, the age of the oldest
+//!   claimable QUEUED job, WAITING jobs by step, the outbox's PENDING, HELD and FAILED
+//!   depth and the age of its oldest PENDING row, the pool's connections, the
+//!   per-target permits. These read the shared database, so every node reports the
+//!   same fleet-wide numbers: aggregate them with `max`, not `sum`.
+//!
+//! Finished jobs are not counted from the table (that would scan its whole history
+//! every few seconds): `protomolt_jobs_settlements_total` counts them as they happen.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use registry_stub::metrics::{HistogramFamily, Labels, latency_family, seconds};
+use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
+use crate::worker::TargetLimits;
+
+/// A gauge holding seconds.
+type SecondsGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric of the jobs role. `Default` makes a set registered nowhere (a
+/// worker or consumer built outside a node, in tests).
+#[derive(Clone)]
+pub struct JobsMetrics {
+    /// Jobs claimed by this node's workers.
+    pub claims: Counter,
+    /// Settlements written by this node, by `outcome` (completed, waiting, retried,
+    /// failed, dead, cancelled, released) and `workflow`.
+    pub settlements: Family<Labels, Counter>,
+    /// Segment latency (claim to settlement), by `workflow`.
+    pub segment_seconds: HistogramFamily,
+    /// Step latency (call and checkpoint), by `workflow` and `step`.
+    pub step_seconds: HistogramFamily,
+    /// Failed step calls, by `workflow`, `step` and gRPC `code` (or the failure's
+    /// kind: deadline, validation, gate, mapping, workflow).
+    pub step_errors: Family<Labels, Counter>,
+    /// Lease renewals written.
+    pub lease_renewals: Counter,
+    /// Claims found lost (another worker owns the job).
+    pub lost_claims: Counter,
+    /// Expired leases the sweeper settled, by `outcome` (requeued, dead, cancelled).
+    pub sweeps: Family<Labels, Counter>,
+    /// Parked steps whose wait ran out.
+    pub wait_timeouts: Counter,
+    /// Outbox rows the relay published, by `outcome` (published, failed, deferred).
+    pub relay_events: Family<Labels, Counter>,
+    /// How long one relay batch took to publish and be acknowledged.
+    pub relay_publish_seconds: HistogramFamily,
+    /// Request records the consumer handled, by `outcome` (submitted, rejected).
+    pub request_records: Family<Labels, Counter>,
+    /// Live jobs by `status` (QUEUED, RUNNING, WAITING) and `workflow`.
+    pub jobs: Family<Labels, Gauge>,
+    /// Age of the oldest QUEUED job that could be claimed now.
+    pub oldest_claimable_seconds: SecondsGauge,
+    /// WAITING jobs by `workflow` and `step`.
+    pub waiting: Family<Labels, Gauge>,
+    /// Outbox rows by `status` (PENDING, HELD, FAILED).
+    pub outbox: Family<Labels, Gauge>,
+    /// Age of the oldest PENDING outbox row.
+    pub oldest_pending_seconds: SecondsGauge,
+    /// The pool's connections by `state` (in_use, idle, waiting: callers waiting
+    /// for one).
+    pub pool: Family<Labels, Gauge>,
+    /// Per-target permits by `target` and `state` (in_use, waiting).
+    pub permits: Family<Labels, Gauge>,
+}
+
+impl Default for JobsMetrics {
+    fn default() -> Self {
+        JobsMetrics {
+            claims: Counter::default(),
+            settlements: Family::default(),
+            segment_seconds: latency_family(),
+            step_seconds: latency_family(),
+            step_errors: Family::default(),
+            lease_renewals: Counter::default(),
+            lost_claims: Counter::default(),
+            sweeps: Family::default(),
+            wait_timeouts: Counter::default(),
+            relay_events: Family::default(),
+            relay_publish_seconds: latency_family(),
+            request_records: Family::default(),
+            jobs: Family::default(),
+            oldest_claimable_seconds: SecondsGauge::default(),
+            waiting: Family::default(),
+            outbox: Family::default(),
+            oldest_pending_seconds: SecondsGauge::default(),
+            pool: Family::default(),
+            permits: Family::default(),
+        }
+    }
+}
+
+impl JobsMetrics {
+    /// Fresh metrics registered in `registry` (names `protomolt_jobs_*`).
+    pub fn register(registry: &mut Registry) -> JobsMetrics {
+        let metrics = JobsMetrics::default();
+        let jobs = registry.sub_registry_with_prefix("protomolt_jobs");
+        let m = metrics.clone();
+        jobs.register("claims", "Jobs claimed by this node", m.claims);
+        jobs.register(
+            "settlements",
+            "Settlements this node wrote, by outcome and workflow",
+            m.settlements,
+        );
+        jobs.register(
+            "segment_duration_seconds",
+            "Segment latency, claim to settlement, by workflow",
+            m.segment_seconds,
+        );
+        jobs.register(
+            "step_duration_seconds",
+            "Step latency (the call and its checkpoint), by workflow and step",
+            m.step_seconds,
+        );
+        jobs.register(
+            "step_errors",
+            "Failed steps by workflow, step and gRPC code (or failure kind)",
+            m.step_errors,
+        );
+        jobs.register("lease_renewals", "Lease renewals written", m.lease_renewals);
+        jobs.register(
+            "lost_claims",
+            "Claims found lost to another worker",
+            m.lost_claims,
+        );
+        jobs.register(
+            "sweeps",
+            "Expired leases the sweeper settled, by outcome",
+            m.sweeps,
+        );
+        jobs.register(
+            "wait_timeouts",
+            "Parked steps whose wait ran out",
+            m.wait_timeouts,
+        );
+        jobs.register(
+            "relay_events",
+            "Outbox rows the relay handled, by outcome",
+            m.relay_events,
+        );
+        jobs.register(
+            "relay_publish_duration_seconds",
+            "Time for one relay batch to be published and acknowledged",
+            m.relay_publish_seconds,
+        );
+        jobs.register(
+            "request_records",
+            "Request records the consumer handled, by outcome",
+            m.request_records,
+        );
+        jobs.register(
+            "jobs",
+            "Live jobs by status and workflow (fleet-wide, read periodically)",
+            m.jobs,
+        );
+        jobs.register(
+            "oldest_claimable_age_seconds",
+            "Age of the oldest QUEUED job that could be claimed now (fleet-wide)",
+            m.oldest_claimable_seconds,
+        );
+        jobs.register(
+            "waiting",
+            "WAITING jobs by workflow and step (fleet-wide)",
+            m.waiting,
+        );
+        jobs.register(
+            "outbox_events",
+            "Outbox rows by status: PENDING, HELD, FAILED (fleet-wide)",
+            m.outbox,
+        );
+        jobs.register(
+            "outbox_oldest_pending_age_seconds",
+            "Age of the oldest PENDING outbox row (fleet-wide)",
+            m.oldest_pending_seconds,
+        );
+        jobs.register(
+            "pool_connections",
+            "This node's database connections by state",
+            m.pool,
+        );
+        jobs.register(
+            "target_permits",
+            "Per-target permits in use and waited for, by target",
+            m.permits,
+        );
+        metrics
+    }
+
+    /// Counts a settlement.
+    pub fn settled(&self, outcome: &'static str, workflow: &str) {
+        self.settlements
+            .get_or_create(&vec![
+                ("outcome", outcome.to_owned()),
+                ("workflow", workflow.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Times a step.
+    pub fn step_took(&self, workflow: &str, step: &str, took: Duration) {
+        self.step_seconds
+            .get_or_create(&vec![
+                ("workflow", workflow.to_owned()),
+                ("step", step.to_owned()),
+            ])
+            .observe(seconds(took));
+    }
+
+    /// Counts a failed step.
+    pub fn step_failed(&self, workflow: &str, step: &str, code: &str) {
+        self.step_errors
+            .get_or_create(&vec![
+                ("workflow", workflow.to_owned()),
+                ("step", step.to_owned()),
+                ("code", code.to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Counts with a single `outcome` label.
+    pub fn count(family: &Family<Labels, Counter>, outcome: &'static str, by: u64) {
+        family
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc_by(by);
+    }
+}
+
+/// Reads the fleet's state into the gauges every `every`, until `shutdown`.
+pub async fn metrics_loop(
+    store: Store,
+    limits: Option<std::sync::Arc<TargetLimits>>,
+    metrics: JobsMetrics,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        if let Err(error) = read_state(&store, limits.as_deref(), &metrics).await {
+            tracing::debug!(%error, "reading the jobs metrics failed; trying again");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+async fn read_state(
+    store: &Store,
+    limits: Option<&TargetLimits>,
+    metrics: &JobsMetrics,
+) -> Result<(), crate::store::StoreError> {
+    let pool = store.pool_status();
+    for (state, value) in [
+        ("in_use", pool.size.saturating_sub(pool.available)),
+        ("idle", pool.available),
+        ("waiting", pool.waiting),
+    ] {
+        metrics
+            .pool
+            .get_or_create(&vec![("state", state.to_owned())])
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+    if let Some(limits) = limits {
+        metrics.permits.clear();
+        for (target, in_use, waiting) in limits.usage() {
+            for (state, value) in [("in_use", in_use), ("waiting", waiting)] {
+                metrics
+                    .permits
+                    .get_or_create(&vec![
+                        ("target", target.clone()),
+                        ("state", state.to_owned()),
+                    ])
+                    .set(i64::try_from(value).unwrap_or(i64::MAX));
+            }
+        }
+    }
+    let state = store.fleet_state().await?;
+    // Families are cleared first so a workflow or step that emptied reads 0 (absent)
+    // rather than its last count.
+    metrics.jobs.clear();
+    for (status, workflow, count) in state.live_jobs {
+        metrics
+            .jobs
+            .get_or_create(&vec![("status", status), ("workflow", workflow)])
+            .set(count);
+    }
+    metrics.waiting.clear();
+    for (workflow, step, count) in state.waiting {
+        metrics
+            .waiting
+            .get_or_create(&vec![("workflow", workflow), ("step", step)])
+            .set(count);
+    }
+    for (status, count) in [
+        ("PENDING", state.outbox_pending),
+        ("HELD", state.outbox_held),
+        ("FAILED", state.outbox_failed),
+    ] {
+        metrics
+            .outbox
+            .get_or_create(&vec![("status", status.to_owned())])
+            .set(count);
+    }
+    metrics
+        .oldest_claimable_seconds
+        .set(state.oldest_claimable_seconds);
+    metrics
+        .oldest_pending_seconds
+        .set(state.oldest_pending_seconds);
+    Ok(())
+}
