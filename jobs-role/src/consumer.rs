@@ -67,7 +67,7 @@ pub enum Disposition {
 
 /// Reads the requests topic and hands each record to a [`RequestHandler`].
 pub struct RequestConsumer {
-    consumer: StreamConsumer,
+    consumer: std::sync::Arc<StreamConsumer>,
     handler: RequestHandler,
     metrics: crate::metrics::JobsMetrics,
 }
@@ -104,10 +104,31 @@ impl RequestConsumer {
             .create()?;
         consumer.subscribe(&[&config.requests_topic])?;
         Ok(RequestConsumer {
-            consumer,
+            consumer: std::sync::Arc::new(consumer),
             handler: RequestHandler::new(submitter),
             metrics: crate::metrics::JobsMetrics::default(),
         })
+    }
+
+    /// Sets the lag gauge of `record`'s partition: its end (a metadata round trip,
+    /// off the async threads, in the background) less the record's position.
+    fn read_lag(&self, record: &OwnedMessage) {
+        let (consumer, metrics) = (self.consumer.clone(), self.metrics.clone());
+        let (topic, partition, offset) = (
+            record.topic().to_owned(),
+            record.partition(),
+            record.offset(),
+        );
+        tokio::task::spawn_blocking(move || {
+            if let Ok((_, high)) =
+                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(2))
+            {
+                metrics
+                    .request_lag
+                    .get_or_create(&vec![("partition", partition.to_string())])
+                    .set(high.saturating_sub(offset + 1).max(0));
+            }
+        });
     }
 
     /// Counts the records it handles in `metrics`.
@@ -118,6 +139,7 @@ impl RequestConsumer {
 
     /// Consumes until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
+        let mut last_lag_read = std::time::Instant::now() - LAG_READ_EVERY;
         loop {
             let received = tokio::select! {
                 received = self.consumer.recv() => received.map(|m| m.detach()),
@@ -168,6 +190,10 @@ impl RequestConsumer {
                     }
                 }
             }
+            if last_lag_read.elapsed() >= LAG_READ_EVERY {
+                last_lag_read = std::time::Instant::now();
+                self.read_lag(&record);
+            }
             let mut position = TopicPartitionList::new();
             let next = Offset::Offset(record.offset() + 1);
             if let Err(e) = position
@@ -181,6 +207,9 @@ impl RequestConsumer {
         }
     }
 }
+
+/// How often the consumer reads how far behind the requests topic it is.
+const LAG_READ_EVERY: Duration = Duration::from_secs(5);
 
 impl RequestHandler {
     /// Turns one record into a job, a FAILED row or a reject. `Err` only when the

@@ -58,8 +58,12 @@ pub struct JobsMetrics {
     pub relay_events: Family<Labels, Counter>,
     /// How long one relay batch took to publish and be acknowledged.
     pub relay_publish_seconds: HistogramFamily,
-    /// Request records the consumer handled, by `outcome` (submitted, rejected).
+    /// Request records the consumer handled, by `outcome` (submitted, failed_row,
+    /// rejected).
     pub request_records: Family<Labels, Counter>,
+    /// Records of the requests topic not yet consumed, by `partition` (as of the
+    /// last record this node took from it).
+    pub request_lag: Family<Labels, Gauge>,
     /// Live jobs by `status` (QUEUED, RUNNING, WAITING) and `workflow`.
     pub jobs: Family<Labels, Gauge>,
     /// Age of the oldest QUEUED job that could be claimed now.
@@ -92,6 +96,7 @@ impl Default for JobsMetrics {
             relay_events: Family::default(),
             relay_publish_seconds: latency_family(),
             request_records: Family::default(),
+            request_lag: Family::default(),
             jobs: Family::default(),
             oldest_claimable_seconds: SecondsGauge::default(),
             waiting: Family::default(),
@@ -160,6 +165,11 @@ impl JobsMetrics {
             "request_records",
             "Request records the consumer handled, by outcome",
             m.request_records,
+        );
+        jobs.register(
+            "request_lag",
+            "Records of the requests topic not yet consumed, by partition",
+            m.request_lag,
         );
         jobs.register(
             "jobs",

@@ -202,6 +202,15 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(value(&scraped, "protomolt_jobs_claims_total", &[]) >= 6.0);
+    assert_eq!(
+        value(
+            &scraped,
+            "protomolt_jobs_request_lag",
+            &[("partition", "0")]
+        ),
+        0.0,
+        "the one record was consumed"
+    );
     assert!(
         value(
             &scraped,
