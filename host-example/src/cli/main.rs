@@ -1,0 +1,537 @@
+//! `protomolt`: the command line for a ProtoMolt node.
+//!
+//! Every command talks to the node at `--url` (`PROTOMOLT_URL`, default
+//! `http://127.0.0.1:8080`) with the bearer token `--token` (`PROTOMOLT_TOKEN`), and
+//! prints text for a person or, with `--json`, one JSON object per line for a script.
+//!
+//! Exit codes a script can branch on:
+//!
+//! | code | meaning |
+//! |------|---------|
+//! | 0 | done (for a job: it is not FAILED, DEAD or CANCELLED) |
+//! | 1 | the job is FAILED, DEAD or CANCELLED |
+//! | 2 | usage: the command line is wrong (a missing argument, a file that does not read, JSON that does not parse) |
+//! | 3 | the node is unreachable, or refused the call (an error answer, no such job, not ready) |
+
+mod client;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use serde_json::{Value, json};
+
+use client::{CliError, Client, JobEvent};
+use output::Output;
+
+/// Exit code: the job is FAILED, DEAD or CANCELLED.
+const JOB_DID_NOT_SUCCEED: u8 = 1;
+/// Exit code: the command line is wrong.
+const USAGE: u8 = 2;
+/// Exit code: the node is unreachable or refused the call.
+const UNREACHABLE_OR_REFUSED: u8 = 3;
+
+/// Submit, follow and operate workflow jobs on a ProtoMolt node.
+#[derive(Debug, Parser)]
+#[command(name = "protomolt", version, about)]
+struct Cli {
+    /// The node's URL.
+    #[arg(
+        long,
+        global = true,
+        env = "PROTOMOLT_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    url: String,
+    /// A bearer token (when the node has `[auth]`).
+    #[arg(long, global = true, env = "PROTOMOLT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Submit a workflow as a job (a stored name, or a workflow file).
+    Submit {
+        /// A stored workflow's name.
+        #[arg(
+            long,
+            conflicts_with = "workflow",
+            required_unless_present = "workflow"
+        )]
+        name: Option<String>,
+        /// A workflow envelope file (JSON).
+        #[arg(long)]
+        workflow: Option<PathBuf>,
+        /// The input: JSON, or @file.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// Your own job id (also the idempotency key).
+        #[arg(long)]
+        job_id: Option<String>,
+        /// Claim order, 0 to 9 (higher first).
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Not before this instant (RFC 3339).
+        #[arg(long)]
+        run_at: Option<String>,
+        /// Attempts allowed.
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Follow the job's events until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Show a job.
+    Get {
+        /// The job's id.
+        job_id: String,
+        /// Wait up to this many seconds for it to finish or park on a step.
+        #[arg(long, default_value_t = 0)]
+        wait: u32,
+    },
+    /// List jobs, newest first.
+    List {
+        /// Only this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// At most this many (up to 500).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Follow a job's events as they land, until it ends.
+    Watch {
+        /// The job's id.
+        job_id: String,
+    },
+    /// Answer a job's parked step.
+    Complete {
+        /// The job's id.
+        job_id: String,
+        /// The parked step.
+        step: String,
+        /// The response: JSON, or @file.
+        #[arg(long)]
+        response: String,
+    },
+    /// Fail a job's parked step, as a verdict.
+    Reject {
+        /// The job's id.
+        job_id: String,
+        /// The parked step.
+        step: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// The job's id.
+        job_id: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Re-queue a DEAD, FAILED or CANCELLED job (a COMPLETED one from a step).
+    Retry {
+        /// The job's id.
+        job_id: String,
+        /// Run again from this step.
+        #[arg(long)]
+        from_step: Option<String>,
+        /// A new retry budget.
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Stored workflows.
+    #[command(subcommand)]
+    Workflows(Workflows),
+    /// Whether the node is ready (its database, its broker).
+    Health,
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Workflows {
+    /// List the stored workflows.
+    List,
+    /// Show one.
+    Get {
+        /// Its name.
+        name: String,
+    },
+    /// Store one from a file (JSON).
+    Put {
+        /// The workflow envelope file.
+        file: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version print and exit 0; usage errors exit 2.
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { USAGE } else { 0 });
+        }
+    };
+    let out = Output::new(cli.json);
+    match run(cli, out).await {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            let code = match &error {
+                CliError::Usage(_) => USAGE,
+                CliError::Unreachable { .. } | CliError::Refused(_) => UNREACHABLE_OR_REFUSED,
+            };
+            if out.json {
+                out.json_line(&json!({ "ok": false, "error": error.to_string() }));
+            }
+            eprintln!("protomolt: {error}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
+    let client = Client::new(&cli.url, cli.token)?;
+    match cli.command {
+        Command::Submit {
+            name,
+            workflow,
+            input,
+            job_id,
+            priority,
+            run_at,
+            max_attempts,
+            watch,
+        } => {
+            let mut body = json!({ "input": json_arg("--input", &input)? });
+            match (name, workflow) {
+                (Some(name), _) => body["workflowName"] = json!(name),
+                (None, Some(file)) => body["workflow"] = json_file("--workflow", &file)?,
+                (None, None) => return Err(CliError::Usage("give --name or --workflow".into())),
+            }
+            if let Some(id) = job_id {
+                body["jobId"] = json!(id);
+            }
+            if let Some(priority) = priority {
+                body["priority"] = json!(priority);
+            }
+            if let Some(run_at) = run_at {
+                body["runAt"] = json!(run_at);
+            }
+            if let Some(max) = max_attempts {
+                body["maxAttempts"] = json!(max);
+            }
+            let answer = ok(client.call("submit-workflow", &body).await?)?;
+            let id = answer["jobId"].as_str().unwrap_or_default().to_owned();
+            if out.json {
+                out.json_line(&answer);
+            } else {
+                let how = if answer["created"] == true {
+                    "submitted"
+                } else {
+                    "already submitted"
+                };
+                println!(
+                    "{how} {id} ({})",
+                    out.status(answer["status"].as_str().unwrap_or_default())
+                );
+            }
+            if watch {
+                return follow(&client, out, &id).await;
+            }
+            Ok(0)
+        }
+        Command::Get { job_id, wait } => {
+            let mut body = json!({ "jobId": job_id });
+            if wait > 0 {
+                body["waitMs"] = json!(u64::from(wait.min(60)) * 1_000);
+            }
+            let answer = ok(client.call("get-job", &body).await?)?;
+            let job = &answer["job"];
+            if out.json {
+                out.json_line(job);
+            } else {
+                out.job(job);
+            }
+            Ok(exit_for(job["status"].as_str().unwrap_or_default()))
+        }
+        Command::List {
+            status,
+            workflow,
+            limit,
+        } => {
+            let mut body = json!({ "limit": limit });
+            if let Some(status) = status {
+                body["status"] = json!(status.to_uppercase());
+            }
+            if let Some(workflow) = workflow {
+                body["workflowName"] = json!(workflow);
+            }
+            let answer = ok(client.call("list-jobs", &body).await?)?;
+            let jobs = answer["jobs"].as_array().cloned().unwrap_or_default();
+            if out.json {
+                for job in &jobs {
+                    out.json_line(job);
+                }
+            } else {
+                let text = |job: &Value, key: &str| job[key].as_str().unwrap_or("").to_owned();
+                let rows: Vec<Vec<String>> = jobs
+                    .iter()
+                    .map(|job| {
+                        vec![
+                            text(job, "jobId"),
+                            text(job, "workflowName"),
+                            out.status(&text(job, "status")),
+                            format!("{}/{}", job["attempt"], job["maxAttempts"]),
+                            text(job, "outstandingStep"),
+                            text(job, "createdAt"),
+                        ]
+                    })
+                    .collect();
+                out.table(
+                    &[
+                        "JOB",
+                        "WORKFLOW",
+                        "STATUS",
+                        "ATTEMPT",
+                        "WAITING ON",
+                        "CREATED",
+                    ],
+                    &rows,
+                );
+            }
+            Ok(0)
+        }
+        Command::Watch { job_id } => follow(&client, out, &job_id).await,
+        Command::Complete {
+            job_id,
+            step,
+            response,
+        } => {
+            let body = json!({ "jobId": job_id, "stepName": step, "response": json_arg("--response", &response)? });
+            outcome(out, ok(client.call("complete-step", &body).await?)?)
+        }
+        Command::Reject {
+            job_id,
+            step,
+            reason,
+        } => {
+            let body = json!({ "jobId": job_id, "stepName": step, "reason": reason });
+            outcome(out, ok(client.call("reject-step", &body).await?)?)
+        }
+        Command::Cancel { job_id, reason } => {
+            let body = json!({ "jobId": job_id, "reason": reason });
+            outcome(out, ok(client.call("cancel-job", &body).await?)?)
+        }
+        Command::Retry {
+            job_id,
+            from_step,
+            max_attempts,
+            reason,
+        } => {
+            let mut body = json!({ "jobId": job_id });
+            if let Some(step) = from_step {
+                body["fromStep"] = json!(step);
+            }
+            if let Some(max) = max_attempts {
+                body["maxAttempts"] = json!(max);
+            }
+            if let Some(reason) = reason {
+                body["reason"] = json!(reason);
+            }
+            outcome(out, ok(client.call("retry-job", &body).await?)?)
+        }
+        Command::Workflows(Workflows::List) => {
+            let answer = client.call("list-workflows", &json!({})).await?;
+            let workflows = answer["workflows"].as_array().cloned().unwrap_or_default();
+            if out.json {
+                for workflow in &workflows {
+                    out.json_line(workflow);
+                }
+            } else {
+                let rows: Vec<Vec<String>> = workflows
+                    .iter()
+                    .map(|w| {
+                        vec![
+                            w["name"].as_str().unwrap_or_default().to_owned(),
+                            w["source"].as_str().unwrap_or_default().to_owned(),
+                            w["steps"].to_string(),
+                        ]
+                    })
+                    .collect();
+                out.table(&["NAME", "SOURCE", "STEPS"], &rows);
+            }
+            Ok(0)
+        }
+        Command::Workflows(Workflows::Get { name }) => {
+            let answer = ok(client
+                .call("get-workflow", &json!({ "name": name }))
+                .await?)?;
+            out.json_line(&answer["workflow"]);
+            Ok(0)
+        }
+        Command::Workflows(Workflows::Put { file }) => {
+            let workflow = json_file("the workflow file", &file)?;
+            let answer = ok(client
+                .call("put-workflow", &json!({ "workflow": workflow }))
+                .await?)?;
+            if out.json {
+                out.json_line(&answer);
+            } else {
+                let how = if answer["created"] == true {
+                    "stored"
+                } else {
+                    "replaced"
+                };
+                println!("{how} {}", answer["name"].as_str().unwrap_or_default());
+            }
+            Ok(0)
+        }
+        Command::Health => {
+            let (status, answer) = client.get("/readyz").await?;
+            if out.json {
+                out.json_line(&answer);
+            } else {
+                println!("{}", answer["status"].as_str().unwrap_or("unknown"));
+                if let Some(checks) = answer["checks"].as_object() {
+                    for (name, result) in checks {
+                        println!("  {name}: {}", result.as_str().unwrap_or_default());
+                    }
+                }
+            }
+            if status == 200 {
+                Ok(0)
+            } else {
+                Err(CliError::Refused(format!(
+                    "the node is not ready ({status})"
+                )))
+            }
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "protomolt",
+                &mut std::io::stdout(),
+            );
+            Ok(0)
+        }
+    }
+}
+
+/// Follows a job's events, printing each as it lands (a spinner while a step runs);
+/// the exit code of how it ended.
+async fn follow(client: &Client, out: Output, job_id: &str) -> Result<u8, CliError> {
+    let mut spinner = Some(out.spinner(format!("waiting for {job_id}")));
+    let last = client
+        .watch(job_id, |event: &JobEvent| {
+            spinner = None;
+            if out.json {
+                out.json_line(&json!({ "id": event.id, "type": event.kind, "event": event.data }));
+            } else {
+                let status = event.data["detail"]["status"].as_str().unwrap_or_default();
+                let step = event.data["step"].as_str().unwrap_or_default();
+                let error = event.data["error"].as_str().unwrap_or_default();
+                println!(
+                    "{:<16} {:<12} {}{}",
+                    event.kind,
+                    out.status(status),
+                    step,
+                    if error.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  {error}")
+                    }
+                );
+            }
+            let next = match (event.kind.as_str(), event.data["detail"]["status"].as_str()) {
+                ("WAITING", _) => Some(format!(
+                    "waiting for step '{}' to be answered",
+                    event.data["step"].as_str().unwrap_or_default()
+                )),
+                (_, Some("COMPLETED" | "FAILED" | "DEAD" | "CANCELLED")) => None,
+                _ => Some("running".to_owned()),
+            };
+            spinner = next.map(|what| out.spinner(what));
+        })
+        .await?;
+    drop(spinner);
+    let status = last
+        .as_ref()
+        .and_then(|event| event.data["detail"]["status"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    Ok(exit_for(&status))
+}
+
+/// Prints a verb's outcome answer; exit 0 when it says ok, 3 otherwise.
+fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
+    if out.json {
+        out.json_line(&answer);
+    } else {
+        let outcome = answer["outcome"].as_str().unwrap_or_default();
+        let status = answer["status"].as_str().unwrap_or_default();
+        println!("{outcome} ({})", out.status(status));
+        if let Some(error) = answer["error"].as_str() {
+            println!("{error}");
+        }
+    }
+    if answer["ok"] == true {
+        Ok(0)
+    } else {
+        Ok(UNREACHABLE_OR_REFUSED)
+    }
+}
+
+/// An answer whose `ok` is not false, or the refusal it says.
+fn ok(answer: Value) -> Result<Value, CliError> {
+    if answer["ok"] == false && answer.get("outcome").is_none() {
+        let error = answer["error"].as_str().unwrap_or("refused");
+        return Err(CliError::Refused(error.to_owned()));
+    }
+    Ok(answer)
+}
+
+/// The exit code for a job in `status`.
+fn exit_for(status: &str) -> u8 {
+    match status {
+        "FAILED" | "DEAD" | "CANCELLED" => JOB_DID_NOT_SUCCEED,
+        _ => 0,
+    }
+}
+
+/// A JSON argument, or `@file` holding one.
+fn json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
+    match text.strip_prefix('@') {
+        Some(path) => json_file(flag, &PathBuf::from(path)),
+        None => serde_json::from_str(text)
+            .map_err(|e| CliError::Usage(format!("{flag}: not JSON ({e}); give JSON or @file"))),
+    }
+}
+
+/// A JSON file.
+fn json_file(what: &str, path: &PathBuf) -> Result<Value, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("{what}: cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("{what}: {} is not JSON: {e}", path.display())))
+}

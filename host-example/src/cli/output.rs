@@ -1,0 +1,140 @@
+//! What the CLI prints: JSON for scripts (`--json`, one object per line), or for a
+//! person a few aligned lines and tables, with colours only on a terminal (and never
+//! with `NO_COLOR` set).
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+/// How to print.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    /// JSON instead of text.
+    pub json: bool,
+    colour: bool,
+    terminal: bool,
+}
+
+impl Output {
+    /// Text on a terminal gets colours; `--json` gets JSON.
+    pub fn new(json: bool) -> Output {
+        let terminal = std::io::stdout().is_terminal();
+        Output {
+            json,
+            colour: terminal && std::env::var_os("NO_COLOR").is_none(),
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Prints `value` as one line of JSON.
+    pub fn json_line(&self, value: &Value) {
+        println!("{value}");
+    }
+
+    /// `status`, coloured by what it means.
+    pub fn status(&self, status: &str) -> String {
+        let code = match status {
+            "COMPLETED" => "32",
+            "FAILED" | "DEAD" => "31",
+            "CANCELLED" => "33",
+            "RUNNING" => "34",
+            "WAITING" => "35",
+            _ => return status.to_owned(),
+        };
+        self.paint(code, status)
+    }
+
+    /// `text` dimmed.
+    pub fn dim(&self, text: &str) -> String {
+        self.paint("2", text)
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.colour {
+            format!("\u{1b}[{code}m{text}\u{1b}[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// A job as a person reads it: its status, where it stands, its outcome.
+    pub fn job(&self, job: &Value) {
+        let text = |key: &str| job[key].as_str().unwrap_or_default().to_owned();
+        println!("job       {}", text("jobId"));
+        println!("workflow  {}", text("workflowName"));
+        println!("status    {}", self.status(&text("status")));
+        println!(
+            "attempt   {} of {}",
+            job["attempt"].as_i64().unwrap_or(0),
+            job["maxAttempts"].as_i64().unwrap_or(0)
+        );
+        for (label, key) in [
+            ("waiting on", "outstandingStep"),
+            ("verdict", "verdict"),
+            ("error", "error"),
+        ] {
+            if let Some(value) = job[key].as_str() {
+                println!("{label:<9} {value}");
+            }
+        }
+        if let Some(result) = job.get("result").filter(|r| !r.is_null()) {
+            println!("result    {result}");
+        }
+    }
+
+    /// A table: a header row and aligned columns.
+    pub fn table(&self, headers: &[&str], rows: &[Vec<String>]) {
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+        for row in rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<String>| {
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        println!(
+            "{}",
+            self.dim(line(headers.iter().map(|h| h.to_string()).collect()).trim_end())
+        );
+        for row in rows {
+            println!("{}", line(row.clone()).trim_end());
+        }
+    }
+
+    /// A spinner on the terminal (stderr) saying `what`, until the handle is dropped
+    /// or stopped; nothing when stderr is not a terminal or JSON is asked for.
+    pub fn spinner(&self, what: String) -> Spinner {
+        if !self.terminal || self.json {
+            return Spinner(None);
+        }
+        Spinner(Some(tokio::spawn(async move {
+            let frames = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+            for frame in frames.iter().cycle() {
+                eprint!("\r{frame} {what}");
+                let _ = std::io::stderr().flush();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })))
+    }
+}
+
+/// A running spinner; stopping (or dropping) it clears its line.
+pub struct Spinner(Option<JoinHandle<()>>);
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+            eprint!("\r\u{1b}[2K");
+            let _ = std::io::stderr().flush();
+        }
+    }
+}

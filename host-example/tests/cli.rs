@@ -1,0 +1,207 @@
+//! The `protomolt` CLI, the real binary against a real node (its router served on a
+//! loopback port, real PostgreSQL, real fixture servers): submit → watch → complete →
+//! get with a parked workflow, `--json` output that parses, exit codes a script can
+//! branch on, cancel and retry round trips.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use serde_json::{Value, json};
+use workflow::testkit::{FixtureServer, three_step_workflow, two_step_workflow};
+
+/// The node's router served on a loopback port; its URL.
+async fn serve(node: &JobsNode) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let router = node.router.clone();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{address}")
+}
+
+/// Runs the CLI against `url` with `args`, off the async threads.
+async fn cli(url: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_protomolt"));
+    command
+        .env("PROTOMOLT_URL", url)
+        .env_remove("PROTOMOLT_TOKEN")
+        .args(args);
+    tokio::task::spawn_blocking(move || command.output().expect("the CLI runs"))
+        .await
+        .unwrap()
+}
+
+/// The lines of stdout, each parsed as JSON.
+fn json_lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[tokio::test]
+async fn submit_watch_complete_and_get_a_parked_workflow_with_json_and_exit_codes() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let url = serve(&node).await;
+    let dir = tempfile::tempdir().unwrap();
+    let workflow = dir.path().join("review.json");
+    std::fs::write(&workflow, three_step_workflow(&server.target()).to_string()).unwrap();
+
+    let submitted = cli(
+        &url,
+        &[
+            "--json",
+            "submit",
+            "--workflow",
+            workflow.to_str().unwrap(),
+            "--input",
+            r#"{"text": "hello"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(submitted.status.code(), Some(0), "{}", text(&submitted));
+    let answer = &json_lines(&submitted)[0];
+    let job_id = answer["jobId"].as_str().unwrap().to_owned();
+    assert_eq!(answer["created"], true);
+
+    // Watch in the background while the job parks and is answered.
+    let watch = {
+        let (url, job_id) = (url.clone(), job_id.clone());
+        tokio::spawn(async move { cli(&url, &["--json", "watch", &job_id]).await })
+    };
+    let parked = cli(&url, &["--json", "get", &job_id, "--wait", "30"]).await;
+    assert_eq!(parked.status.code(), Some(0), "{}", text(&parked));
+    assert_eq!(json_lines(&parked)[0]["status"], "WAITING");
+    let completed = cli(
+        &url,
+        &[
+            "--json",
+            "complete",
+            &job_id,
+            "review",
+            "--response",
+            r#"{"notes": "fine", "score": 2}"#,
+        ],
+    )
+    .await;
+    assert_eq!(completed.status.code(), Some(0), "{}", text(&completed));
+    assert_eq!(json_lines(&completed)[0]["outcome"], "COMPLETED");
+
+    let watched = tokio::time::timeout(Duration::from_secs(60), watch)
+        .await
+        .expect("watch ends after the terminal event")
+        .unwrap();
+    assert_eq!(watched.status.code(), Some(0), "{}", text(&watched));
+    let types: Vec<String> = json_lines(&watched)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("ACCEPTED"));
+    assert!(types.contains(&"WAITING".to_owned()), "{types:?}");
+    assert_eq!(types.last().map(String::as_str), Some("COMPLETED"));
+
+    let done = cli(&url, &["--json", "get", &job_id]).await;
+    assert_eq!(done.status.code(), Some(0));
+    assert_eq!(json_lines(&done)[0]["status"], "COMPLETED");
+    // The same for a person: text, no colour codes off a terminal.
+    let human = cli(&url, &["get", &job_id]).await;
+    let shown = String::from_utf8_lossy(&human.stdout);
+    assert!(shown.contains("status    COMPLETED"), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}'),
+        "no colours when stdout is not a terminal"
+    );
+    let listed = cli(&url, &["--json", "list", "--status", "completed"]).await;
+    assert_eq!(json_lines(&listed)[0]["jobId"], job_id);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let url = serve(&idle).await;
+    let job_id = idle
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "a" }))
+        .await;
+
+    let cancelled = cli(
+        &url,
+        &["--json", "cancel", &job_id, "--reason", "by mistake"],
+    )
+    .await;
+    assert_eq!(cancelled.status.code(), Some(0), "{}", text(&cancelled));
+    assert_eq!(json_lines(&cancelled)[0]["outcome"], "CANCELLED");
+    // A CANCELLED job: exit 1.
+    let got = cli(&url, &["get", &job_id]).await;
+    assert_eq!(got.status.code(), Some(1), "{}", text(&got));
+    assert!(String::from_utf8_lossy(&got.stdout).contains("CANCELLED"));
+    // Cancelling it again changes nothing and says so (ALREADY_CANCELLED is ok).
+    let again = cli(&url, &["cancel", &job_id, "--reason", "twice"]).await;
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "ALREADY_CANCELLED is ok: {}",
+        text(&again)
+    );
+
+    let retried = cli(
+        &url,
+        &["--json", "retry", &job_id, "--reason", "it was right"],
+    )
+    .await;
+    assert_eq!(retried.status.code(), Some(0), "{}", text(&retried));
+    assert_eq!(json_lines(&retried)[0]["outcome"], "RETRIED");
+    let busy = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let finished = cli(&url, &["--json", "get", &job_id, "--wait", "30"]).await;
+    assert_eq!(finished.status.code(), Some(0));
+    assert_eq!(json_lines(&finished)[0]["status"], "COMPLETED");
+    // Retrying a COMPLETED job without a step: the node says no, exit 3.
+    let refused = cli(&url, &["retry", &job_id]).await;
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
+
+    // Usage errors exit 2; an unknown job, a refused call or an unreachable node 3.
+    assert_eq!(cli(&url, &["get"]).await.status.code(), Some(2));
+    assert_eq!(
+        cli(&url, &["submit", "--name", "x", "--input", "{not json"])
+            .await
+            .status
+            .code(),
+        Some(2)
+    );
+    let unknown = cli(&url, &["get", &uuid::Uuid::now_v7().to_string()]).await;
+    assert_eq!(unknown.status.code(), Some(3), "{}", text(&unknown));
+    assert!(text(&unknown).contains("no workflow run"));
+    let bad_id = cli(&url, &["get", "not-a-uuid"]).await;
+    assert_eq!(bad_id.status.code(), Some(3));
+    assert!(text(&bad_id).contains("jobId"), "{}", text(&bad_id));
+    let nowhere = cli("http://127.0.0.1:9", &["--json", "get", &job_id]).await;
+    assert_eq!(nowhere.status.code(), Some(3));
+    assert_eq!(
+        json_lines(&nowhere)[0]["ok"],
+        false,
+        "scripts get JSON errors too"
+    );
+    assert!(text(&nowhere).contains("cannot reach the node"));
+
+    let health = cli(&url, &["--json", "health"]).await;
+    assert_eq!(health.status.code(), Some(0), "{}", text(&health));
+    assert_eq!(json_lines(&health)[0]["status"], "ready");
+    let completions = cli(&url, &["completions", "bash"]).await;
+    assert_eq!(completions.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&completions.stdout).contains("protomolt"));
+    busy.stop().await;
+    idle.stop().await;
+}
