@@ -3,8 +3,12 @@
 //! `GET /v1/jobs/{jobId}/events` (scope `jobs:read`): the job's events as
 //! Server-Sent Events, from the outbox as they commit (the Kafka lanes may be off):
 //! first those already written, then each as it lands, ending after a terminal event
-//! (COMPLETED, FAILED, DEAD, CANCELLED); a job not submitted yet is waited for (watch,
-//! then submit with your own `jobId`). Each SSE event carries the event's id as
+//! (COMPLETED, FAILED, DEAD, CANCELLED) that is still the job's latest (a retried
+//! job's stream goes on); a job not submitted yet is waited for, up to
+//! [`UNKNOWN_JOB_WAIT`] (watch, then submit with your own `jobId`). A stream with
+//! nothing left to send (a finished job resumed after its last event) answers 204,
+//! which tells a browser's `EventSource` to stop reconnecting. The streams end when
+//! the node shuts down. Each SSE event carries the event's id as
 //! `id`, its type as `event`, and the `WorkflowRunEvent` in proto3 JSON as `data`. A
 //! client reconnecting with `Last-Event-ID` gets only what follows that event. A
 //! comment line every 15 s keeps idle proxies from closing the stream. Every stream
@@ -18,18 +22,18 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use futures_util::stream::{self, Stream};
+use futures_util::stream;
 use prost_reflect::DynamicMessage;
 use registry_stub::ActionError;
 use uuid::Uuid;
 
 use crate::actions::{JobsState, store_error};
 use crate::status::JobStatus;
-use crate::store::WatchedEvent;
+use crate::store::{Store, WatchedEvent};
 use crate::watch::Watching;
 
 /// The routes, over the node's jobs state.
@@ -45,24 +49,39 @@ const TERMINAL: [&str; 4] = ["COMPLETED", "FAILED", "DEAD", "CANCELLED"];
 /// How often an idle stream sends a comment line.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// How long a stream waits for a job that does not exist (yet) before it ends.
+pub const UNKNOWN_JOB_WAIT: Duration = Duration::from_secs(60);
+
 async fn job_events(
     State(state): State<Arc<JobsState>>,
     Path(job_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
     match open_stream(&state, &job_id, &headers).await {
-        Ok(stream) => Sse::new(stream)
+        Ok(Some(stream)) => Sse::new(stream::unfold(Some(stream), next_event))
             .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
             .into_response(),
+        // Nothing follows (a finished job, resumed after its last event): 204 tells
+        // a browser's EventSource to stop reconnecting, where an empty 200 would not.
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
         Err(error) => (error.code.status(), axum::Json(error.body())).into_response(),
     }
+}
+
+/// An open stream: the watch, and what deciding its end needs.
+struct JobStream {
+    watching: Watching,
+    store: Store,
+    job_id: Uuid,
+    /// For a job that does not exist yet: when to stop waiting for it.
+    give_up_at: Option<tokio::time::Instant>,
 }
 
 async fn open_stream(
     state: &JobsState,
     job_id: &str,
     headers: &HeaderMap,
-) -> Result<impl Stream<Item = Result<Event, Infallible>> + use<>, ActionError> {
+) -> Result<Option<JobStream>, ActionError> {
     let job_id =
         Uuid::parse_str(job_id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
     let last_event = match headers.get("last-event-id") {
@@ -79,9 +98,6 @@ async fn open_stream(
                 })?,
         ),
     };
-    // A job not submitted yet is waited for: a client may watch before it submits
-    // with its own jobId.
-    let job = state.store.get_job(job_id).await.map_err(store_error)?;
     let after = match last_event {
         None => 0,
         Some(event_id) => state
@@ -95,41 +111,64 @@ async fn open_stream(
                 ))
             })?,
     };
-    // A finished job with nothing after the position given: the stream is over.
+    // The slot first: a node at its bound answers before reading anything more.
+    let watching = state
+        .watchers
+        .watch(job_id, after)
+        .map_err(|e| ActionError::unavailable(e.to_string()))?;
+    // A job not submitted yet is waited for (a client may watch before it submits
+    // with its own jobId), for a while.
+    let job = state.store.get_job(job_id).await.map_err(store_error)?;
+    let give_up_at = job
+        .is_none()
+        .then(|| tokio::time::Instant::now() + UNKNOWN_JOB_WAIT);
     let finished = job
         .as_ref()
         .and_then(|job| job["status"].as_str())
         .and_then(|s| s.parse::<JobStatus>().ok())
         .is_some_and(JobStatus::is_terminal);
-    let over = finished
+    if finished
         && state
             .store
             .latest_event_position(job_id)
             .await
             .map_err(store_error)?
-            <= after;
-    let watching = if over {
-        None
-    } else {
-        Some(
-            state
-                .watchers
-                .watch(job_id, after)
-                .map_err(|e| ActionError::unavailable(e.to_string()))?,
-        )
-    };
-    Ok(stream::unfold(watching, next_event))
+            <= after
+    {
+        return Ok(None);
+    }
+    Ok(Some(JobStream {
+        watching,
+        store: state.store.clone(),
+        job_id,
+        give_up_at,
+    }))
 }
 
-/// The next SSE event of a watch; the stream ends after a terminal event.
+/// The next SSE event of a stream. It ends after a terminal event that is still the
+/// job's latest (a retried job's stream goes on past its DEAD or FAILED), when the
+/// node shuts down, or when a job that does not exist has not appeared in time.
 async fn next_event(
-    watching: Option<Watching>,
-) -> Option<(Result<Event, Infallible>, Option<Watching>)> {
-    let mut watching = watching?;
-    let event = watching.events.recv().await?;
-    let terminal = TERMINAL.contains(&event.event_type.as_str());
+    stream: Option<JobStream>,
+) -> Option<(Result<Event, Infallible>, Option<JobStream>)> {
+    let mut stream = stream?;
+    let event = match stream.give_up_at {
+        Some(at) => match tokio::time::timeout_at(at, stream.watching.next()).await {
+            Ok(event) => event?,
+            Err(_) => return None,
+        },
+        None => stream.watching.next().await?,
+    };
+    stream.give_up_at = None;
+    let ends = TERMINAL.contains(&event.event_type.as_str())
+        && stream
+            .store
+            .latest_event_position(stream.job_id)
+            .await
+            // Unsure (the database is away): keep the stream; the client decides.
+            .is_ok_and(|latest| latest <= event.seq);
     let sse = sse_event(&event);
-    Some((Ok(sse), (!terminal).then_some(watching)))
+    Some((Ok(sse), (!ends).then_some(stream)))
 }
 
 /// An outbox row as an SSE event: `id`, `event` (its type) and `data` (proto3 JSON).

@@ -5,9 +5,10 @@
 //! it has seen ([`Watchers::watch`]); the hub's loop ([`Watchers::run`]) wakes when
 //! an outbox row commits (the `protomolt_jobs_outbox` notification every event
 //! writes, heard on one LISTEN connection the whole node shares), when a watcher
-//! registers, and once a second as a safety net, and then reads the new events of
-//! every watched job in one statement and hands each watcher its own. Nothing polls
-//! per watcher, and it works with the Kafka lanes off.
+//! registers or empties its channel, and once a second as a safety net, and then
+//! reads the new events of every watched job in one statement (at most a channel's
+//! worth per job, so one long history never crowds out the others) and hands each
+//! watcher its own. Nothing polls per watcher, and it works with the Kafka lanes off.
 //!
 //! A job's events commit in `seq` order (each is written in the transaction that
 //! changed the job, under its row lock), so "after the last `seq` seen" never skips
@@ -26,7 +27,7 @@ use uuid::Uuid;
 use crate::store::{Store, WatchedEvent};
 
 /// Events a watcher's channel holds before the hub waits for it to take them.
-const EVENTS_PER_WATCHER: usize = 64;
+const EVENTS_PER_WATCHER: usize = crate::store::WATCHED_EVENTS_PER_JOB as usize;
 
 /// The safety net: the hub reads at least this often while anyone watches (a
 /// notification lost while its listener reconnected).
@@ -40,11 +41,19 @@ pub struct Watchers {
 
 struct Inner {
     store: Store,
-    /// Woken by the outbox listener and by new watchers.
+    /// Woken by the outbox listener, by new watchers, and by watchers that emptied
+    /// their channel.
     wake: Arc<Notify>,
-    watches: Mutex<HashMap<u64, Watch>>,
+    watches: Mutex<Watches>,
     next_id: AtomicU64,
     max: usize,
+}
+
+#[derive(Default)]
+struct Watches {
+    by_id: HashMap<u64, Watch>,
+    /// The hub has stopped (the node is shutting down): no new watchers.
+    closed: bool,
 }
 
 struct Watch {
@@ -54,20 +63,44 @@ struct Watch {
     events: mpsc::Sender<WatchedEvent>,
 }
 
-/// The node already has its most watchers ([`crate::JobsConfig::max_watchers`]).
+/// Why a watcher was not registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "this node already serves its {0} watchers; try again shortly or watch through another node"
-)]
-pub struct TooManyWatchers(pub usize);
+pub enum NotWatching {
+    /// The node already has its most watchers ([`crate::JobsConfig::max_watchers`]).
+    #[error(
+        "this node already serves its {0} watchers; try again shortly or watch through another node"
+    )]
+    TooMany(usize),
+    /// The node is shutting down.
+    #[error("this node is shutting down; watch through another node")]
+    ShuttingDown,
+}
 
-/// One watcher's registration: its events arrive on [`Watching::events`]; dropping it
-/// unregisters.
+/// One watcher's registration: its events come from [`Watching::next`]; dropping it
+/// unregisters. The channel ends when the node shuts down.
 pub struct Watching {
     id: u64,
     inner: Arc<Inner>,
-    /// The job's events after the position given, in order.
-    pub events: mpsc::Receiver<WatchedEvent>,
+    events: mpsc::Receiver<WatchedEvent>,
+}
+
+impl Watching {
+    /// The job's next event, in order; `None` once the hub has stopped. Taking the
+    /// last one waiting wakes the hub, so a watcher that drains its channel gets the
+    /// rest of a long history at once, not at the next safety-net read.
+    pub async fn next(&mut self) -> Option<WatchedEvent> {
+        let event = self.events.recv().await?;
+        if self.events.is_empty() {
+            self.inner.wake.notify_one();
+        }
+        Some(event)
+    }
+
+    /// Every event already handed over, without waiting.
+    pub fn drain(&mut self) {
+        while self.events.try_recv().is_ok() {}
+        self.inner.wake.notify_one();
+    }
 }
 
 impl Drop for Watching {
@@ -76,6 +109,7 @@ impl Drop for Watching {
             .watches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .by_id
             .remove(&self.id);
     }
 }
@@ -87,7 +121,7 @@ impl Watchers {
             inner: Arc::new(Inner {
                 store,
                 wake: Arc::new(Notify::new()),
-                watches: Mutex::new(HashMap::new()),
+                watches: Mutex::new(Watches::default()),
                 next_id: AtomicU64::new(0),
                 max,
             }),
@@ -102,7 +136,12 @@ impl Watchers {
 
     /// How many watchers are registered.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().by_id.len()
+    }
+
+    /// True once the hub has stopped (the node is shutting down).
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
     }
 
     /// True when nobody watches.
@@ -111,15 +150,18 @@ impl Watchers {
     }
 
     /// Watches `job_id`'s events after outbox position `after` (0: all of them).
-    pub fn watch(&self, job_id: Uuid, after: i64) -> Result<Watching, TooManyWatchers> {
+    pub fn watch(&self, job_id: Uuid, after: i64) -> Result<Watching, NotWatching> {
         let (sender, events) = mpsc::channel(EVENTS_PER_WATCHER);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut watches = self.lock();
-            if watches.len() >= self.inner.max {
-                return Err(TooManyWatchers(self.inner.max));
+            if watches.closed {
+                return Err(NotWatching::ShuttingDown);
             }
-            watches.insert(
+            if watches.by_id.len() >= self.inner.max {
+                return Err(NotWatching::TooMany(self.inner.max));
+            }
+            watches.by_id.insert(
                 id,
                 Watch {
                     job_id,
@@ -136,53 +178,69 @@ impl Watchers {
         })
     }
 
-    /// The hub's loop, until `shutdown`.
+    /// The hub's loop, until `shutdown`; then every watcher's channel ends.
     pub async fn run(self, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 () = self.inner.wake.notified() => {}
                 () = tokio::time::sleep(SAFETY_NET) => {}
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => break,
             }
             if let Err(error) = self.hand_out().await {
                 tracing::warn!(%error, "watchers: reading the watched jobs' events failed; trying again");
                 tokio::select! {
                     () = tokio::time::sleep(SAFETY_NET) => {}
-                    () = shutdown.cancelled() => return,
+                    () = shutdown.cancelled() => break,
                 }
             }
         }
+        // Dropping the senders ends every stream and waiting get-job now, so the
+        // node's shutdown does not wait for them.
+        let mut watches = self.lock();
+        watches.closed = true;
+        watches.by_id.clear();
     }
 
-    /// Reads the new events of every watched job and hands each watcher its own.
+    /// Reads the new events of the watched jobs and hands each watcher its own.
     async fn hand_out(&self) -> Result<(), crate::store::StoreError> {
-        // Each job once, from the earliest position any of its watchers needs.
-        let wanted: HashMap<Uuid, i64> = {
+        // Each job once, from the earliest position any of its watchers that has
+        // room needs (a watcher with a full channel waits for the next turn, so it
+        // never holds the read back for the others).
+        let read_from: HashMap<Uuid, i64> = {
             let watches = self.lock();
             let mut wanted: HashMap<Uuid, i64> = HashMap::new();
-            for watch in watches.values() {
+            for watch in watches.by_id.values().filter(|w| w.events.capacity() > 0) {
                 let after = wanted.entry(watch.job_id).or_insert(watch.after);
                 *after = (*after).min(watch.after);
             }
             wanted
         };
-        if wanted.is_empty() {
+        if read_from.is_empty() {
             return Ok(());
         }
-        let (job_ids, after): (Vec<Uuid>, Vec<i64>) = wanted.into_iter().unzip();
+        let (job_ids, after): (Vec<Uuid>, Vec<i64>) =
+            read_from.iter().map(|(id, after)| (*id, *after)).unzip();
         let (events, more) = self.inner.store.events_after(&job_ids, &after).await?;
         let mut by_job: HashMap<Uuid, Vec<WatchedEvent>> = HashMap::new();
         for event in events {
             by_job.entry(event.job_id).or_default().push(event);
         }
         let mut watches = self.lock();
-        for watch in watches.values_mut() {
-            let Some(events) = by_job.get(&watch.job_id) else {
+        for watch in watches.by_id.values_mut() {
+            let (Some(events), Some(from)) =
+                (by_job.get(&watch.job_id), read_from.get(&watch.job_id))
+            else {
                 continue;
             };
+            // A watcher that registered during the read wants events from before
+            // where this read started: the next read (its registration woke the
+            // hub) serves it from its own position.
+            if watch.after < *from {
+                continue;
+            }
             let seen = watch.after;
             for event in events.iter().filter(|e| e.seq > seen) {
-                // A full channel keeps the rest in the outbox for the next turn.
+                // A full channel keeps the rest in the outbox for a later turn.
                 if watch.events.try_send(event.clone()).is_err() {
                     break;
                 }
@@ -190,13 +248,14 @@ impl Watchers {
             }
         }
         if more {
-            // The read was cut at its limit: read on at once.
+            // A job had more than one read's share: read on at once (watchers whose
+            // channel is full sit that read out).
             self.inner.wake.notify_one();
         }
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watch>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watches> {
         self.inner.watches.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

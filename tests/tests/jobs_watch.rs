@@ -56,7 +56,7 @@ impl SseStream {
         let status = response.status();
         if status != StatusCode::OK {
             let bytes = response.into_body().collect().await.unwrap().to_bytes();
-            return Err((status, serde_json::from_slice(&bytes).unwrap()));
+            return Err((status, serde_json::from_slice(&bytes).unwrap_or_default()));
         }
         assert_eq!(response.headers()["content-type"], "text/event-stream");
         Ok(SseStream {
@@ -174,13 +174,13 @@ async fn a_watcher_that_subscribes_before_submitting_gets_every_event_in_order_a
         .await;
     assert_eq!(types(&resumed), ["STEP_CHECKPOINT", "COMPLETED"]);
     assert_eq!(resumed[0].id, events[2].id);
-    // Resuming after the terminal event: nothing follows; the stream ends at once.
-    let over = SseStream::open(&node.router, &job_id, Some(&events[3].id), None)
+    // Resuming after the terminal event: nothing follows, and 204 tells a browser's
+    // EventSource to stop reconnecting.
+    let (status, _) = SseStream::open(&node.router, &job_id, Some(&events[3].id), None)
         .await
-        .unwrap()
-        .all()
-        .await;
-    assert!(over.is_empty(), "{over:?}");
+        .err()
+        .unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
 
     // Hostile input: a malformed job id or Last-Event-ID, an event of another job.
     let (status, error) = SseStream::open(&node.router, "not-a-uuid", None, None)
@@ -397,6 +397,11 @@ async fn health_answers_without_a_token_and_readiness_follows_the_database() {
     );
 
     db.refuse_connections().await;
+    // An answer is reused for a second: the next run sees the outage.
+    eventually("readiness to notice the outage", WAIT, || async {
+        get(&node.router, "/readyz").await.0 == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
     let (status, not_ready) = get(&node.router, "/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{not_ready}");
     assert_eq!(not_ready["status"], "not ready");
@@ -420,4 +425,191 @@ async fn health_answers_without_a_token_and_readiness_follows_the_database() {
     })
     .await;
     node.stop().await;
+}
+
+/// Adds `count` more events to a job's outbox (copies of its ACCEPTED payload), as a
+/// long history.
+async fn add_events(db: &TestDatabase, job_id: &str, count: i32) {
+    db.connect()
+        .await
+        .execute(
+            "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload)
+             SELECT gen_random_uuid(), job_id, 'STEP_CHECKPOINT', payload
+               FROM workflow_run_events_outbox, generate_series(1, $2)
+              WHERE job_id = $1::text::uuid AND event_type = 'ACCEPTED'",
+            &[&job_id, &count],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stalled_watcher_never_starves_the_others_and_late_watchers_get_the_whole_history() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    // A job with a long history, watched by a client that never reads.
+    let long = idle
+        .submit(
+            &two_step_workflow(&server.target()),
+            json!({ "text": "long" }),
+        )
+        .await;
+    add_events(&db, &long, 6_000).await;
+    let _stalled = SseStream::open(&idle.router, &long, None, None)
+        .await
+        .unwrap();
+    let _stalled_too = SseStream::open(&idle.router, &long, None, None)
+        .await
+        .unwrap();
+
+    // Another job's watcher gets its whole lifecycle all the same.
+    let busy = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let other = uuid::Uuid::now_v7().to_string();
+    let stream = SseStream::open(&idle.router, &other, None, None)
+        .await
+        .unwrap();
+    idle.ok(
+        "submit-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "b" }, "jobId": other }),
+    )
+    .await;
+    assert_eq!(
+        types(&stream.all().await),
+        [
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ]
+    );
+
+    // Watchers that join while others follow the job's tail each start at its first
+    // event, and a reader drains the long history at once.
+    let first = node_first_event(&idle, &long).await;
+    let mut late = Vec::new();
+    for _ in 0..20 {
+        late.push(
+            SseStream::open(&idle.router, &long, None, None)
+                .await
+                .unwrap(),
+        );
+    }
+    add_events(&db, &long, 5).await;
+    for mut stream in late {
+        assert_eq!(stream.next().await.unwrap().id, first);
+    }
+    let mut reader = SseStream::open(&idle.router, &long, None, None)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for _ in 0..6_006 {
+        reader.next().await.expect("the whole history");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a reader gets a long history as fast as it reads, not a channel a second: {:?}",
+        started.elapsed()
+    );
+    busy.stop().await;
+    idle.stop().await;
+}
+
+async fn node_first_event(node: &JobsNode, job_id: &str) -> String {
+    node.store
+        .job_events(uuid::Uuid::parse_str(job_id).unwrap())
+        .await
+        .unwrap()[0]
+        .event_id
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_retried_jobs_stream_goes_on_past_its_dead_event() {
+    let db = TestDatabase::create().await;
+    let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let server = FixtureServer::start_with(workflow::testkit::FixtureOptions {
+        embed_unavailable: Some(down.clone()),
+        ..workflow::testkit::FixtureOptions::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "a" }, "maxAttempts": 1 }),
+        )
+        .await;
+    let job_id = answer["jobId"].as_str().unwrap().to_owned();
+    node.wait_for_status(&job_id, "DEAD", WAIT).await;
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    node.ok("retry-job", json!({ "jobId": job_id })).await;
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    let events = SseStream::open(&node.router, &job_id, None, None)
+        .await
+        .unwrap()
+        .all()
+        .await;
+    assert_eq!(
+        types(&events),
+        [
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "DEAD",
+            "RETRIED",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ]
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn streams_and_waits_end_when_the_node_shuts_down_and_waits_outlast_a_full_hub() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let mut config = test_config(&db.url, "idle", 0);
+    config.max_watchers = 2;
+    let node = JobsNode::start(config).await;
+    let queued = node
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "a" }))
+        .await;
+    // Every slot taken by streams on jobs that do not exist.
+    let first = SseStream::open(&node.router, &uuid::Uuid::now_v7().to_string(), None, None)
+        .await
+        .unwrap();
+    let second = SseStream::open(&node.router, &uuid::Uuid::now_v7().to_string(), None, None)
+        .await
+        .unwrap();
+    // A waiting get-job still waits (reading the row now and then), not refused.
+    let started = Instant::now();
+    let answer = node
+        .ok("get-job", json!({ "jobId": queued, "waitMs": 700 }))
+        .await;
+    assert_eq!(answer["job"]["status"], "QUEUED");
+    assert!(started.elapsed() >= Duration::from_millis(700));
+
+    let (router, store) = (node.router.clone(), node.store.clone());
+    let waiting = tokio::spawn(async move {
+        protomolt_e2e::jobs::call(
+            &router,
+            "get-job",
+            json!({ "jobId": queued, "waitMs": 60_000 }),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    node.stop().await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        (first.all().await, second.all().await)
+    })
+    .await
+    .expect("the streams end with the node");
+    assert!(ended.0.is_empty() && ended.1.is_empty());
+    let (status, _) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting get-job answers when the node stops")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    drop(store);
 }

@@ -4,8 +4,9 @@
 //!
 //! With `waitMs` (up to 60,000) the answer waits until the job is finished or WAITING
 //! on a step, or the time is up, whichever comes first; it is woken by the job's own
-//! events through the node's [`crate::watch::Watchers`] hub, never by polling, and
-//! counts against `[jobs].max_watchers` while it waits.
+//! events through the node's [`crate::watch::Watchers`] hub, not by polling, and
+//! counts against `[jobs].max_watchers` while it waits (when every slot is taken it
+//! reads the row twice a second instead of being refused).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +43,9 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     Ok(json!({ "ok": true, "job": job }))
 }
 
+/// How often a waiting get-job reads the row when the node has no watcher slot free.
+const POLL_WITHOUT_A_SLOT: Duration = Duration::from_millis(500);
+
 /// The job's row once it is finished or WAITING, or when `wait` is up (`None`: no such
 /// job).
 async fn settled_row(
@@ -57,10 +61,9 @@ async fn settled_row(
         .latest_event_position(job_id)
         .await
         .map_err(store_error)?;
-    let mut watching = state
-        .watchers
-        .watch(job_id, position)
-        .map_err(|e| ActionError::unavailable(format!("waitMs: {e}")))?;
+    // Without a free slot, fall back to reading the row twice a second: slower to
+    // notice, but the caller still waits, rather than being refused.
+    let mut watching = state.watchers.watch(job_id, position).ok();
     loop {
         let row = state.store.get_job(job_id).await.map_err(store_error)?;
         let settled = row.as_ref().is_none_or(|row| {
@@ -72,11 +75,24 @@ async fn settled_row(
         if settled {
             return Ok(row);
         }
-        match tokio::time::timeout_at(deadline, watching.events.recv()).await {
-            // An event: read the row again (and take whatever else has arrived).
-            Ok(Some(_)) => while watching.events.try_recv().is_ok() {},
-            // Time is up (or the hub stopped: the node is shutting down).
-            Ok(None) | Err(_) => return Ok(row),
+        let woken = async {
+            match watching.as_mut() {
+                Some(watching) => {
+                    let event = watching.next().await;
+                    // Read the row again once, whatever else has arrived.
+                    watching.drain();
+                    event.is_some()
+                }
+                None => {
+                    tokio::time::sleep(POLL_WITHOUT_A_SLOT).await;
+                    !state.watchers.is_closed()
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, woken).await {
+            Ok(true) => {}
+            // Time is up, or the hub stopped (the node is shutting down).
+            Ok(false) | Err(_) => return Ok(row),
         }
     }
 }

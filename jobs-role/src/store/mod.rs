@@ -49,7 +49,7 @@ pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::{FleetState, JobFilter, PoolStatus};
 pub use retries::{Retry, RetryOutcome};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
-pub use watching::{WATCHED_EVENTS_PER_READ, WatchedEvent};
+pub use watching::{WATCHED_EVENTS_PER_JOB, WatchedEvent};
 pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
 
 use std::time::Duration;

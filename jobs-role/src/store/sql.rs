@@ -545,13 +545,16 @@ SELECT event_id, event_type, payload, status FROM workflow_run_events_outbox WHE
 
 /// The events of watched jobs after the positions their watchers have seen: `$1`
 /// job ids, `$2` the position after which each job's events are wanted, `$3` the
-/// most rows. One `outbox_by_job` range per job.
+/// most rows per job (so one long history never crowds out the others). One
+/// `outbox_by_job` range per job.
 pub const EVENTS_AFTER: &str = "\
 SELECT o.job_id, o.event_id, o.seq, o.event_type, o.payload
-  FROM unnest($1::uuid[], $2::bigint[]) AS w(job_id, after)
-  JOIN workflow_run_events_outbox o ON o.job_id = w.job_id AND o.seq > w.after
- ORDER BY o.job_id, o.seq
- LIMIT $3";
+  FROM unnest($1::uuid[], $2::bigint[]) AS w(job_id, after),
+       LATERAL (SELECT job_id, event_id, seq, event_type, payload
+                  FROM workflow_run_events_outbox
+                 WHERE job_id = w.job_id AND seq > w.after
+                 ORDER BY seq
+                 LIMIT $3) AS o";
 
 /// The position of one of a job's events. `$1` job id, `$2` event id.
 pub const EVENT_POSITION: &str = "\

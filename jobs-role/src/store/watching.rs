@@ -3,9 +3,9 @@
 
 use super::*;
 
-/// The most events one read for the watchers returns; a read cut here is followed
-/// at once by the next.
-pub const WATCHED_EVENTS_PER_READ: i64 = 5_000;
+/// The most events of one job one read for the watchers returns (a watcher's
+/// channel holds as many); a job with more is read on at once.
+pub const WATCHED_EVENTS_PER_JOB: i64 = 64;
 
 /// One event of a watched job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,8 +23,8 @@ pub struct WatchedEvent {
 }
 
 impl Store {
-    /// The events of `job_ids[i]` after position `after[i]`, each job's in order; and
-    /// whether the read was cut at [`WATCHED_EVENTS_PER_READ`].
+    /// The events of `job_ids[i]` after position `after[i]`, each job's in order, at
+    /// most [`WATCHED_EVENTS_PER_JOB`] each; and whether some job had more.
     pub async fn events_after(
         &self,
         job_ids: &[Uuid],
@@ -34,10 +34,14 @@ impl Store {
         let rows = client
             .query(
                 sql::EVENTS_AFTER,
-                &[&job_ids, &after, &WATCHED_EVENTS_PER_READ],
+                &[&job_ids, &after, &WATCHED_EVENTS_PER_JOB],
             )
             .await?;
-        let cut = rows.len() as i64 >= WATCHED_EVENTS_PER_READ;
+        let mut per_job: std::collections::HashMap<Uuid, i64> = std::collections::HashMap::new();
+        for row in &rows {
+            *per_job.entry(row.get("job_id")).or_default() += 1;
+        }
+        let cut = per_job.values().any(|n| *n >= WATCHED_EVENTS_PER_JOB);
         let events = rows
             .iter()
             .map(|row| WatchedEvent {
