@@ -1,4 +1,4 @@
-//! The node config: `[node]`, `[auth]`, `[registry]`, `[parse]`, `[jobs]`, loaded from TOML with
+//! The node config: `[node]`, `[auth]`, `[registry]`, `[parse]`, `[jobs]`, `[telemetry]`, loaded from TOML with
 //! environment overrides.
 //!
 //! The environment forms ([`EnvOverrides`]):
@@ -41,6 +41,18 @@ pub struct HostConfig {
     pub registry: RegistrySection,
     pub parse: ParseConfig,
     pub jobs: JobsConfig,
+    pub telemetry: TelemetrySection,
+}
+
+/// `[telemetry]`: traces, off unless an endpoint is set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    /// An OTLP/gRPC collector (`http://collector:4317`): spans of every verb, job
+    /// segment and step call are sent there.
+    pub otlp_endpoint: Option<String>,
+    /// The service name the spans carry.
+    pub service_name: Option<String>,
 }
 
 /// The roles this host knows how to mount.

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::Layer;
 
 mod config;
 mod demo;
@@ -52,24 +53,52 @@ enum Command {
     },
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr (text or JSON lines); with `[telemetry].otlp_endpoint`, also sends
+/// the spans to that collector. The returned provider flushes them when shut down.
+fn init_logging(
+    format: LogFormat,
+    telemetry: &config::TelemetrySection,
+) -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>, String> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    };
+    let (provider, traces) = match &telemetry.otlp_endpoint {
+        Some(endpoint) => {
+            let service = telemetry
+                .service_name
+                .as_deref()
+                .unwrap_or("protomolt-node");
+            let (provider, layer) = registry_stub::telemetry::otlp_layer(endpoint, service)?;
+            (Some(provider), Some(layer))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(traces)
+        .init();
+    Ok(provider)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
     let config = match config::HostConfig::load(cli.config.as_deref()) {
         Ok(config) => config,
+        Err(e) => {
+            eprintln!("protomolt-node: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let traces = match init_logging(cli.log_format, &config.telemetry) {
+        Ok(traces) => traces,
         Err(e) => {
             eprintln!("protomolt-node: {e}");
             return ExitCode::from(2);
@@ -83,6 +112,10 @@ async fn main() -> ExitCode {
         }
         Command::Demo { once } => demo::run(config, once).await,
     };
+    // Send the last spans before exiting.
+    if let Some(traces) = traces {
+        let _ = traces.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -27,10 +27,11 @@ use jobs_proto::v1::WorkflowRunRequest;
 use prost::Message as _;
 use prost_types::value::Kind;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::config::JobsConfig;
@@ -159,7 +160,24 @@ impl RequestConsumer {
             // here, without committing, and resumes when the database answers.
             let mut pause = Duration::from_millis(200);
             loop {
-                match self.handler.process(&record).await {
+                // One span per record, the producer's trace context its parent, so
+                // the job it submits joins that trace.
+                let span = tracing::info_span!(
+                    "request record",
+                    otel.kind = "consumer",
+                    partition = record.partition(),
+                    offset = record.offset()
+                );
+                if let Some(traceparent) = record.headers().and_then(|headers| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == registry_stub::telemetry::TRACEPARENT)
+                        .and_then(|h| h.value)
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                }) {
+                    registry_stub::telemetry::set_parent(&span, traceparent);
+                }
+                match self.handler.process(&record).instrument(span).await {
                     Ok(disposition) => {
                         log_disposition(&record, &disposition);
                         let outcome = match disposition {
@@ -359,6 +377,7 @@ impl RequestHandler {
             run_after: None,
             input,
             max_attempts: 1,
+            trace_context: registry_stub::telemetry::current_traceparent(),
             by_name: true,
         };
         self.store.insert_failed_job(&job, &error).await?;

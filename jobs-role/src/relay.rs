@@ -217,7 +217,16 @@ impl Publisher {
                 Some(id) => jobs_proto::wire::frame(id, &event.payload),
                 None => event.payload.clone(),
             };
-            let record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
+            let mut record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
+            // The job's trace context, so a consumer's span joins the job's trace.
+            if let Some(traceparent) = &event.trace_context {
+                record = record.headers(rdkafka::message::OwnedHeaders::new().insert(
+                    rdkafka::message::Header {
+                        key: registry_stub::telemetry::TRACEPARENT,
+                        value: Some(traceparent.as_bytes()),
+                    },
+                ));
+            }
             in_flight.push(self.producer.send_result(record).map_err(|(e, _)| e));
         }
         let mut outcomes = Vec::with_capacity(in_flight.len());

@@ -420,6 +420,8 @@ impl Submitter {
             input: canonical,
             priority: submission.priority.unwrap_or(DEFAULT_PRIORITY),
             run_after: submission.start.run_after(),
+            // The submitting request's trace (its verb span, or a request record's).
+            trace_context: registry_stub::telemetry::current_traceparent(),
             by_name,
             max_attempts: submission
                 .max_attempts

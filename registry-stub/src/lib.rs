@@ -32,6 +32,7 @@
 //! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
 //! | [`registry`]   | the registry role and its four verbs                             |
 //! | [`schema`]     | JSON Schema of a protobuf message, for the catalog               |
+//! | [`telemetry`]  | traces over OTLP, and the W3C trace context across processes     |
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -46,6 +47,7 @@ pub mod registry;
 pub mod repository;
 pub mod route;
 pub mod schema;
+pub mod telemetry;
 
 pub use action::{Action, ActionError, ActionRequest, Code};
 pub use node::{MountContext, MountError, MountedNode, Node, NodeError, Role};

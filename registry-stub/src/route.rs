@@ -32,6 +32,7 @@ use crate::action::{Action, ActionError, Code};
 use crate::auth::AuthConfig;
 use crate::metrics::HttpMetrics;
 use crate::schema::json_schema;
+use tracing::Instrument;
 
 /// Largest request body accepted (envelopes carry descriptor sets).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -198,8 +199,26 @@ async fn call_action(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
+    // One span per call, named by the catalog (never by what a caller invents), the
+    // caller's trace context its parent.
+    let known = if state.catalog.get(&verb).is_some() {
+        verb.as_str()
+    } else {
+        "unknown"
+    };
+    let span = tracing::info_span!("verb", otel.name = %format!("POST /v1/actions/{known}"), otel.kind = "server", verb = %known);
+    if let Some(traceparent) = headers
+        .get(crate::telemetry::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+    {
+        crate::telemetry::set_parent(&span, traceparent);
+    }
     let answer = match body {
-        Ok(body) => dispatch(&state, &verb, &headers, &body).await,
+        Ok(body) => {
+            dispatch(&state, &verb, &headers, &body)
+                .instrument(span)
+                .await
+        }
         // Too large (or unreadable): answer in the route's own error model.
         Err(rejection) => Err(ActionError::invalid(format!(
             "the body could not be read ({}); bodies are limited to {} MiB",
@@ -214,11 +233,6 @@ async fn call_action(
     tracing::debug!(%verb, status = status.as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "action");
     // Only the catalog's names become labels: a caller inventing verbs cannot grow
     // the metrics without bound.
-    let known = if state.catalog.get(&verb).is_some() {
-        verb.as_str()
-    } else {
-        "unknown"
-    };
     state.metrics.observe(known, status, started.elapsed());
     match answer {
         Ok(value) => (StatusCode::OK, axum::Json(value)).into_response(),

@@ -193,6 +193,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             run_after: None,
             input: serde_json::json!({ "text": format!("job {i}") }),
             max_attempts: 3,
+            trace_context: None,
             by_name: false,
         };
         store.insert_job(&job).await.expect("insert");

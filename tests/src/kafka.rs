@@ -7,7 +7,7 @@ use jobs_role::JobsConfig;
 use jobs_role::store::NewJob;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::{create_topic, kafka_bootstrap, unique_topic};
@@ -23,6 +23,8 @@ pub struct Record {
     pub partition: i32,
     /// Offset.
     pub offset: i64,
+    /// The record's headers (name, value as text).
+    pub headers: Vec<(String, String)>,
 }
 
 /// `config` with the Kafka lanes on: fresh events and requests topics, its own
@@ -95,6 +97,19 @@ pub async fn read_until(
                 payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                 partition: message.partition(),
                 offset: message.offset(),
+                headers: message
+                    .headers()
+                    .map(|headers| {
+                        headers
+                            .iter()
+                            .map(|h| {
+                                let value =
+                                    h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                                (h.key.to_owned(), value.into_owned())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
     }
@@ -120,6 +135,7 @@ pub async fn hand_driven_lanes_node(
         run_after: None,
         input: serde_json::json!({}),
         max_attempts: 3,
+        trace_context: None,
         by_name: false,
     };
     node.store.insert_job(&job).await.expect("insert");

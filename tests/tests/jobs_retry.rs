@@ -247,6 +247,7 @@ async fn a_retry_with_hostile_values_is_refused_and_changes_nothing() {
         run_after: None,
         input: json!({ "text": 5 }),
         max_attempts: 1,
+        trace_context: None,
         by_name: true,
     };
     idle.store

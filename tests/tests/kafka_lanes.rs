@@ -112,6 +112,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         run_after: None,
         input: json!({}),
         max_attempts: 1,
+        trace_context: None,
         by_name: false,
     };
     let client = db.connect().await;

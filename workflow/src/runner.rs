@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::time::Duration;
+use tracing::Instrument;
 
 use prost_reflect::DynamicMessage;
 use serde_json::Value;
@@ -234,7 +235,16 @@ impl Runner {
                 }
                 None
             } else {
+                // A span per step call: the metadata is made inside it, so a caller
+                // tracing across processes can send the call's own trace context.
+                let span = tracing::info_span!(
+                    "step",
+                    otel.kind = "client",
+                    step = %step.name,
+                    target = step.target.as_deref().unwrap_or_default()
+                );
                 self.run_step(workflow, step, &scope, segment_end, metadata)
+                    .instrument(span)
                     .await?
             };
             let (checkpoint, response) = match called {

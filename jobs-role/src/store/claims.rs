@@ -49,6 +49,8 @@ pub struct ClaimedJob {
     /// Operator retries that re-ran checkpointed steps: part of every step call's
     /// idempotency key once non-zero.
     pub reruns: i32,
+    /// The submitter's W3C trace context: the parent of the segment's span.
+    pub trace_context: Option<String>,
 }
 
 /// What a sweep did.
@@ -94,6 +96,7 @@ impl Store {
                 max_attempts: row.get("max_attempts"),
                 releases: row.get("releases"),
                 reruns: row.get("reruns"),
+                trace_context: row.get("trace_context"),
             })
             .collect())
     }

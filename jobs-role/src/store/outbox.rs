@@ -27,6 +27,8 @@ pub struct PendingEvent {
     pub payload: Vec<u8>,
     /// Failed publishes so far.
     pub attempts: i32,
+    /// The job's W3C trace context, sent as the record's `traceparent` header.
+    pub trace_context: Option<String>,
 }
 
 /// What became of one publish.
@@ -130,6 +132,7 @@ impl Store {
                 job_id: row.get("job_id"),
                 payload: row.get("payload"),
                 attempts: row.get("attempts"),
+                trace_context: row.get("trace_context"),
             })
             .collect();
         let ids: Vec<(Uuid, i32)> = pending.iter().map(|p| (p.event_id, p.attempts)).collect();

@@ -84,11 +84,12 @@ pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::t
 /// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
 /// definition, `$4` input, `$5` max attempts, `$6` the definition's digest (NULL: a
 /// trigger computes one; see migration V8), `$7` priority, `$8` when it becomes
-/// claimable (NULL, or a time past: now, so a past start never jumps the queue).
+/// claimable (NULL, or a time past: now, so a past start never jumps the queue), `$9`
+/// the submitter's trace context (or NULL).
 pub const INSERT_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
-                          priority, run_after)
-VALUES ($1, $2, $3, $4, $5, $6, $7, GREATEST(COALESCE($8, now()), now()))
+                          priority, run_after, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, $7, GREATEST(COALESCE($8, now()), now()), $9)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -100,15 +101,17 @@ RETURNING status";
 ///
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
-/// (NULL: now). Per distinct snapshot: `$6` definitions, `$7` digests (NULL: the
-/// trigger computes one).
+/// (NULL: now), `$10` trace contexts (or NULL). Per distinct snapshot: `$6`
+/// definitions, `$7` digests (NULL: the trigger computes one).
 pub const INSERT_JOBS: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
-                          priority, run_after)
+                          priority, run_after, trace_context)
 SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.digest,
-       j.priority, GREATEST(COALESCE(j.run_after, now()), now())
-  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[])
-           WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after, at)
+       j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
+              $10::text[])
+           WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
+                                trace_context, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  ORDER BY j.at
@@ -119,11 +122,12 @@ RETURNING job_id";
 /// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
 /// a redelivery from a conflict). `$1` job id, `$2` workflow name,
 /// `$3` definition, `$4` input, `$5` error, `$6` the definition's digest (or NULL),
-/// `$7` priority, `$8` the start asked for (NULL: now), kept for the record.
+/// `$7` priority, `$8` the start asked for (NULL: now), kept for the record, `$9` the
+/// trace context (or NULL).
 pub const INSERT_FAILED_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest,
-                          priority, run_after)
-VALUES ($1, $2, $3, $4, 'FAILED', $5, now(), $6, $7, COALESCE($8, now()))
+                          priority, run_after, trace_context)
+VALUES ($1, $2, $3, $4, 'FAILED', $5, now(), $6, $7, COALESCE($8, now()), $9)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -189,7 +193,7 @@ UPDATE workflow_run
                                             FOR UPDATE SKIP LOCKED) AS eligible
                             LIMIT $3))
    AND status = 'QUEUED'
-RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, reruns, checkpoints,
+RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, reruns, checkpoints, trace_context,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
               AS definition_digest";
 
@@ -611,7 +615,8 @@ pub const NOTIFY_OUTBOX: &str = "SELECT pg_notify('protomolt_jobs_outbox', '')";
 /// PENDING by a transaction racing the one that dead-lettered its job's row.
 /// `$1` batch size.
 pub const CLAIM_OUTBOX_BATCH: &str = "\
-SELECT o.event_id, o.job_id, o.payload, o.attempts
+SELECT o.event_id, o.job_id, o.payload, o.attempts,
+       (SELECT w.trace_context FROM workflow_run w WHERE w.job_id = o.job_id) AS trace_context
   FROM workflow_run_events_outbox o
  WHERE o.status = 'PENDING' AND o.next_attempt_at <= now()
    AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox e

@@ -29,6 +29,8 @@ pub struct NewJob {
     pub priority: i16,
     /// When the job becomes claimable; `None`: at once.
     pub run_after: Option<std::time::SystemTime>,
+    /// The submitter's W3C trace context (`traceparent`), when it was traced.
+    pub trace_context: Option<String>,
     /// Submitted by a stored workflow's name: a resubmission with the same id matches
     /// on the name and the input only, since the stored workflow may have been edited
     /// since (an inline submission matches on its definition too).
@@ -103,6 +105,7 @@ impl Store {
                     &job.definition_digest.as_deref(),
                     &job.priority,
                     &job.run_after,
+                    &job.trace_context,
                 ],
             )
             .await?;
@@ -211,6 +214,7 @@ async fn insert_batch(
                 &rows.digests,
                 &rows.priorities,
                 &rows.run_afters,
+                &rows.trace_contexts,
             ],
         )
         .await?
@@ -296,6 +300,7 @@ struct SnapshotRows<'a> {
     digests: Vec<Option<&'a str>>,
     priorities: Vec<i16>,
     run_afters: Vec<Option<std::time::SystemTime>>,
+    trace_contexts: Vec<Option<&'a str>>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -310,6 +315,7 @@ impl<'a> SnapshotRows<'a> {
             digests: Vec::new(),
             priorities: Vec::with_capacity(order.len()),
             run_afters: Vec::with_capacity(order.len()),
+            trace_contexts: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -334,6 +340,7 @@ impl<'a> SnapshotRows<'a> {
             rows.max_attempts.push(job.max_attempts);
             rows.priorities.push(job.priority);
             rows.run_afters.push(job.run_after);
+            rows.trace_contexts.push(job.trace_context.as_deref());
         }
         rows
     }

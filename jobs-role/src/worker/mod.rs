@@ -40,6 +40,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 use workflow::compile::decode_json;
 use workflow::{
@@ -249,7 +250,17 @@ impl Worker {
     pub async fn run_job(&self, job: ClaimedJob, flusher: &Flusher, shutdown: &CancellationToken) {
         let claim = job.claim.clone();
         let started = std::time::Instant::now();
-        let run = self.execute(job, flusher);
+        // One span per segment, the submitter's trace its parent.
+        let span = tracing::info_span!(
+            "segment",
+            job_id = %claim.job_id,
+            workflow = %claim.workflow_name,
+            attempt = claim.attempt
+        );
+        if let Some(traceparent) = &job.trace_context {
+            registry_stub::telemetry::set_parent(&span, traceparent);
+        }
+        let run = self.execute(job, flusher).instrument(span);
         tokio::pin!(run);
         let settled = tokio::select! {
             settled = &mut run => Some(settled),
@@ -943,12 +954,17 @@ impl JobMetadata {
 
 impl CallMetadata for JobMetadata {
     fn for_step(&self, step: &CompiledStep) -> Vec<(String, String)> {
-        vec![
+        let mut metadata = vec![
             ("x-protomolt-job-id".into(), self.job_id.clone()),
             ("x-protomolt-step".into(), step.name.clone()),
             ("x-protomolt-attempt".into(), self.attempt.to_string()),
             ("idempotency-key".into(), self.idempotency_key(step)),
-        ]
+        ];
+        // Called inside the step's span: the target's own spans join the job's trace.
+        if let Some(traceparent) = registry_stub::telemetry::current_traceparent() {
+            metadata.push((registry_stub::telemetry::TRACEPARENT.into(), traceparent));
+        }
+        metadata
     }
 }
 

@@ -32,7 +32,7 @@ pub struct FixtureOptions {
 pub struct RecordedCall {
     /// `Tokenize` or `Embed`.
     pub method: &'static str,
-    /// The `x-protomolt-*` and `idempotency-key` headers, sorted by name.
+    /// The `x-protomolt-*`, `idempotency-key` and `traceparent` headers, sorted by name.
     pub metadata: Vec<(String, String)>,
 }
 
@@ -85,12 +85,15 @@ impl FixtureStats {
             .filter_map(|entry| match entry {
                 tonic::metadata::KeyAndValueRef::Ascii(key, value) => {
                     let key = key.as_str();
-                    (key.starts_with("x-protomolt-") || key == "idempotency-key").then(|| {
-                        (
-                            key.to_owned(),
-                            value.to_str().unwrap_or_default().to_owned(),
-                        )
-                    })
+                    (key.starts_with("x-protomolt-")
+                        || key == "idempotency-key"
+                        || key == "traceparent")
+                        .then(|| {
+                            (
+                                key.to_owned(),
+                                value.to_str().unwrap_or_default().to_owned(),
+                            )
+                        })
                 }
                 tonic::metadata::KeyAndValueRef::Binary(..) => None,
             })
