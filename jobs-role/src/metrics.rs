@@ -30,6 +30,34 @@ use crate::worker::TargetLimits;
 /// A gauge holding seconds.
 type SecondsGauge = Gauge<f64, AtomicU64>;
 
+/// The most distinct workflows (and, separately, workflow-and-step pairs) the
+/// metrics keep as label values; past them the rest are counted under `other`, so a
+/// caller inventing names (inline workflows carry any name) cannot grow the node's
+/// memory or a scrape without bound.
+pub const MAX_LABEL_VALUES: usize = 500;
+
+/// The label value everything past [`MAX_LABEL_VALUES`] is counted under.
+pub const OTHER: &str = "other";
+
+/// Label values admitted so far, first come first kept.
+#[derive(Clone, Default)]
+struct Admitted(std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl Admitted {
+    /// `value`, or [`OTHER`] once [`MAX_LABEL_VALUES`] others were admitted.
+    fn admit(&self, value: &str) -> bool {
+        let mut admitted = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if admitted.contains(value) {
+            return true;
+        }
+        if admitted.len() < MAX_LABEL_VALUES {
+            admitted.insert(value.to_owned());
+            return true;
+        }
+        false
+    }
+}
+
 /// Every metric of the jobs role. `Default` makes a set registered nowhere (a
 /// worker or consumer built outside a node, in tests).
 #[derive(Clone)]
@@ -79,6 +107,8 @@ pub struct JobsMetrics {
     pub pool: Family<Labels, Gauge>,
     /// Per-target permits by `target` and `state` (in_use, waiting).
     pub permits: Family<Labels, Gauge>,
+    workflows: Admitted,
+    steps: Admitted,
 }
 
 impl Default for JobsMetrics {
@@ -104,6 +134,8 @@ impl Default for JobsMetrics {
             oldest_pending_seconds: SecondsGauge::default(),
             pool: Family::default(),
             permits: Family::default(),
+            workflows: Admitted::default(),
+            steps: Admitted::default(),
         }
     }
 }
@@ -209,35 +241,55 @@ impl JobsMetrics {
         metrics
     }
 
+    /// The `workflow` label of `workflow` (bounded: see [`MAX_LABEL_VALUES`]).
+    pub fn workflow_label(&self, workflow: &str) -> String {
+        if self.workflows.admit(workflow) {
+            workflow.to_owned()
+        } else {
+            OTHER.to_owned()
+        }
+    }
+
+    /// The `workflow` and `step` labels of a step (bounded as pairs).
+    fn step_labels(&self, workflow: &str, step: &str) -> Labels {
+        let workflow = self.workflow_label(workflow);
+        let (workflow, step) = if self.steps.admit(&format!("{workflow}\u{0}{step}")) {
+            (workflow, step.to_owned())
+        } else {
+            (OTHER.to_owned(), OTHER.to_owned())
+        };
+        vec![("workflow", workflow), ("step", step)]
+    }
+
     /// Counts a settlement.
     pub fn settled(&self, outcome: &'static str, workflow: &str) {
         self.settlements
             .get_or_create(&vec![
                 ("outcome", outcome.to_owned()),
-                ("workflow", workflow.to_owned()),
+                ("workflow", self.workflow_label(workflow)),
             ])
             .inc();
+    }
+
+    /// Times a segment.
+    pub fn segment_took(&self, workflow: &str, took: Duration) {
+        self.segment_seconds
+            .get_or_create(&vec![("workflow", self.workflow_label(workflow))])
+            .observe(seconds(took));
     }
 
     /// Times a step.
     pub fn step_took(&self, workflow: &str, step: &str, took: Duration) {
         self.step_seconds
-            .get_or_create(&vec![
-                ("workflow", workflow.to_owned()),
-                ("step", step.to_owned()),
-            ])
+            .get_or_create(&self.step_labels(workflow, step))
             .observe(seconds(took));
     }
 
-    /// Counts a failed step.
+    /// Counts a failed step (`code`: one of a fixed set).
     pub fn step_failed(&self, workflow: &str, step: &str, code: &str) {
-        self.step_errors
-            .get_or_create(&vec![
-                ("workflow", workflow.to_owned()),
-                ("step", step.to_owned()),
-                ("code", code.to_owned()),
-            ])
-            .inc();
+        let mut labels = self.step_labels(workflow, step);
+        labels.push(("code", code.to_owned()));
+        self.step_errors.get_or_create(&labels).inc();
     }
 
     /// Counts with a single `outcome` label.
@@ -302,17 +354,21 @@ async fn read_state(
     // rather than its last count.
     metrics.jobs.clear();
     for (status, workflow, count) in state.live_jobs {
+        // Added, not set: names past the bound share `other`.
         metrics
             .jobs
-            .get_or_create(&vec![("status", status), ("workflow", workflow)])
-            .set(count);
+            .get_or_create(&vec![
+                ("status", status),
+                ("workflow", metrics.workflow_label(&workflow)),
+            ])
+            .inc_by(count);
     }
     metrics.waiting.clear();
     for (workflow, step, count) in state.waiting {
         metrics
             .waiting
-            .get_or_create(&vec![("workflow", workflow), ("step", step)])
-            .set(count);
+            .get_or_create(&metrics.step_labels(&workflow, &step))
+            .inc_by(count);
     }
     for (status, count) in [
         ("PENDING", state.outbox_pending),
@@ -331,4 +387,43 @@ async fn read_state(
         .oldest_pending_seconds
         .set(state.oldest_pending_seconds);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invented_names_past_the_bound_are_counted_as_other() {
+        let metrics = JobsMetrics::default();
+        for i in 0..MAX_LABEL_VALUES + 100 {
+            metrics.settled("completed", &format!("workflow-{i}"));
+        }
+        let other = vec![
+            ("outcome", "completed".to_owned()),
+            ("workflow", OTHER.to_owned()),
+        ];
+        assert_eq!(metrics.settlements.get(&other).map(|c| c.get()), Some(100));
+        let first = vec![
+            ("outcome", "completed".to_owned()),
+            ("workflow", "workflow-0".to_owned()),
+        ];
+        assert_eq!(metrics.settlements.get(&first).map(|c| c.get()), Some(1));
+
+        // Steps are bounded as pairs: one workflow inventing step names too.
+        for i in 0..MAX_LABEL_VALUES + 10 {
+            metrics.step_took("workflow-0", &format!("step-{i}"), Duration::from_millis(1));
+        }
+        let others = vec![("workflow", OTHER.to_owned()), ("step", OTHER.to_owned())];
+        assert!(metrics.step_seconds.get(&others).is_some());
+        assert!(
+            metrics
+                .step_seconds
+                .get(&vec![
+                    ("workflow", "workflow-0".to_owned()),
+                    ("step", format!("step-{}", MAX_LABEL_VALUES + 5))
+                ])
+                .is_none()
+        );
+    }
 }

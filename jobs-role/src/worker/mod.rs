@@ -281,9 +281,7 @@ impl Worker {
             }
         };
         self.metrics
-            .segment_seconds
-            .get_or_create(&vec![("workflow", claim.workflow_name.clone())])
-            .observe(started.elapsed().as_secs_f64());
+            .segment_took(&claim.workflow_name, started.elapsed());
         match settlement_result {
             Ok(()) => {}
             Err(e) if e.is_lost_claim() => {
