@@ -63,10 +63,12 @@ fn init_logging(
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The log filter (RUST_LOG) filters the log lines only: the spans a trace needs
+    // stay on whatever the logs show.
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
-        LogFormat::Text => fmt.boxed(),
-        LogFormat::Json => fmt.json().boxed(),
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
     };
     let (provider, traces) = match &telemetry.otlp_endpoint {
         Some(endpoint) => {
@@ -79,11 +81,9 @@ fn init_logging(
         }
         None => (None, None),
     };
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
-        .with(traces)
-        .init();
+    let traces =
+        traces.map(|layer| layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    tracing_subscriber::registry().with(fmt).with(traces).init();
     Ok(provider)
 }
 

@@ -124,6 +124,54 @@ async fn submit_watch_complete_and_get_a_parked_workflow_with_json_and_exit_code
     );
     let listed = cli(&url, &["--json", "list", "--status", "completed"]).await;
     assert_eq!(json_lines(&listed)[0]["jobId"], job_id);
+
+    // Text output never passes a terminal escape through (a verdict is anyone's text).
+    let rejected = cli(
+        &url,
+        &[
+            "--json",
+            "submit",
+            "--workflow",
+            workflow.to_str().unwrap(),
+            "--input",
+            r#"{"text": "x"}"#,
+        ],
+    )
+    .await;
+    let rejected = json_lines(&rejected)[0]["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cli(&url, &["get", &rejected, "--wait", "30"]).await;
+    let reason = "nope\u{1b}]0;owned\u{7}\u{1b}[2J";
+    let answer = cli(&url, &["reject", &rejected, "review", "--reason", reason]).await;
+    assert_eq!(answer.status.code(), Some(0), "{}", text(&answer));
+    let shown = cli(&url, &["get", &rejected]).await;
+    assert_eq!(shown.status.code(), Some(1), "a FAILED job");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("nope?]0;owned??[2J"), "{shown}");
+    assert!(!shown.contains('\u{1b}'));
+
+    // A reader that goes away early ends the CLI quietly, not with a panic.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_protomolt"));
+    command
+        .env("PROTOMOLT_URL", &url)
+        .args(["--json", "list", "--limit", "500"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let status = tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().unwrap();
+        drop(child.stdout.take());
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     node.stop().await;
 }
 
@@ -196,6 +244,38 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
     );
     assert!(text(&nowhere).contains("cannot reach the node"));
 
+    // --wait past a minute, or credentials in the URL: usage, exit 2.
+    assert_eq!(
+        cli(&url, &["get", &job_id, "--wait", "61"])
+            .await
+            .status
+            .code(),
+        Some(2)
+    );
+    let with_password = url.replace("http://", "http://admin:hunter2@");
+    let refused = cli(&with_password, &["get", &job_id]).await;
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(!text(&refused).contains("hunter2"), "{}", text(&refused));
+    // Something other than the node (a proxy's error page): told as such, exit 3.
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    tokio::spawn(async move {
+        let page = axum::Router::new().fallback(|| async {
+            (
+                http::StatusCode::BAD_GATEWAY,
+                "<html>502 Bad Gateway</html>",
+            )
+        });
+        axum::serve(proxy, page).await
+    });
+    let proxied = cli(&proxy_url, &["get", &job_id]).await;
+    assert_eq!(proxied.status.code(), Some(3));
+    assert!(
+        text(&proxied).contains("502") && text(&proxied).contains("other than JSON"),
+        "{}",
+        text(&proxied)
+    );
+
     let health = cli(&url, &["--json", "health"]).await;
     assert_eq!(health.status.code(), Some(0), "{}", text(&health));
     assert_eq!(json_lines(&health)[0]["status"], "ready");
@@ -204,4 +284,32 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
     assert!(String::from_utf8_lossy(&completions.stdout).contains("protomolt"));
     busy.stop().await;
     idle.stop().await;
+}
+
+#[tokio::test]
+async fn watch_exits_not_done_when_the_stream_ends_before_the_job() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let url = serve(&idle).await;
+    let job_id = idle
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "a" }))
+        .await;
+    let watch = {
+        let (url, job_id) = (url.clone(), job_id.clone());
+        tokio::spawn(async move { cli(&url, &["watch", &job_id]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The node shuts down: the stream ends with the job still QUEUED.
+    idle.stop().await;
+    let watched = tokio::time::timeout(Duration::from_secs(30), watch)
+        .await
+        .expect("watch ends with the stream")
+        .unwrap();
+    assert_eq!(watched.status.code(), Some(3), "{}", text(&watched));
+    assert!(
+        text(&watched).contains("ended before the job finished"),
+        "{}",
+        text(&watched)
+    );
 }

@@ -21,7 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use registry_stub::metrics::{HistogramFamily, Labels, latency_family, seconds};
+use registry_stub::metrics::{HistogramFamily, Labels, label_value, latency_family, seconds};
 use tokio_util::sync::CancellationToken;
 
 use crate::store::Store;
@@ -107,6 +107,9 @@ pub struct JobsMetrics {
     pub pool: Family<Labels, Gauge>,
     /// Per-target permits by `target` and `state` (in_use, waiting).
     pub permits: Family<Labels, Gauge>,
+    /// When the fleet-wide gauges were last read whole (Unix seconds): alert when it
+    /// stops moving.
+    pub fleet_read_at: SecondsGauge,
     workflows: Admitted,
     steps: Admitted,
 }
@@ -134,6 +137,7 @@ impl Default for JobsMetrics {
             oldest_pending_seconds: SecondsGauge::default(),
             pool: Family::default(),
             permits: Family::default(),
+            fleet_read_at: SecondsGauge::default(),
             workflows: Admitted::default(),
             steps: Admitted::default(),
         }
@@ -234,6 +238,11 @@ impl JobsMetrics {
             m.pool,
         );
         jobs.register(
+            "fleet_state_read_timestamp_seconds",
+            "When the fleet-wide gauges were last read whole (Unix time)",
+            m.fleet_read_at,
+        );
+        jobs.register(
             "target_permits",
             "Per-target permits in use and waited for, by target",
             m.permits,
@@ -241,10 +250,12 @@ impl JobsMetrics {
         metrics
     }
 
-    /// The `workflow` label of `workflow` (bounded: see [`MAX_LABEL_VALUES`]).
+    /// The `workflow` label of `workflow` (made safe, and bounded: see
+    /// [`MAX_LABEL_VALUES`]).
     pub fn workflow_label(&self, workflow: &str) -> String {
-        if self.workflows.admit(workflow) {
-            workflow.to_owned()
+        let workflow = label_value(workflow);
+        if self.workflows.admit(&workflow) {
+            workflow
         } else {
             OTHER.to_owned()
         }
@@ -253,8 +264,9 @@ impl JobsMetrics {
     /// The `workflow` and `step` labels of a step (bounded as pairs).
     fn step_labels(&self, workflow: &str, step: &str) -> Labels {
         let workflow = self.workflow_label(workflow);
+        let step = label_value(step);
         let (workflow, step) = if self.steps.admit(&format!("{workflow}\u{0}{step}")) {
-            (workflow, step.to_owned())
+            (workflow, step)
         } else {
             (OTHER.to_owned(), OTHER.to_owned())
         };
@@ -310,7 +322,7 @@ pub async fn metrics_loop(
 ) {
     loop {
         if let Err(error) = read_state(&store, limits.as_deref(), &metrics).await {
-            tracing::debug!(%error, "reading the jobs metrics failed; trying again");
+            tracing::warn!(%error, "reading the fleet's state for the metrics failed (protomolt_jobs_fleet_state_read_timestamp_seconds stops moving); trying again");
         }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
@@ -342,18 +354,46 @@ async fn read_state(
                 metrics
                     .permits
                     .get_or_create(&vec![
-                        ("target", target.clone()),
+                        ("target", label_value(&target)),
                         ("state", state.to_owned()),
                     ])
                     .set(i64::try_from(value).unwrap_or(i64::MAX));
             }
         }
     }
-    let state = store.fleet_state().await?;
+    // The alerting part first and on its own: a slow count of the live jobs (or a
+    // statement timeout) must not leave the oldest ages and the outbox depth stale.
+    let backlog = store.fleet_backlog().await;
+    if let Ok(state) = &backlog {
+        for (status, count) in [
+            ("PENDING", state.outbox_pending),
+            ("HELD", state.outbox_held),
+            ("FAILED", state.outbox_failed),
+        ] {
+            metrics
+                .outbox
+                .get_or_create(&vec![("status", status.to_owned())])
+                .set(count);
+        }
+        metrics
+            .oldest_claimable_seconds
+            .set(state.oldest_claimable_seconds);
+        metrics
+            .oldest_pending_seconds
+            .set(state.oldest_pending_seconds);
+    }
+    let (live_jobs, waiting) = store.fleet_live().await?;
+    backlog?;
+    metrics.fleet_read_at.set(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+    );
     // Families are cleared first so a workflow or step that emptied reads 0 (absent)
     // rather than its last count.
     metrics.jobs.clear();
-    for (status, workflow, count) in state.live_jobs {
+    for (status, workflow, count) in live_jobs {
         // Added, not set: names past the bound share `other`.
         metrics
             .jobs
@@ -364,28 +404,12 @@ async fn read_state(
             .inc_by(count);
     }
     metrics.waiting.clear();
-    for (workflow, step, count) in state.waiting {
+    for (workflow, step, count) in waiting {
         metrics
             .waiting
             .get_or_create(&metrics.step_labels(&workflow, &step))
             .inc_by(count);
     }
-    for (status, count) in [
-        ("PENDING", state.outbox_pending),
-        ("HELD", state.outbox_held),
-        ("FAILED", state.outbox_failed),
-    ] {
-        metrics
-            .outbox
-            .get_or_create(&vec![("status", status.to_owned())])
-            .set(count);
-    }
-    metrics
-        .oldest_claimable_seconds
-        .set(state.oldest_claimable_seconds);
-    metrics
-        .oldest_pending_seconds
-        .set(state.oldest_pending_seconds);
     Ok(())
 }
 
@@ -424,6 +448,23 @@ mod tests {
                     ("step", format!("step-{}", MAX_LABEL_VALUES + 5))
                 ])
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_name_with_the_formats_own_characters_cannot_break_the_exposition() {
+        let mut registry = Registry::default();
+        let metrics = JobsMetrics::register(&mut registry);
+        metrics.settled("completed", "evil\"} 1 # \\\nnext");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("protomolt_jobs_settlements_total"))
+            .unwrap();
+        assert_eq!(
+            line,
+            "protomolt_jobs_settlements_total{outcome=\"completed\",workflow=\"evil_} 1 # __next\"} 1"
         );
     }
 }

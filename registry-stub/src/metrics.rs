@@ -36,6 +36,23 @@ pub fn latency_family() -> HistogramFamily {
     Family::new_with_constructor(latency_histogram as fn() -> Histogram)
 }
 
+/// `value` made safe as a label value: the text format's escapes (`\\`, `"`, a
+/// newline) and other control characters become `_`. prometheus-client writes label
+/// values as given, so a name a caller chose (a workflow's) could otherwise break
+/// the whole exposition.
+pub fn label_value(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| {
+            if c == '"' || c == '\\' || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// The seconds of `elapsed`, for a histogram.
 pub fn seconds(elapsed: Duration) -> f64 {
     elapsed.as_secs_f64()

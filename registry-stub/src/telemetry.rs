@@ -57,6 +57,11 @@ pub fn otlp_layer<S>(
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
+    if !endpoint.starts_with("http://") {
+        return Err(format!(
+            "telemetry.otlp_endpoint {endpoint}: give an http:// address (this build sends OTLP without TLS; put a local collector or sidecar in front of a TLS one)"
+        ));
+    }
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(endpoint)

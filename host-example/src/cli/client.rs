@@ -44,9 +44,26 @@ pub struct Client {
     http: reqwest::Client,
 }
 
+/// The largest answer the CLI reads (a hostile endpoint cannot grow it without bound).
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
 impl Client {
     /// A client of the node at `url`, sending `token` when given.
     pub fn new(url: &str, token: Option<String>) -> Result<Client, CliError> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| CliError::Usage(format!("--url {}: {e}", redacted(url))))?;
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(CliError::Usage(
+                "--url: put credentials in --token (PROTOMOLT_TOKEN), not in the URL".into(),
+            ));
+        }
+        if let Some(token) = &token
+            && reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err()
+        {
+            return Err(CliError::Usage(
+                "--token holds characters a header cannot carry (a trailing newline?)".into(),
+            ));
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
@@ -63,6 +80,31 @@ impl Client {
             url: self.url.clone(),
             reason: error.to_string(),
         }
+    }
+
+    /// The answer's body as JSON, read up to [`MAX_ANSWER_BYTES`]; something else
+    /// (a proxy's HTML page) is told with its status and its first words.
+    async fn json_body(&self, mut response: reqwest::Response) -> Result<Value, CliError> {
+        let status = response.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.unreachable(e))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(CliError::Refused(format!(
+                    "the answer is larger than {} MiB ({status})",
+                    MAX_ANSWER_BYTES / (1024 * 1024)
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        serde_json::from_slice(&body).map_err(|_| {
+            let text = String::from_utf8_lossy(&body);
+            let start: String = text.chars().take(120).collect();
+            CliError::Refused(format!(
+                "{} answered {status} with something other than JSON: {}",
+                self.url,
+                crate::output::printable(start.trim())
+            ))
+        })
     }
 
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -87,7 +129,7 @@ impl Client {
             .await
             .map_err(|e| self.unreachable(e))?;
         let status = response.status();
-        let answer: Value = response.json().await.map_err(|e| self.unreachable(e))?;
+        let answer = self.json_body(response).await?;
         if !status.is_success() {
             let message = answer["message"].as_str().unwrap_or("no message");
             return Err(CliError::Refused(format!("{verb}: {message} ({status})")));
@@ -105,7 +147,7 @@ impl Client {
             .await
             .map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
-        let answer = response.json().await.map_err(|e| self.unreachable(e))?;
+        let answer = self.json_body(response).await?;
         Ok((status, answer))
     }
 
@@ -126,23 +168,33 @@ impl Client {
             .await
             .map_err(|e| self.unreachable(e))?;
         let status = response.status();
+        if status == reqwest::StatusCode::NO_CONTENT {
+            // Nothing left to stream: the job finished before; its row tells how.
+            return Ok(None);
+        }
         if !status.is_success() {
-            let answer: Value = response.json().await.unwrap_or_default();
+            let answer = self.json_body(response).await?;
             let message = answer["message"].as_str().unwrap_or("no message");
             return Err(CliError::Refused(format!("watch: {message} ({status})")));
         }
         let mut body = response.bytes_stream();
-        let mut buffer = String::new();
+        // Bytes, not text: a character split across two chunks is decoded whole.
+        let mut buffer: Vec<u8> = Vec::new();
         let mut last = None;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| self.unreachable(e))?;
-            buffer.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buffer.find("\n\n") {
-                let block: String = buffer.drain(..end + 2).collect();
-                if let Some(event) = parse_event(&block) {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = buffer.drain(..end + 2).collect();
+                if let Some(event) = parse_event(&String::from_utf8_lossy(&block)) {
                     each(&event);
                     last = Some(event);
                 }
+            }
+            if buffer.len() > MAX_ANSWER_BYTES {
+                return Err(CliError::Refused(
+                    "watch: an event larger than 64 MiB".into(),
+                ));
             }
         }
         Ok(last)
@@ -169,4 +221,15 @@ fn parse_event(block: &str) -> Option<JobEvent> {
         kind,
         data: serde_json::from_str(&data).unwrap_or(Value::String(data)),
     })
+}
+
+/// `url` with any credentials in it hidden.
+fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((_, host)) => format!("{scheme}://***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
 }

@@ -13,6 +13,13 @@
 //! | 2 | usage: the command line is wrong (a missing argument, a file that does not read, JSON that does not parse) |
 //! | 3 | the node is unreachable, or refused the call (an error answer, no such job, not ready) |
 
+/// `println!` that ends the CLI quietly when its reader has gone ([`output::say`]).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::say(format_args!($($arg)*))
+    };
+}
+
 mod client;
 mod output;
 
@@ -91,8 +98,9 @@ enum Command {
     Get {
         /// The job's id.
         job_id: String,
-        /// Wait up to this many seconds for it to finish or park on a step.
-        #[arg(long, default_value_t = 0)]
+        /// Wait up to this many seconds (at most 60) for it to finish or park on a
+        /// step.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=60))]
         wait: u32,
     },
     /// List jobs, newest first.
@@ -250,7 +258,7 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                 } else {
                     "already submitted"
                 };
-                println!(
+                say!(
                     "{how} {id} ({})",
                     out.status(answer["status"].as_str().unwrap_or_default())
                 );
@@ -263,7 +271,7 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
         Command::Get { job_id, wait } => {
             let mut body = json!({ "jobId": job_id });
             if wait > 0 {
-                body["waitMs"] = json!(u64::from(wait.min(60)) * 1_000);
+                body["waitMs"] = json!(u64::from(wait) * 1_000);
             }
             let answer = ok(client.call("get-job", &body).await?)?;
             let job = &answer["job"];
@@ -402,29 +410,39 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                 } else {
                     "replaced"
                 };
-                println!("{how} {}", answer["name"].as_str().unwrap_or_default());
+                say!("{how} {}", answer["name"].as_str().unwrap_or_default());
             }
             Ok(0)
         }
         Command::Health => {
             let (status, answer) = client.get("/readyz").await?;
+            if status != 200 {
+                let checks: Vec<String> = answer["checks"]
+                    .as_object()
+                    .map(|checks| {
+                        checks
+                            .iter()
+                            .filter(|(_, r)| r.as_str() != Some("ok"))
+                            .map(|(name, r)| format!("{name}: {}", r.as_str().unwrap_or_default()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                return Err(CliError::Refused(format!(
+                    "the node is not ready ({status}): {}",
+                    output::printable(&checks.join("; "))
+                )));
+            }
             if out.json {
                 out.json_line(&answer);
             } else {
-                println!("{}", answer["status"].as_str().unwrap_or("unknown"));
+                say!("{}", answer["status"].as_str().unwrap_or("unknown"));
                 if let Some(checks) = answer["checks"].as_object() {
                     for (name, result) in checks {
-                        println!("  {name}: {}", result.as_str().unwrap_or_default());
+                        say!("  {name}: {}", result.as_str().unwrap_or_default());
                     }
                 }
             }
-            if status == 200 {
-                Ok(0)
-            } else {
-                Err(CliError::Refused(format!(
-                    "the node is not ready ({status})"
-                )))
-            }
+            Ok(0)
         }
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -449,12 +467,12 @@ async fn follow(client: &Client, out: Output, job_id: &str) -> Result<u8, CliErr
                 out.json_line(&json!({ "id": event.id, "type": event.kind, "event": event.data }));
             } else {
                 let status = event.data["detail"]["status"].as_str().unwrap_or_default();
-                let step = event.data["step"].as_str().unwrap_or_default();
-                let error = event.data["error"].as_str().unwrap_or_default();
-                println!(
+                let step = output::printable(event.data["step"].as_str().unwrap_or_default());
+                let error = output::printable(event.data["error"].as_str().unwrap_or_default());
+                say!(
                     "{:<16} {:<12} {}{}",
-                    event.kind,
-                    out.status(status),
+                    output::printable(&event.kind),
+                    out.status(&output::printable(status)),
                     step,
                     if error.is_empty() {
                         String::new()
@@ -475,11 +493,35 @@ async fn follow(client: &Client, out: Output, job_id: &str) -> Result<u8, CliErr
         })
         .await?;
     drop(spinner);
-    let status = last
-        .as_ref()
-        .and_then(|event| event.data["detail"]["status"].as_str())
-        .unwrap_or_default()
-        .to_owned();
+    let status = match &last {
+        Some(event) => event.data["detail"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        // 204: the job had finished before; its row says how.
+        None => {
+            let answer = ok(client.call("get-job", &json!({ "jobId": job_id })).await?)?;
+            answer["job"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    if !matches!(
+        status.as_str(),
+        "COMPLETED" | "FAILED" | "DEAD" | "CANCELLED"
+    ) {
+        // The stream ended before the job did: the node shut down, or the job never
+        // appeared. Not done, whatever a script hoped.
+        return Err(CliError::Refused(format!(
+            "the event stream of {job_id} ended before the job finished ({}); watch again",
+            if status.is_empty() {
+                "no such job yet"
+            } else {
+                status.as_str()
+            }
+        )));
+    }
     Ok(exit_for(&status))
 }
 
@@ -490,9 +532,13 @@ fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
     } else {
         let outcome = answer["outcome"].as_str().unwrap_or_default();
         let status = answer["status"].as_str().unwrap_or_default();
-        println!("{outcome} ({})", out.status(status));
+        say!(
+            "{} ({})",
+            output::printable(outcome),
+            out.status(&output::printable(status))
+        );
         if let Some(error) = answer["error"].as_str() {
-            println!("{error}");
+            say!("{}", output::printable(error));
         }
     }
     if answer["ok"] == true {

@@ -28,9 +28,9 @@ impl Output {
         }
     }
 
-    /// Prints `value` as one line of JSON.
+    /// Prints `value` as one line of JSON (its strings are escaped by JSON itself).
     pub fn json_line(&self, value: &Value) {
-        println!("{value}");
+        say!("{value}");
     }
 
     /// `status`, coloured by what it means.
@@ -61,11 +61,11 @@ impl Output {
 
     /// A job as a person reads it: its status, where it stands, its outcome.
     pub fn job(&self, job: &Value) {
-        let text = |key: &str| job[key].as_str().unwrap_or_default().to_owned();
-        println!("job       {}", text("jobId"));
-        println!("workflow  {}", text("workflowName"));
-        println!("status    {}", self.status(&text("status")));
-        println!(
+        let text = |key: &str| printable(job[key].as_str().unwrap_or_default());
+        say!("job       {}", text("jobId"));
+        say!("workflow  {}", text("workflowName"));
+        say!("status    {}", self.status(&text("status")));
+        say!(
             "attempt   {} of {}",
             job["attempt"].as_i64().unwrap_or(0),
             job["maxAttempts"].as_i64().unwrap_or(0)
@@ -76,11 +76,12 @@ impl Output {
             ("error", "error"),
         ] {
             if let Some(value) = job[key].as_str() {
-                println!("{label:<9} {value}");
+                say!("{label:<9} {}", printable(value));
             }
         }
         if let Some(result) = job.get("result").filter(|r| !r.is_null()) {
-            println!("result    {result}");
+            // JSON text: its strings' control characters are escaped already.
+            say!("result    {result}");
         }
     }
 
@@ -100,12 +101,13 @@ impl Output {
                 .collect::<Vec<_>>()
                 .join("  ")
         };
-        println!(
+        say!(
             "{}",
             self.dim(line(headers.iter().map(|h| h.to_string()).collect()).trim_end())
         );
         for row in rows {
-            println!("{}", line(row.clone()).trim_end());
+            let row = row.iter().map(|cell| printable(cell)).collect();
+            say!("{}", line(row).trim_end());
         }
     }
 
@@ -124,6 +126,26 @@ impl Output {
             }
         })))
     }
+}
+
+/// Prints a line to stdout. A reader that went away (`protomolt list | head -1`)
+/// ends the CLI quietly, as a command in a pipe is expected to.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{line}")
+        && error.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
+/// `text` without control characters (terminal escapes a job's verdict, error or
+/// step output could carry): each becomes `?`, so text output cannot clear or
+/// rewrite the operator's screen.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// A running spinner; stopping (or dropping) it clears its line.

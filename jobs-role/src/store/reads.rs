@@ -110,13 +110,9 @@ impl Store {
     }
 }
 
-/// The fleet's state for the metrics gauges ([`crate::metrics`]).
+/// The fleet's backlog for the metrics gauges ([`crate::metrics`]).
 #[derive(Debug, Clone, Default)]
 pub struct FleetState {
-    /// Live jobs: (status, workflow, count).
-    pub live_jobs: Vec<(String, String, i64)>,
-    /// WAITING jobs: (workflow, step, count).
-    pub waiting: Vec<(String, String, i64)>,
     /// PENDING outbox rows.
     pub outbox_pending: i64,
     /// HELD outbox rows.
@@ -141,9 +137,27 @@ pub struct PoolStatus {
 }
 
 impl Store {
-    /// The fleet's live jobs and outbox depth (a few index scans; never the whole
-    /// history).
-    pub async fn fleet_state(&self) -> Result<FleetState, StoreError> {
+    /// The fleet's backlog for the metrics (oldest ages, outbox depth): what alerts
+    /// read, each from an index (never the whole history).
+    pub async fn fleet_backlog(&self) -> Result<FleetState, StoreError> {
+        let client = self.pool.get().await?;
+        let oldest_claimable_seconds = client.query_one(sql::OLDEST_CLAIMABLE, &[]).await?.get(0);
+        let outbox = client.query_one(sql::OUTBOX_DEPTH, &[]).await?;
+        Ok(FleetState {
+            outbox_pending: outbox.get("pending"),
+            outbox_held: outbox.get("held"),
+            outbox_failed: outbox.get("failed"),
+            oldest_claimable_seconds,
+            oldest_pending_seconds: outbox.get("oldest_pending"),
+        })
+    }
+
+    /// Live jobs by status and workflow, and WAITING jobs by step (from the partial
+    /// indexes of live rows, migration V15).
+    #[allow(clippy::type_complexity)]
+    pub async fn fleet_live(
+        &self,
+    ) -> Result<(Vec<(String, String, i64)>, Vec<(String, String, i64)>), StoreError> {
         let client = self.pool.get().await?;
         let live_jobs = client
             .query(sql::LIVE_JOBS, &[])
@@ -157,17 +171,7 @@ impl Store {
             .iter()
             .map(|row| (row.get(0), row.get(1), row.get(2)))
             .collect();
-        let oldest_claimable_seconds = client.query_one(sql::OLDEST_CLAIMABLE, &[]).await?.get(0);
-        let outbox = client.query_one(sql::OUTBOX_DEPTH, &[]).await?;
-        Ok(FleetState {
-            live_jobs,
-            waiting,
-            outbox_pending: outbox.get("pending"),
-            outbox_held: outbox.get("held"),
-            outbox_failed: outbox.get("failed"),
-            oldest_claimable_seconds,
-            oldest_pending_seconds: outbox.get("oldest_pending"),
-        })
+        Ok((live_jobs, waiting))
     }
 
     /// The pool's connections now.
