@@ -20,6 +20,7 @@
 //! refusing a value) is never mistaken for an outage: the record is dead-lettered,
 //! so one hostile record cannot stall its partition.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use jobs_proto::WireMessage;
@@ -111,23 +112,26 @@ impl RequestConsumer {
         })
     }
 
-    /// Sets the lag gauge of `record`'s partition: its end (a metadata round trip,
-    /// off the async threads, in the background) less the record's position.
-    fn read_lag(&self, record: &OwnedMessage) {
+    /// Sets the lag gauge of every partition this consumer has taken records from:
+    /// its end (a metadata round trip each, off the async threads, in the background)
+    /// less the next offset to take (`consumed`). Read after records now and then,
+    /// and every [`LAG_READ_EVERY`] while idle or stuck, so the gauge never freezes.
+    fn read_lag(&self, consumed: &HashMap<(String, i32), i64>) {
+        if consumed.is_empty() {
+            return;
+        }
         let (consumer, metrics) = (self.consumer.clone(), self.metrics.clone());
-        let (topic, partition, offset) = (
-            record.topic().to_owned(),
-            record.partition(),
-            record.offset(),
-        );
+        let consumed = consumed.clone();
         tokio::task::spawn_blocking(move || {
-            if let Ok((_, high)) =
-                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(2))
-            {
-                metrics
-                    .request_lag
-                    .get_or_create(&vec![("partition", partition.to_string())])
-                    .set(high.saturating_sub(offset + 1).max(0));
+            for ((topic, partition), next) in consumed {
+                if let Ok((_, high)) =
+                    consumer.fetch_watermarks(&topic, partition, Duration::from_secs(2))
+                {
+                    metrics
+                        .request_lag
+                        .get_or_create(&vec![("partition", partition.to_string())])
+                        .set(high.saturating_sub(next).max(0));
+                }
             }
         });
     }
@@ -141,9 +145,17 @@ impl RequestConsumer {
     /// Consumes until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut last_lag_read = std::time::Instant::now() - LAG_READ_EVERY;
+        // The next offset to take, per partition taken from.
+        let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
         loop {
             let received = tokio::select! {
                 received = self.consumer.recv() => received.map(|m| m.detach()),
+                () = tokio::time::sleep(LAG_READ_EVERY) => {
+                    // Idle: the lag may have grown (or the last burst been taken).
+                    last_lag_read = std::time::Instant::now();
+                    self.read_lag(&consumed);
+                    continue;
+                }
                 () = shutdown.cancelled() => return,
             };
             let record = match received {
@@ -204,13 +216,22 @@ impl RequestConsumer {
                             () = tokio::time::sleep(pause) => {}
                             () = shutdown.cancelled() => return,
                         }
+                        // Stuck on the database: the lag grows, and says so.
+                        if last_lag_read.elapsed() >= LAG_READ_EVERY {
+                            last_lag_read = std::time::Instant::now();
+                            self.read_lag(&consumed);
+                        }
                         pause = (pause * 2).min(Duration::from_secs(10));
                     }
                 }
             }
+            consumed.insert(
+                (record.topic().to_owned(), record.partition()),
+                record.offset() + 1,
+            );
             if last_lag_read.elapsed() >= LAG_READ_EVERY {
                 last_lag_read = std::time::Instant::now();
-                self.read_lag(&record);
+                self.read_lag(&consumed);
             }
             let mut position = TopicPartitionList::new();
             let next = Offset::Offset(record.offset() + 1);

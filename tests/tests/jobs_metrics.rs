@@ -261,6 +261,22 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
         ) >= 6.0
     );
 
+    // A burst of records, then quiet: the lag comes back to 0 (read while idle too,
+    // never frozen at a value from mid-burst).
+    let junk = producer();
+    for _ in 0..30 {
+        produce(&junk, &requests, "junk", &[0xde, 0xad]).await;
+    }
+    eventually("the burst to be consumed and the lag to read 0", WAIT, || async {
+        let scraped = scrape(&node.router, Some(token)).await.1.unwrap();
+        value(&scraped, "protomolt_jobs_request_records_total", &[("outcome", "rejected")]) >= 31.0
+            && scraped.samples.iter().any(|s| {
+                s.metric == "protomolt_jobs_request_lag"
+                    && matches!(s.value, prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) if v == 0.0)
+            })
+    })
+    .await;
+
     // Invented verbs never become labels.
     for i in 0..5 {
         let request = Request::post(format!("/v1/actions/made-up-{i}"))
