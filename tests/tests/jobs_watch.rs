@@ -110,6 +110,16 @@ fn types(events: &[SseEvent]) -> Vec<&str> {
     events.iter().map(|e| e.event.as_str()).collect()
 }
 
+/// Submits the two-step workflow through `node` under the caller's own `job_id` (a
+/// watcher may be waiting for it already).
+async fn submit_as(node: &JobsNode, server: &FixtureServer, job_id: &str, text: &str) {
+    node.ok(
+        "submit-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": text }, "jobId": job_id }),
+    )
+    .await;
+}
+
 /// `GET path`: the status and the JSON answer.
 async fn get(router: &Router, path: &str) -> (StatusCode, Value) {
     let response = router
@@ -132,11 +142,7 @@ async fn a_watcher_that_subscribes_before_submitting_gets_every_event_in_order_a
     let stream = SseStream::open(&node.router, &job_id, None, None)
         .await
         .unwrap();
-    node.ok(
-        "submit-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "a" }, "jobId": job_id }),
-    )
-    .await;
+    submit_as(&node, &server, &job_id, "a").await;
     let events = stream.all().await;
     assert_eq!(
         types(&events),
@@ -248,11 +254,7 @@ async fn two_hundred_watchers_share_one_database_listener() {
         .get(0);
     assert_eq!(listeners, 1, "one LISTEN connection for all 200 watchers");
 
-    node.ok(
-        "submit-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "a" }, "jobId": job_id }),
-    )
-    .await;
+    submit_as(&node, &server, &job_id, "a").await;
     let all = futures_util::future::join_all(streams.into_iter().map(SseStream::all)).await;
     for events in all {
         assert_eq!(
@@ -469,11 +471,7 @@ async fn a_stalled_watcher_never_starves_the_others_and_late_watchers_get_the_wh
     let stream = SseStream::open(&idle.router, &other, None, None)
         .await
         .unwrap();
-    idle.ok(
-        "submit-workflow",
-        json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "b" }, "jobId": other }),
-    )
-    .await;
+    submit_as(&idle, &server, &other, "b").await;
     assert_eq!(
         types(&stream.all().await),
         [

@@ -52,25 +52,8 @@ pub(super) async fn parked_step(
             json!({ "ok": false, "error": format!("no workflow run {job_id}") }),
         ));
     };
-    let compiled = state
-        .submitter
-        .compiled()
-        .get_or_compile_off_thread(&job["workflow_definition"])
-        .await
-        .map_err(|findings| {
-            ActionError::invalid(format!(
-                "job {job_id}: its stored workflow no longer compiles: {findings}"
-            ))
-        })?
-        .workflow;
-    let Some(step) = compiled.step(step_name) else {
-        let steps: Vec<&str> = compiled.steps.iter().map(|s| s.name.as_str()).collect();
-        return Err(ActionError::invalid(format!(
-            "stepName: workflow '{}' has no step '{step_name}' (its steps: {})",
-            compiled.name,
-            steps.join(", ")
-        )));
-    };
+    let (compiled, at) = super::job_step(state, &job, "stepName", step_name).await?;
+    let step = &compiled.steps[at];
     if !step.is_external() {
         return Err(ActionError::invalid(format!(
             "stepName: step '{step_name}' is called by the engine, not completed externally"

@@ -189,6 +189,38 @@ where
     ))
 }
 
+/// The job's own workflow snapshot (compiled through the node's cache, off the async
+/// threads) and the position of its step `step`, which the request named in `field`;
+/// a 400 naming `field` when the snapshot no longer compiles or has no such step
+/// (listing its steps).
+pub(super) async fn job_step(
+    state: &JobsState,
+    job: &Value,
+    field: &str,
+    step: &str,
+) -> Result<(std::sync::Arc<workflow::CompiledWorkflow>, usize), ActionError> {
+    let compiled = state
+        .submitter
+        .compiled()
+        .get_or_compile_off_thread(&job["workflow_definition"])
+        .await
+        .map_err(|findings| {
+            ActionError::invalid(format!(
+                "{field}: the job's stored workflow no longer compiles: {findings}"
+            ))
+        })?
+        .workflow;
+    let Some(index) = compiled.step(step).map(|found| found.index) else {
+        let steps: Vec<&str> = compiled.steps.iter().map(|s| s.name.as_str()).collect();
+        return Err(ActionError::invalid(format!(
+            "{field}: workflow '{}' has no step '{step}' (its steps: {})",
+            compiled.name,
+            steps.join(", ")
+        )));
+    };
+    Ok((compiled, index))
+}
+
 /// Maps a store failure: a value PostgreSQL refuses is `invalid_argument` (the
 /// caller's data); an unreachable or failing database is `unavailable`, with a
 /// generic sentence and a reference to the log line that holds the driver's text

@@ -33,7 +33,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
                 return Ok(not_found());
             };
-            Some((step, step_position(&state, &job, step).await?))
+            Some((
+                step,
+                super::job_step(&state, &job, "fromStep", step).await?.1,
+            ))
         }
     };
     let retry = Retry {
@@ -94,28 +97,4 @@ pub fn refusal(outcome: &RetryOutcome) -> (JobStatus, String) {
             format!("only DEAD, FAILED or CANCELLED jobs are retried; this one is {status}"),
         ),
     }
-}
-
-/// The position of `step` in the job's own workflow snapshot (compiled through the
-/// node's cache, off the async threads).
-async fn step_position(state: &JobsState, job: &Value, step: &str) -> Result<usize, ActionError> {
-    let compiled = state
-        .submitter
-        .compiled()
-        .get_or_compile_off_thread(&job["workflow_definition"])
-        .await
-        .map_err(|findings| {
-            ActionError::invalid(format!(
-                "fromStep: the job's stored workflow no longer compiles: {findings}"
-            ))
-        })?
-        .workflow;
-    compiled.step(step).map(|found| found.index).ok_or_else(|| {
-        let steps: Vec<&str> = compiled.steps.iter().map(|s| s.name.as_str()).collect();
-        ActionError::invalid(format!(
-            "fromStep: workflow '{}' has no step '{step}' (its steps: {})",
-            compiled.name,
-            steps.join(", ")
-        ))
-    })
 }
