@@ -48,6 +48,9 @@ pub struct JobsConfig {
     /// calls one node serves at once; all share one LISTEN connection and one read
     /// per wake-up. Past it, a new watcher is answered 503.
     pub max_watchers: usize,
+    /// Serve the web console at `/console` (true by default; its files are public,
+    /// what it shows needs the same tokens as the verbs).
+    pub console: bool,
     /// Claims a job may give back in a row without progress (shutdowns, transient
     /// store failures while checkpointing) before it lands DEAD with the reason.
     pub max_releases: i32,
@@ -187,6 +190,7 @@ impl Default for JobsConfig {
             shutdown_grace_ms: 20_000,
             max_connections: 16,
             max_watchers: 1_000,
+            console: true,
             metrics_interval_ms: 5_000,
             max_releases: 10,
             events_topic: "workflow-run-events".into(),

@@ -27,6 +27,7 @@
 //! | [`actions`] | the verbs: submit, read, complete or reject a step, cancel, retry    |
 //! | [`watch`]   | watching jobs: their events as they commit, one read for all watchers |
 //! | [`routes`]  | HTTP beside the verbs: a job's events as Server-Sent Events          |
+//! | [`console`] | the web console at `/console`: fleet, jobs, review inbox, workflows  |
 //! | [`metrics`] | the role's Prometheus metrics, and the loop reading the fleet's state |
 //! | [`module`]  | `JobsModule`, the role a node mounts                                 |
 //! | [`config`]  | the `[jobs]` section                                                 |
@@ -40,6 +41,7 @@ pub mod actions;
 pub mod batch;
 pub mod compiled;
 pub mod config;
+pub mod console;
 pub mod consumer;
 pub mod metrics;
 pub mod module;

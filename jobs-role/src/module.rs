@@ -140,6 +140,9 @@ impl Role for JobsModule {
             ctx.add_action(action);
         }
         ctx.add_scoped_routes("jobs:read", routes::router(state.clone()));
+        if self.config.console {
+            ctx.add_public_routes(crate::console::router());
+        }
         ctx.provide(state.clone());
 
         let metrics = JobsMetrics::register(ctx.metrics());

@@ -27,6 +27,7 @@
 //! | [`route`]      | the shared actions route (axum)                                  |
 //! | [`auth`]       | bearer tokens and scopes                                         |
 //! | [`config`]     | the node's typed configuration and the bind policy               |
+//! | [`forms`]      | a protobuf message described for a human form (the console)      |
 //! | [`health`]     | `/healthz` and `/readyz`, with the roles' readiness checks       |
 //! | [`metrics`]    | `/metrics`: the node's registry, the actions route's own metrics |
 //! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
@@ -40,6 +41,7 @@
 pub mod action;
 pub mod auth;
 pub mod config;
+pub mod forms;
 pub mod health;
 pub mod metrics;
 pub mod node;

@@ -10,6 +10,7 @@
 // A testkit: failing loudly with the reason is its whole job.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod browser;
 pub mod hostile;
 pub mod jobs;
 pub mod kafka;

@@ -28,6 +28,16 @@ impl FileResolver for InMemory {
 /// Compiles one proto file from `source` and returns the encoded `FileDescriptorSet`
 /// with every import included.
 pub fn compile_proto_source(file_name: &str, source: &str) -> Result<Vec<u8>, String> {
+    compile(file_name, source, false)
+}
+
+/// [`compile_proto_source`], keeping the source's comments (source info) for `file_name`
+/// (the console shows a field's comment as its description).
+pub fn compile_proto_source_documented(file_name: &str, source: &str) -> Result<Vec<u8>, String> {
+    compile(file_name, source, true)
+}
+
+fn compile(file_name: &str, source: &str, source_info: bool) -> Result<Vec<u8>, String> {
     let mut resolver = ChainFileResolver::new();
     resolver.add(InMemory {
         name: file_name.to_owned(),
@@ -41,10 +51,41 @@ pub fn compile_proto_source(file_name: &str, source: &str) -> Result<Vec<u8>, St
     );
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);
+    compiler.include_source_info(source_info);
     compiler
         .open_file(file_name)
         .map_err(|e| format!("{file_name} does not compile: {e}"))?;
-    Ok(compiler.encode_file_descriptor_set())
+    let encoded = compiler.encode_file_descriptor_set();
+    if source_info {
+        only_own_source_info(file_name, &encoded)
+    } else {
+        Ok(encoded)
+    }
+}
+
+/// Drops the source info of every file but `file_name` (the imports' comments, the
+/// whole of `descriptor.proto`'s among them, would only weigh down each snapshot).
+/// Read as a dynamic message, so the files' options (their `buf.validate` rules) are
+/// kept byte for byte.
+fn only_own_source_info(file_name: &str, encoded: &[u8]) -> Result<Vec<u8>, String> {
+    use prost::Message;
+    use prost_reflect::{DynamicMessage, ReflectMessage, Value};
+    let set_type = prost_types::FileDescriptorSet::default().descriptor();
+    let mut set = DynamicMessage::decode(set_type, encoded)
+        .map_err(|e| format!("{file_name}: the compiled set does not decode: {e}"))?;
+    if let Some(Value::List(files)) = set.get_field_by_name_mut("file") {
+        for file in files.iter_mut() {
+            if let Value::Message(file) = file {
+                let own = file
+                    .get_field_by_name("name")
+                    .is_some_and(|name| name.as_str() == Some(file_name));
+                if !own {
+                    file.clear_field_by_name("source_code_info");
+                }
+            }
+        }
+    }
+    Ok(set.encode_to_vec())
 }
 
 /// Compiles one proto file from `source` into a descriptor pool.

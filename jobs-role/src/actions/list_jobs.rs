@@ -1,5 +1,8 @@
 //! `list-jobs {status?, workflowName?, createdBefore?, createdAfter?, outstandingStep?,
-//! priority?, limit?, offset?}` → summaries newest first.
+//! priority?, jobIdPrefix?, oldestFirst?, limit?, offset?}` → summaries newest first
+//! (oldest first with `oldestFirst`, as a review inbox reads them).
+//! `jobIdPrefix` selects the ids that begin with those hex digits (dashes ignored),
+//! read as a range of the primary key, so it stays cheap on any number of rows.
 //! A limit of 0 selects the default of 50; anything above the ceiling of 500 is
 //! clamped rather than refused, because the ceiling bounds the answer, not the request.
 
@@ -46,6 +49,15 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .get("priority")
             .and_then(Value::as_i64)
             .and_then(|p| i16::try_from(p).ok()),
+        job_ids_between: match request.str("jobIdPrefix") {
+            "" => None,
+            prefix => Some(JobFilter::id_prefix_range(prefix).ok_or_else(|| {
+                ActionError::invalid(format!(
+                    "jobIdPrefix: '{prefix}' is not the beginning of a job id: give 1 to 32 hex digits (dashes allowed)"
+                ))
+            })?),
+        },
+        oldest_first: request.get("oldestFirst").and_then(Value::as_bool) == Some(true),
     };
     let jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
     Ok(json!({ "ok": true, "jobs": jobs, "limit": limit, "offset": offset }))

@@ -12,12 +12,16 @@
 //! | `retry-job`       | `jobs:operate`  | [`retry_job`]     |
 //! | `cancel-jobs`     | `jobs:operate`  | [`cancel_jobs`]   |
 //! | `retry-jobs`      | `jobs:operate`  | [`retry_jobs`]    |
+//! | `get-form`        | `jobs:read`     | [`get_form`]      |
+//! | `get-fleet`       | `jobs:read`     | [`get_fleet`]     |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
 pub mod cancel_job;
 pub mod cancel_jobs;
 pub mod complete_step;
+pub mod get_fleet;
+pub mod get_form;
 pub mod get_job;
 pub mod list_jobs;
 pub mod many_jobs;
@@ -147,6 +151,24 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:operate",
             "RetryJobs",
             retry_jobs::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "get-form",
+            "Describe, for a generated form, the output type of a job's step (jobId, stepName) or the input type of a stored workflow (workflowName): fields, kinds, comments and declared rules.",
+            "jobs:read",
+            "GetForm",
+            get_form::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "get-fleet",
+            "The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step.",
+            "jobs:read",
+            "GetFleet",
+            get_fleet::handle,
         )?,
     ])
 }

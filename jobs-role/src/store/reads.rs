@@ -21,6 +21,27 @@ pub struct JobFilter {
     pub outstanding_step: Option<String>,
     /// Only jobs of this priority (0 to 9).
     pub priority: Option<i16>,
+    /// Only jobs whose id lies in this range (a prefix of ids: see
+    /// [`JobFilter::id_prefix_range`]).
+    pub job_ids_between: Option<(Uuid, Uuid)>,
+    /// Oldest first instead of newest first.
+    pub oldest_first: bool,
+}
+
+impl JobFilter {
+    /// The ids that begin with `prefix` (hex digits, dashes ignored, 1 to 32 digits),
+    /// as the inclusive range of the primary key they fill: a prefix search the
+    /// index answers. `None` when `prefix` is not hex or too long.
+    pub fn id_prefix_range(prefix: &str) -> Option<(Uuid, Uuid)> {
+        let digits: String = prefix.chars().filter(|c| *c != '-').collect();
+        if digits.is_empty() || digits.len() > 32 || !digits.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            return None;
+        }
+        let low = format!("{digits:0<32}");
+        let high = format!("{digits:f<32}");
+        Some((Uuid::parse_str(&low).ok()?, Uuid::parse_str(&high).ok()?))
+    }
 }
 
 impl Store {
@@ -33,13 +54,19 @@ impl Store {
             .map(|row| row.get(0)))
     }
 
-    /// Job summaries newest first.
+    /// Job summaries newest first (or oldest first).
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Value>, StoreError> {
         let client = self.pool.get().await?;
         let status = filter.status.map(JobStatus::as_str);
+        let (low, high) = filter.job_ids_between.unzip();
+        let statement = if filter.oldest_first {
+            sql::LIST_JOBS_OLDEST
+        } else {
+            sql::LIST_JOBS_NEWEST
+        };
         let rows = client
             .query(
-                sql::LIST_JOBS,
+                statement,
                 &[
                     &status,
                     &filter.workflow_name,
@@ -49,10 +76,23 @@ impl Store {
                     &filter.created_after,
                     &filter.outstanding_step,
                     &filter.priority,
+                    &low,
+                    &high,
                 ],
             )
             .await?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Jobs that finished in the last hour, by status.
+    pub async fn finished_last_hour(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query(sql::FINISHED_LAST_HOUR, &[])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect())
     }
 
     /// A job's outbox rows, in order.

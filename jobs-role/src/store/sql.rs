@@ -524,10 +524,15 @@ UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding
 /// One job, every column, as JSON. `$1` job id.
 pub const GET_JOB: &str = "SELECT row_to_json(w) FROM workflow_run w WHERE job_id = $1";
 
-/// Job summaries newest first. `$1` status or NULL, `$2` workflow name or NULL,
-/// `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or
-/// NULL, `$7` the step a job is parked on or NULL, `$8` priority or NULL.
-pub const LIST_JOBS: &str = "\
+/// Job summaries, without their order. `$1` status or NULL, `$2` workflow name or
+/// NULL, `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or
+/// NULL, `$7` the step a job is parked on or NULL, `$8` priority or NULL, `$9` and
+/// `$10` the lowest and highest job id (a prefix of ids, as a primary-key range) or
+/// NULL.
+macro_rules! list_jobs {
+    ($order:literal) => {
+        concat!(
+            "\
 SELECT json_build_object(
          'jobId', job_id, 'workflowName', workflow_name, 'status', status,
          'attempt', attempt, 'maxAttempts', max_attempts, 'outstandingStep', outstanding_step,
@@ -540,8 +545,29 @@ SELECT json_build_object(
    AND ($6::text IS NULL OR created_at > $6::text::timestamptz)
    AND ($7::text IS NULL OR outstanding_step = $7)
    AND ($8::smallint IS NULL OR priority = $8)
- ORDER BY created_at DESC, job_id DESC
- LIMIT $3 OFFSET $4";
+   AND ($9::uuid IS NULL OR job_id BETWEEN $9 AND $10)
+ ORDER BY ",
+            $order,
+            "
+ LIMIT $3 OFFSET $4"
+        )
+    };
+}
+
+/// Job summaries newest first (parameters as for `list_jobs!`).
+pub const LIST_JOBS_NEWEST: &str = list_jobs!("created_at DESC, job_id DESC");
+
+/// Job summaries oldest first, as a review inbox reads them (parameters as for
+/// `list_jobs!`).
+pub const LIST_JOBS_OLDEST: &str = list_jobs!("created_at, job_id");
+
+/// Jobs that finished in the last hour, by status (the console's fleet page; from
+/// the `workflow_run_finished` index).
+pub const FINISHED_LAST_HOUR: &str = "\
+SELECT status, count(*) FROM workflow_run
+ WHERE status IN ('COMPLETED', 'FAILED', 'DEAD', 'CANCELLED')
+   AND finished_at > now() - interval '1 hour'
+ GROUP BY status";
 
 /// A job's outbox rows in order (operators and tests). `$1` job id.
 pub const JOB_EVENTS: &str = "\

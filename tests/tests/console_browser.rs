@@ -1,0 +1,611 @@
+//! The console in a real headless Chromium: the review inbox and its generated form,
+//! live job pages, operator acts from the pages, auth, and the exact proto3 JSON a
+//! generated form sends. Screenshots land in `target/screenshots/`.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use fantoccini::{Client, Locator};
+use jobs_role::JobsConfig;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::browser::{
+    Browser, click, element, fill, screenshot, serve, wait_for_exact_text, wait_for_text,
+};
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use registry_stub::auth::{AuthConfig, TokenConfig};
+use serde_json::{Value, json};
+use workflow::testkit::{FixtureServer, two_step_workflow};
+
+/// A claim a reviewer decides on: every scalar kind, an enum, a repeated field, a
+/// nested message and a Timestamp, with rules and comments.
+const CONSOLE_PROTO: &str = r#"syntax = "proto3";
+package console.test;
+import "buf/validate/validate.proto";
+import "google/protobuf/timestamp.proto";
+
+// What a reviewer is asked about.
+message Claim {
+  string text = 1;
+  int64 amount_cents = 2;
+}
+
+enum Decision {
+  DECISION_UNSPECIFIED = 0;
+  APPROVE = 1;
+  DENY = 2;
+}
+
+// A note kept with the decision.
+message Note {
+  // What the reviewer adds.
+  string body = 1 [(buf.validate.field).string.max_len = 200];
+  bool internal = 2;
+}
+
+// The reviewer's verdict on a claim.
+message Verdict {
+  // The decision taken.
+  Decision decision = 1 [(buf.validate.field).enum = {defined_only: true, not_in: [0]}];
+  // How sure the reviewer is, from 0 to 10.
+  int32 score = 2 [(buf.validate.field).int32 = {gte: 0, lte: 10}];
+  // Who decided (may be left empty).
+  string reviewer_email = 3 [
+    (buf.validate.field).string.email = true,
+    (buf.validate.field).ignore = IGNORE_IF_ZERO_VALUE
+  ];
+  repeated string tags = 4 [(buf.validate.field).repeated.max_items = 3];
+  Note note = 5;
+  google.protobuf.Timestamp decided_at = 6;
+  double weight = 7;
+  float ratio = 8;
+  int64 amount_cents = 9;
+  uint32 pages = 10;
+  uint64 bytes_seen = 11;
+  sint32 delta = 12;
+  sint64 big_delta = 13;
+  fixed32 small_fixed = 14;
+  fixed64 big_fixed = 15;
+  sfixed32 small_signed_fixed = 16;
+  sfixed64 big_signed_fixed = 17;
+  bool urgent = 18;
+  bytes attachment = 19;
+}
+
+// Declared, never served: its one step is answered by a human.
+service Desk {
+  rpc Review(Claim) returns (Verdict);
+}
+"#;
+
+/// A workflow whose one step a human answers, validated.
+fn review_workflow(name: &str) -> Value {
+    let set =
+        workflow::schema::compile_proto_source_documented("console_test.proto", CONSOLE_PROTO)
+            .expect("the console fixture compiles");
+    json!({
+        "name": name,
+        "schema": { "descriptorSetBase64": base64::engine::general_purpose::STANDARD.encode(set) },
+        "inputType": "console.test.Claim",
+        "steps": [{
+            "name": "decide",
+            "target": "127.0.0.1:9",
+            "method": "console.test.Desk/Review",
+            "rules": ["text = input.text", "amount_cents = input.amount_cents"],
+            "completion": "external",
+            "validate": true,
+        }],
+    })
+}
+
+/// A node with the jobs role over a fresh database, served over HTTP.
+struct Console {
+    node: JobsNode,
+    base: String,
+    _db: TestDatabase,
+}
+
+impl Console {
+    async fn start(auth: Option<AuthConfig>) -> Console {
+        let db = TestDatabase::create().await;
+        let config: JobsConfig = test_config(&db.url, "console-node", 2);
+        let node = JobsNode::start_with_auth(config, auth).await;
+        let base = serve(node.router.clone()).await;
+        Console {
+            node,
+            base,
+            _db: db,
+        }
+    }
+
+    fn page(&self, route: &str) -> String {
+        format!("{}/console{route}", self.base)
+    }
+
+    /// Submits `workflow` with `input` and waits for it to park.
+    async fn waiting_job(&self, workflow: &Value, input: Value) -> String {
+        let job_id = self.node.submit(workflow, input).await;
+        self.node
+            .wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+            .await;
+        job_id
+    }
+}
+
+/// The parsed JSON of the review form's live preview.
+async fn preview(client: &Client) -> Value {
+    let text = wait_for_text(client, "pre.form-json", "a JSON object", |t| {
+        t.trim_start().starts_with('{')
+    })
+    .await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("the preview is not JSON ({e}): {text}"))
+}
+
+fn field(path: &str) -> String {
+    format!("form.review-form [data-path=\"{path}\"]")
+}
+
+fn field_error(path: &str) -> String {
+    format!("form.review-form .field-error[data-for=\"{path}\"]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_answers_from_the_inbox_and_a_late_colleague_is_told_already_done() {
+    let console = Console::start(None).await;
+    let workflow = review_workflow("claims-review");
+    let job_id = console
+        .waiting_job(
+            &workflow,
+            json!({ "text": "refund my order", "amountCents": "1999" }),
+        )
+        .await;
+
+    let browser = Browser::start().await;
+    let reviewer = browser.session().await;
+    let colleague = browser.session().await;
+
+    // The inbox groups the waiting job under its workflow and step.
+    reviewer.goto(&console.page("#/inbox")).await.unwrap();
+    let group = "section.inbox-group[data-workflow=\"claims-review\"][data-step=\"decide\"]";
+    element(&reviewer, group).await;
+    click(
+        &reviewer,
+        &format!("{group} li[data-job-id=\"{job_id}\"] a.review-link"),
+    )
+    .await;
+    wait_for_exact_text(&reviewer, "#job-status", "WAITING").await;
+    // What the reviewer judges sits beside the form.
+    wait_for_text(&reviewer, "#review-context", "the job's input", |t| {
+        t.contains("refund my order")
+    })
+    .await;
+
+    // The colleague has the same job open.
+    colleague
+        .goto(&console.page(&format!("#/jobs/{job_id}")))
+        .await
+        .unwrap();
+    element(&colleague, "form.review-form").await;
+
+    // A value breaking a declared rule is refused on its field, before anything is sent.
+    element(&reviewer, "form.review-form").await;
+    reviewer
+        .find(Locator::Css(&field("decision")))
+        .await
+        .unwrap()
+        .select_by_label("APPROVE")
+        .await
+        .unwrap();
+    fill(&reviewer, &field("score"), "11").await;
+    click(&reviewer, "form.review-form button.submit-review").await;
+    wait_for_exact_text(
+        &reviewer,
+        &field_error("score"),
+        "value must be less than or equal to 10",
+    )
+    .await;
+    reviewer
+        .execute(
+            "document.querySelector('#review').scrollIntoView();",
+            vec![],
+        )
+        .await
+        .unwrap();
+    screenshot(&reviewer, "review-form").await;
+    let row = console.node.job(&job_id).await;
+    assert_eq!(row["status"], "WAITING", "nothing was sent: {row:#}");
+
+    // A valid answer completes the step, and the page follows the job to COMPLETED
+    // live (the marker proves the page was not reloaded).
+    reviewer
+        .execute("window.__notReloaded = true;", vec![])
+        .await
+        .unwrap();
+    fill(&reviewer, &field("score"), "7").await;
+    assert_eq!(
+        preview(&reviewer).await,
+        json!({ "decision": "APPROVE", "score": 7 })
+    );
+    click(&reviewer, "form.review-form button.submit-review").await;
+    let outcome = element(&reviewer, ".review-outcome[data-outcome=\"COMPLETED\"]").await;
+    assert!(outcome.text().await.unwrap().contains("completed"));
+    wait_for_exact_text(&reviewer, "#job-status", "COMPLETED").await;
+    let marker = reviewer
+        .execute("return window.__notReloaded === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(marker, json!(true), "the page reloaded");
+    wait_for_text(
+        &reviewer,
+        "#timeline li[data-step=\"decide\"]",
+        "the answer",
+        |t| t.contains("decide"),
+    )
+    .await;
+    reviewer
+        .execute("window.scrollTo(0, 0);", vec![])
+        .await
+        .unwrap();
+    screenshot(&reviewer, "job-page").await;
+
+    // The colleague answers the same job a moment later: told plainly, nothing changes.
+    colleague
+        .find(Locator::Css(&field("decision")))
+        .await
+        .unwrap()
+        .select_by_label("DENY")
+        .await
+        .unwrap();
+    click(&colleague, "form.review-form button.submit-review").await;
+    let late = element(&colleague, ".review-outcome[data-outcome=\"ALREADY_DONE\"]").await;
+    assert!(
+        late.text().await.unwrap().contains("Already done"),
+        "the colleague is told plainly"
+    );
+    let row = console.node.job(&job_id).await;
+    assert_eq!(row["checkpoints"][0]["response"]["decision"], "APPROVE");
+
+    reviewer.close().await.unwrap();
+    colleague.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_form_sends_exactly_the_proto3_json_complete_step_expects() {
+    let console = Console::start(None).await;
+    let workflow = review_workflow("claims-every-kind");
+    let job_id = console.waiting_job(&workflow, json!({ "text": "t" })).await;
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page(&format!("#/jobs/{job_id}")))
+        .await
+        .unwrap();
+    element(&page, "form.review-form").await;
+
+    // Every kind: the descriptions from the proto comments are shown too.
+    wait_for_text(&page, "form.review-form", "the field comments", |t| {
+        t.contains("How sure the reviewer is, from 0 to 10.")
+    })
+    .await;
+    page.find(Locator::Css(&field("decision")))
+        .await
+        .unwrap()
+        .select_by_label("DENY")
+        .await
+        .unwrap();
+    fill(&page, &field("score"), "3").await;
+    fill(&page, &field("reviewerEmail"), "ana@example.com").await;
+    click(
+        &page,
+        "form.review-form button.add-item[data-path=\"tags\"]",
+    )
+    .await;
+    fill(&page, &field("tags[0]"), "late").await;
+    click(
+        &page,
+        "form.review-form button.add-item[data-path=\"tags\"]",
+    )
+    .await;
+    fill(&page, &field("tags[1]"), "duplicate").await;
+    fill(&page, &field("note.body"), "seen twice").await;
+    click(&page, &field("note.internal")).await;
+    fill(&page, &field("decidedAt"), "2026-12-03T09:30:00Z").await;
+    fill(&page, &field("weight"), "0.5").await;
+    fill(&page, &field("ratio"), "0.25").await;
+    fill(&page, &field("amountCents"), "12345678901").await;
+    fill(&page, &field("pages"), "4").await;
+    fill(&page, &field("bytesSeen"), "18446744073709551615").await;
+    fill(&page, &field("delta"), "-4").await;
+    fill(&page, &field("bigDelta"), "-9000000000").await;
+    fill(&page, &field("smallFixed"), "7").await;
+    fill(&page, &field("bigFixed"), "8").await;
+    fill(&page, &field("smallSignedFixed"), "-9").await;
+    fill(&page, &field("bigSignedFixed"), "-10").await;
+    click(&page, &field("urgent")).await;
+    fill(&page, &field("attachment"), "aGVsbG8=").await;
+
+    let expected = json!({
+        "decision": "DENY",
+        "score": 3,
+        "reviewerEmail": "ana@example.com",
+        "tags": ["late", "duplicate"],
+        "note": { "body": "seen twice", "internal": true },
+        "decidedAt": "2026-12-03T09:30:00Z",
+        "weight": 0.5,
+        "ratio": 0.25,
+        "amountCents": "12345678901",
+        "pages": 4,
+        "bytesSeen": "18446744073709551615",
+        "delta": -4,
+        "bigDelta": "-9000000000",
+        "smallFixed": 7,
+        "bigFixed": "8",
+        "smallSignedFixed": -9,
+        "bigSignedFixed": "-10",
+        "urgent": true,
+        "attachment": "aGVsbG8=",
+    });
+    assert_eq!(preview(&page).await, expected);
+
+    // A value of the wrong shape is named on its field.
+    fill(&page, &field("amountCents"), "12.5").await;
+    click(&page, "form.review-form button.submit-review").await;
+    wait_for_text(&page, &field_error("amountCents"), "a shape error", |t| {
+        !t.trim().is_empty()
+    })
+    .await;
+    fill(&page, &field("amountCents"), "12345678901").await;
+
+    click(&page, "form.review-form button.submit-review").await;
+    element(&page, ".review-outcome[data-outcome=\"COMPLETED\"]").await;
+    // The node kept exactly that answer (its canonical proto3 JSON is the same).
+    let row = console
+        .node
+        .wait_for_status(&job_id, "COMPLETED", Duration::from_secs(30))
+        .await;
+    // The node stores 64-bit integers as JSON numbers (readable at 2am); the page
+    // shows them with every digit.
+    let mut stored = expected.clone();
+    for (key, digits) in [
+        ("amountCents", "12345678901"),
+        ("bytesSeen", "18446744073709551615"),
+        ("bigDelta", "-9000000000"),
+        ("bigFixed", "8"),
+        ("bigSignedFixed", "-10"),
+    ] {
+        stored[key] = serde_json::from_str(digits).unwrap();
+    }
+    assert_eq!(row["checkpoints"][0]["response"], stored);
+    wait_for_exact_text(&page, "#job-status", "COMPLETED").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = page
+            .execute(
+                "const step = document.querySelector('#timeline li[data-step=\"decide\"]'); return step ? step.textContent : '';",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if shown
+            .as_str()
+            .unwrap_or_default()
+            .contains("18446744073709551615")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timeline never showed the exact uint64: {shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_cancels_a_queued_job_and_retries_a_dead_one_from_their_pages() {
+    let console = Console::start(None).await;
+    let server = FixtureServer::start().await;
+    // QUEUED for an hour; and DEAD at once (its one attempt fails).
+    let later = console
+        .node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "later" }, "delayMs": 3_600_000 }),
+        )
+        .await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let doomed = console
+        .node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "x", "fail": true }, "maxAttempts": 1 }),
+        )
+        .await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    console
+        .node
+        .wait_for_status(&doomed, "DEAD", Duration::from_secs(30))
+        .await;
+
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page("#/fleet")).await.unwrap();
+    wait_for_exact_text(&page, "[data-count=\"QUEUED\"]", "1").await;
+    wait_for_exact_text(&page, "[data-last-hour=\"DEAD\"]", "1").await;
+    wait_for_exact_text(
+        &page,
+        &format!("#jobs-table tr[data-job-id=\"{doomed}\"] td[data-col=\"status\"]"),
+        "DEAD",
+    )
+    .await;
+    screenshot(&page, "fleet").await;
+
+    // Cancel the queued job from its page; the countdown shows while it waits.
+    page.goto(&console.page(&format!("#/jobs/{later}")))
+        .await
+        .unwrap();
+    wait_for_exact_text(&page, "#job-status", "QUEUED").await;
+    wait_for_text(&page, "#run-after-countdown", "a countdown", |t| {
+        !t.is_empty()
+    })
+    .await;
+    fill(&page, "#cancel-reason", "not needed any more").await;
+    click(&page, "#cancel-job").await;
+    wait_for_text(&page, "#action-outcome", "CANCELLED", |t| {
+        t.contains("CANCELLED")
+    })
+    .await;
+    wait_for_exact_text(&page, "#job-status", "CANCELLED").await;
+
+    // Retry the dead one from its page: it runs again (and fails again: one attempt).
+    page.goto(&console.page(&format!("#/jobs/{doomed}")))
+        .await
+        .unwrap();
+    wait_for_exact_text(&page, "#job-status", "DEAD").await;
+    click(&page, "#retry-job").await;
+    wait_for_text(&page, "#action-outcome", "RETRIED", |t| {
+        t.contains("RETRIED")
+    })
+    .await;
+    wait_for_text(&page, "#events", "the RETRIED event", |t| {
+        t.contains("RETRIED")
+    })
+    .await;
+
+    // The fleet page's counts follow.
+    page.goto(&console.page("#/fleet")).await.unwrap();
+    wait_for_exact_text(&page, "[data-count=\"QUEUED\"]", "0").await;
+    wait_for_exact_text(&page, "[data-last-hour=\"CANCELLED\"]", "1").await;
+    wait_for_exact_text(
+        &page,
+        &format!("#jobs-table tr[data-job-id=\"{later}\"] td[data-col=\"status\"]"),
+        "CANCELLED",
+    )
+    .await;
+    // It was claimed again after the retry.
+    let retried = console
+        .node
+        .store
+        .job_events(uuid::Uuid::parse_str(&doomed).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        retried.iter().any(|e| e.event_type == "RETRIED"),
+        "a RETRIED event"
+    );
+
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_the_page_asks_for_a_token_and_a_reader_cannot_complete_a_step() {
+    let auth = AuthConfig {
+        tokens: vec![
+            TokenConfig {
+                name: "reader".into(),
+                token: "reader-token-0123456789".into(),
+                scopes: vec!["jobs:read".into()],
+            },
+            TokenConfig {
+                name: "submitter".into(),
+                token: "submitter-token-0123456789".into(),
+                scopes: vec!["*".into()],
+            },
+        ],
+    };
+    let console = Console::start(Some(auth)).await;
+    let workflow = review_workflow("claims-guarded");
+    // The node requires a token of every caller, the tests' too.
+    let job_id = submit_with_token(&console.base, "submitter-token-0123456789", &workflow).await;
+    console
+        .node
+        .wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+        .await;
+
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page(&format!("#/jobs/{job_id}")))
+        .await
+        .unwrap();
+    // Asked for a token, with the reason.
+    element(&page, "#token-form").await;
+    wait_for_text(&page, "#token-message", "why a token is needed", |t| {
+        !t.is_empty()
+    })
+    .await;
+    fill(&page, "#token-input", "reader-token-0123456789").await;
+    click(&page, "#token-form button[type=\"submit\"]").await;
+    wait_for_exact_text(&page, "#job-status", "WAITING").await;
+
+    // A reader sees the form, and is told plainly that completing needs more.
+    element(&page, "form.review-form").await;
+    page.find(Locator::Css(&field("decision")))
+        .await
+        .unwrap()
+        .select_by_label("APPROVE")
+        .await
+        .unwrap();
+    click(&page, "form.review-form button.submit-review").await;
+    let refused = element(&page, ".review-outcome[data-outcome=\"ERROR\"]").await;
+    let text = refused.text().await.unwrap();
+    assert!(
+        text.contains("permission_denied") && text.contains("jobs:complete"),
+        "{text}"
+    );
+    let row = console.node.job(&job_id).await;
+    assert_eq!(row["status"], "WAITING");
+
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
+/// Submits over HTTP with a bearer token; returns the job id.
+async fn submit_with_token(base: &str, token: &str, workflow: &Value) -> String {
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{base}/v1/actions/submit-workflow"))
+        .bearer_auth(token)
+        .json(&json!({ "workflow": workflow, "input": { "text": "t" } }))
+        .send()
+        .await
+        .expect("submit")
+        .json()
+        .await
+        .expect("JSON");
+    answer["jobId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("submitted: {answer}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_files_are_served_with_a_strict_policy() {
+    let console = Console::start(None).await;
+    let answer = reqwest::get(console.page("")).await.expect("GET /console");
+    assert_eq!(answer.status(), 200);
+    let policy = answer
+        .headers()
+        .get("content-security-policy")
+        .expect("a CSP")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"));
+    let page = answer.text().await.unwrap();
+    assert!(page.contains("console.js"));
+    for asset in ["/console.js", "/console.css"] {
+        let answer = reqwest::get(console.page(asset)).await.unwrap();
+        assert_eq!(answer.status(), 200, "{asset}");
+    }
+    console.node.stop().await;
+}
