@@ -169,7 +169,14 @@ pub async fn run(mut config: HostConfig, once: bool) -> Result<(), String> {
             )
         })?;
     let url = format!("http://{}", config.node.bind);
-    println!("\nthe node serves {url} (Ctrl-C stops it). Try:");
+    println!("\nthe node serves {url} (Ctrl-C stops it).");
+    if jobs && config.jobs.console {
+        println!(
+            "Open {url}/console in a browser: the fleet, each job's story, the review inbox \
+             (submit review-text from Workflows, then answer its review step in a generated form)."
+        );
+    }
+    println!("Try:");
     println!("  curl -s {url}/v1/actions | head -c 600; echo");
     println!("  curl -s -XPOST {url}/v1/actions/list-workflows");
     println!(

@@ -609,3 +609,103 @@ async fn the_console_files_are_served_with_a_strict_policy() {
     }
     console.node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_workflow_is_drawn_as_a_flow_and_submitted_from_its_generated_form() {
+    let console = Console::start(None).await;
+    console
+        .node
+        .ok(
+            "put-workflow",
+            json!({ "workflow": review_workflow("claims-stored") }),
+        )
+        .await;
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page("#/workflows")).await.unwrap();
+    click(
+        &page,
+        "#workflow-list li[data-workflow=\"claims-stored\"] a",
+    )
+    .await;
+    // The step, its target and method, and that a human answers it.
+    let step = element(&page, "ol.flow li[data-step=\"decide\"]").await;
+    let text = step.text().await.unwrap();
+    assert!(
+        text.contains("console.test.Desk/Review") && text.contains("127.0.0.1:9"),
+        "{text}"
+    );
+    element(&page, "ol.flow li[data-step=\"decide\"] .marker.external").await;
+
+    // The submit form is generated from the input type.
+    fill(
+        &page,
+        "form.submit-form [data-path=\"text\"]",
+        "from the console",
+    )
+    .await;
+    fill(&page, "form.submit-form [data-path=\"amountCents\"]", "250").await;
+    click(&page, "form.submit-form button.submit-workflow").await;
+    let link = element(&page, ".submit-outcome a.submitted-job").await;
+    let job_id = link.text().await.unwrap();
+    let row = console
+        .node
+        .wait_for_status(job_id.trim(), "WAITING", Duration::from_secs(30))
+        .await;
+    // Stored canonical: 64-bit integers as JSON numbers.
+    assert_eq!(
+        row["input"],
+        json!({ "text": "from the console", "amountCents": 250 })
+    );
+    link.click().await.unwrap();
+    wait_for_exact_text(&page, "#job-status", "WAITING").await;
+
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
+/// Every input, select and textarea on the page has a label (or an aria-label), and
+/// the page is no wider than the window.
+const LABELS_AND_WIDTH: &str = "
+const unlabelled = [...document.querySelectorAll('input, select, textarea')]
+  .filter((e) => e.type !== 'hidden' && e.labels.length === 0 && !e.getAttribute('aria-label'))
+  .map((e) => e.outerHTML.slice(0, 120));
+return { unlabelled, overflow: document.documentElement.scrollWidth - window.innerWidth };";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_labels_its_inputs_and_fits_a_phone() {
+    let console = Console::start(None).await;
+    let workflow = review_workflow("claims-phone");
+    console
+        .node
+        .ok("put-workflow", json!({ "workflow": workflow }))
+        .await;
+    let job_id = console
+        .waiting_job(&workflow, json!({ "text": "on a phone" }))
+        .await;
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.set_window_size(390, 844).await.unwrap();
+    for (route, ready) in [
+        ("#/fleet".to_owned(), "#jobs-table".to_owned()),
+        (format!("#/jobs/{job_id}"), "form.review-form".to_owned()),
+        ("#/inbox".to_owned(), "section.inbox-group".to_owned()),
+        (
+            "#/workflows/claims-phone".to_owned(),
+            "form.submit-form".to_owned(),
+        ),
+    ] {
+        page.goto(&console.page(&route)).await.unwrap();
+        element(&page, &ready).await;
+        let found = page.execute(LABELS_AND_WIDTH, vec![]).await.unwrap();
+        assert_eq!(found["unlabelled"], json!([]), "{route}: unlabelled inputs");
+        assert!(
+            found["overflow"].as_i64().unwrap_or(1) <= 0,
+            "{route}: the page is wider than a phone: {found}"
+        );
+    }
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
