@@ -309,7 +309,8 @@ function errorFromResponse(status, payload) {
 async function callVerb(verb, body, signal) {
   let response;
   try {
-    response = await fetch('/v1/actions/' + encodeURIComponent(verb), {
+    // Relative to the page (/console): a node served under a path prefix works too.
+    response = await fetch('v1/actions/' + encodeURIComponent(verb), {
       method: 'POST',
       headers: authHeaders({ 'Content-Type': 'application/json', Accept: 'application/json' }),
       body: JSON.stringify(body || {}),
@@ -367,7 +368,10 @@ function askForToken(reason) {
   byId('token-message').textContent = reason || 'The node needs an access token.';
   if (form.hidden) {
     form.hidden = false;
-    byId('token-input').focus();
+    // Not while the user is typing elsewhere (a background read's 401 mid-review).
+    const active = document.activeElement;
+    const typing = active && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName) && !form.contains(active);
+    if (!typing) byId('token-input').focus();
   }
 }
 
@@ -444,7 +448,8 @@ function followJobEvents(jobId, handlers) {
   function retryLater(text) {
     failures += 1;
     // About a second, as asked; slower when the node keeps failing.
-    const delay = Math.min(1000 * 2 ** (failures - 1), 10000);
+    // Jittered, so the pages open on a restarted node do not all come back at once.
+    const delay = Math.min(1000 * 2 ** (failures - 1), 10000) * (0.5 + Math.random());
     handlers.onState('reconnecting', text);
     timer = setTimeout(connect, delay);
   }
@@ -458,7 +463,7 @@ function followJobEvents(jobId, handlers) {
     if (lastId) headers['Last-Event-ID'] = lastId;
     let response;
     try {
-      response = await fetch('/v1/jobs/' + encodeURIComponent(jobId) + '/events', { headers, signal: controller.signal, cache: 'no-store' });
+      response = await fetch('v1/jobs/' + encodeURIComponent(jobId) + '/events', { headers, signal: controller.signal, cache: 'no-store' });
     } catch (err) {
       running = false;
       if (!stopped) retryLater(errorText(networkError()) + '; reconnecting');
@@ -563,6 +568,7 @@ const INT64_RANGES = {
 };
 const FLOAT_KINDS = new Set(['double', 'float']);
 const FLOAT_MAX = 3.4028234663852886e38;
+const FLOAT_MIN_SUBNORMAL = 1.401298464324817e-45;
 const NUMERIC_KINDS = new Set([...Object.keys(INT32_RANGES), ...Object.keys(INT64_RANGES), ...FLOAT_KINDS]);
 
 const RFC3339_RE = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|([+-])(\d{2}):(\d{2}))$/;
@@ -628,7 +634,8 @@ function newSlot(field) {
 }
 
 function newSlots(fields) {
-  const sub = {};
+  // Keys are field names from the submitter's descriptors ("__proto__" included): no prototype.
+  const sub = Object.create(null);
   for (const field of fields || []) sub[jsonKey(field)] = newSlot(field);
   return sub;
 }
@@ -694,6 +701,9 @@ function convertScalar(field, raw) {
     if (!DECIMAL_RE.test(text)) return { error: 'must be a number (or NaN, Infinity, -Infinity)' };
     const n = Number(text);
     if (!Number.isFinite(n) || (kind === 'float' && Math.abs(n) > FLOAT_MAX)) return { error: 'is out of range for ' + kind };
+    // A non-zero value too small to represent would silently become 0.
+    const nonZero = /[1-9]/.test(text.replace(/[eE].*$/, ''));
+    if (nonZero && (n === 0 || (kind === 'float' && Math.abs(n) < FLOAT_MIN_SUBNORMAL))) return { error: 'is too close to zero for ' + kind };
     return { value: n, cmp: n };
   }
   switch (kind) {
@@ -714,10 +724,13 @@ function convertScalar(field, raw) {
       return { value: text, cmp: text };
     case 'duration':
       if (!DURATION_RE.test(text)) return { error: 'must be a duration in seconds such as 1.5s' };
+      // protobuf's Duration spans about ±10,000 years.
+      if (Math.abs(parseFloat(text)) > 315576000000) return { error: 'must be within ±315576000000s' };
       return { value: text, cmp: text };
     case 'json':
       try {
-        const parsed = JSON.parse(raw);
+        // Integers past 2^53 keep every digit (a plain parse would round them).
+        const parsed = parseLossless(raw);
         return { value: parsed, cmp: parsed };
       } catch (_) {
         return { error: 'must be valid JSON' };
@@ -740,6 +753,12 @@ function zeroJson(field) {
   }
   if (field.kind === 'message') return {};
   return undefined;
+}
+
+/** True when cmp is the field kind's zero value (0, 0n, "", false, no bytes, enum number 0). */
+function isZeroCmp(field, cmp) {
+  const zero = zeroCmp(field);
+  return zero !== null && cmp === zero;
 }
 
 /** What rules compare for a scalar left empty (its zero value), or null when the page cannot tell. */
@@ -977,6 +996,14 @@ function buildScalar(field, slot, path, ctx) {
     addError(ctx, path, typed.error, slot, true);
     return { filled: true, value: undefined };
   }
+  // proto3 cannot tell a zero from unset on a field without presence: "required" refuses it.
+  if (!field.optional && !field.oneof && !field.asItem && isZeroCmp(field, typed.cmp)) {
+    const required = requiredMessage(field);
+    if (required) {
+      addError(ctx, path, required, slot, false);
+      return { filled: true, value: typed.value };
+    }
+  }
   const broken = firstBrokenRule(field, typed.cmp);
   if (broken) addError(ctx, path, broken, slot, false);
   return { filled: true, value: typed.value };
@@ -986,17 +1013,18 @@ function buildMessageField(field, slot, path, ctx) {
   const mark = ctx.errors.length;
   const built = buildMessage(field.fields || [], slot.sub, path, ctx);
   if (!built.filled) {
-    // An absent message is not validated inside (as protovalidate does): drop its children's rule errors.
+    // A required message may hold nothing but defaults: it is sent present ({}), and its
+    // fields' rules apply. Otherwise an absent message is not validated inside (as
+    // protovalidate does): drop its children's rule errors.
+    if (requiredMessage(field)) return { filled: true, value: built.value };
     ctx.errors.splice(mark);
-    const required = requiredMessage(field);
-    if (required) addError(ctx, path, required, slot, false);
     return { filled: false };
   }
   return { filled: true, value: built.value };
 }
 
 function buildMessage(fields, sub, path, ctx) {
-  const value = {};
+  const value = Object.create(null);
   let filled = false;
   const oneofTaken = new Set();
   for (const field of fields) {
@@ -1033,7 +1061,7 @@ function buildList(field, slot, path, ctx) {
 function buildMap(field, slot, path, ctx) {
   const keyField = mapKeyField(field);
   const valueField = mapValueField(field);
-  const object = {};
+  const object = Object.create(null);
   const keys = [];
   slot.entries.forEach((entry, i) => {
     const row = path.json + '[' + i + ']';
@@ -1161,6 +1189,10 @@ function createGeneratedForm(spec, options) {
   }
   if (spec.messageType) form.appendChild(el('p', { class: 'muted form-type', text: 'Message type: ' + spec.messageType }));
   if (spec.validates && options.validatesNote) form.appendChild(el('p', { class: 'form-note', text: options.validatesNote }));
+  if (spec.truncated) {
+    form.appendChild(el('p', { class: 'form-note warning', role: 'note',
+      text: 'This message is larger than a form can show: some fields (or enum values) are left out, and the answer is sent without them.' }));
+  }
 
   const fieldsBox = el('div', { class: 'form-fields' });
   for (const field of ctl.fields) fieldsBox.appendChild(renderField(field, ctl.slots[jsonKey(field)], childPath({ json: '', proto: '' }, field), ctl));
@@ -1211,7 +1243,7 @@ function createGeneratedForm(spec, options) {
       for (const violation of violations || []) {
         const jsonPath = ctl.build.pathMap[violation && violation.field];
         if (jsonPath !== undefined && findErrorElement(ctl, jsonPath)) {
-          if (!ctl.serverErrors.has(jsonPath)) ctl.serverErrors.set(jsonPath, String(violation.message || violation.rule || 'rejected'));
+          if (!ctl.serverErrors.has(jsonPath)) ctl.serverErrors.set(jsonPath, violationMessage(ctl.fields, jsonPath, violation));
         } else unmatched.push(violation);
       }
       refreshForm(ctl);
@@ -1223,6 +1255,25 @@ function createGeneratedForm(spec, options) {
       refreshForm(ctl);
     },
   };
+}
+
+/**
+ * The sentence for a node's violation: its message, or (where the validator gave only
+ * the rule's id, as for string.email) the declared rule's message from the form.
+ */
+function violationMessage(fields, jsonPath, violation) {
+  const message = violation && violation.message ? String(violation.message) : '';
+  const rule = violation && violation.rule ? String(violation.rule) : '';
+  if (message && message !== rule) return message;
+  let field = null;
+  let list = fields;
+  for (const part of jsonPath.replace(/\[[^\]]*\]/g, '').split('.')) {
+    field = (list || []).find((f) => jsonKey(f) === part) || null;
+    if (!field) break;
+    list = field.fields;
+  }
+  const declared = field && (field.rules || []).find((r) => r && r.id === rule);
+  return declared && declared.message ? String(declared.message) : message || rule || 'rejected';
 }
 
 /** Rebuilds the JSON from the slots, updates the preview and the visible errors. */
@@ -1756,9 +1807,13 @@ function renderFleetView(main, params, query) {
   syncFilterInputs();
   refreshCounts();
   refreshTable();
+  // Polling costs every tab a read every few seconds: none while the tab is hidden; the
+  // table only on its first page (deep offsets are slow reads) and never while rows are
+  // selected (a row moving under the pointer would be acted on by mistake).
   const timer = setInterval(() => {
+    if (document.hidden) return;
     refreshCounts();
-    refreshTable();
+    if (filters.offset === 0 && selected.size === 0) refreshTable();
   }, REFRESH_MS);
 
   return {
@@ -1865,6 +1920,8 @@ function renderJobView(main, params) {
     try {
       const answer = await callVerb('get-job', { jobId }, abort.signal);
       if (!answer.ok || !answer.job) {
+        // No such job: nothing to follow.
+        stream.stop();
         showBanner(String(answer.error || 'no workflow run ' + jobId));
         setBadge(statusBadgeEl, '');
         statusBadgeEl.textContent = 'not found';
@@ -2137,6 +2194,21 @@ function renderJobView(main, params) {
       attrs: { 'data-job-id': jobId, 'data-step': step },
       async onSubmit(response) {
         try {
+          // Asked first without writing: the node checks every rule (the page checks only
+          // some), so an answer the node would refuse never fails the job.
+          const check = await callVerb('complete-step', { jobId, stepName: step, response, dryRun: true }, abort.signal);
+          if (check.outcome === 'INVALID') {
+            const unmatched = generated.showViolations(Array.isArray(check.violations) ? check.violations : []);
+            setReviewOutcome('INVALID', 'Not sent: the answer breaks the step\'s rules; fix the fields marked.',
+              unmatched.length > 0 ? violationList(unmatched) : null);
+            return;
+          }
+          if (check.outcome !== 'VALID') {
+            const [outcome, text] = reviewOutcomeText(check, 'complete');
+            setReviewOutcome(outcome, text);
+            reload();
+            return;
+          }
           const answer = await callVerb('complete-step', { jobId, stepName: step, response }, abort.signal);
           const [outcome, text] = reviewOutcomeText(answer, 'complete');
           let extra = null;
@@ -2168,10 +2240,19 @@ function renderJobView(main, params) {
 
   reload();
   const countdownTimer = setInterval(updateCountdown, 1000);
+  // Claims, backoffs and lease changes write no event: a live job is read again every
+  // few seconds too (one row by its key), and so is any job while its stream is down.
+  const pollTimer = setInterval(() => {
+    if (document.hidden || !state.job) return;
+    const live = ['QUEUED', 'RUNNING', 'WAITING'].includes(state.job.status);
+    const streamDown = ['reconnecting', 'error'].includes(streamState.getAttribute('data-state'));
+    if (live || streamDown) reload();
+  }, REFRESH_MS);
 
   return {
     dispose() {
       clearInterval(countdownTimer);
+      clearInterval(pollTimer);
       stream.stop();
       abort.abort();
     },
@@ -2277,6 +2358,7 @@ function renderInboxView(main) {
   const previewQueue = [];
   let previewsInFlight = 0;
   let signature = '';
+  let previewBudget = INBOX_PREVIEWS;
 
   function previewText(input) {
     return truncate(compactJson(input === undefined ? null : input), 120);
@@ -2316,18 +2398,41 @@ function renderInboxView(main) {
 
   async function refresh() {
     let jobs;
+    let counts = new Map(); // group key -> WAITING jobs in it, from get-fleet (every one, not only those listed)
     try {
-      const answer = await loadVerb('list-jobs', { status: 'WAITING', oldestFirst: true, limit: 500 }, abort.signal);
+      const answer = await loadVerb('list-jobs', { status: 'WAITING', oldestFirst: true, limit: INBOX_LISTED }, abort.signal);
       jobs = Array.isArray(answer.jobs) ? answer.jobs : [];
       clearBanner();
     } catch (err) {
       reportLoadError(err);
       return;
     }
-    for (const job of jobs) if (job.input !== undefined) previews.set(String(job.jobId), previewText(job.input));
+    try {
+      const fleet = await callVerb('get-fleet', {}, abort.signal);
+      for (const g of Array.isArray(fleet.waitingBySteps) ? fleet.waitingBySteps : []) {
+        counts.set(groupKey(g.workflowName, g.stepName), Number(g.count) || 0);
+      }
+    } catch (err) {
+      if (isAbort(err)) return;
+      counts = new Map(); // the listed jobs alone, then
+    }
+    // Inputs are read for the first few listed jobs only; forget those no longer listed.
+    const listed = new Set(jobs.map((j) => String(j.jobId)));
+    for (const jobId of [...previews.keys()]) if (!listed.has(jobId)) previews.delete(jobId);
+    previewBudget = INBOX_PREVIEWS;
     const groups = groupWaiting(jobs);
-    summary.textContent = jobs.length === 0 ? 'Nothing is waiting for a human.' : jobs.length + (jobs.length === 1 ? ' job is' : ' jobs are') + ' waiting for a human.';
-    const next = compactJson(groups.map((g) => [g.workflow, g.step, g.jobs.map((j) => String(j.jobId))]));
+    for (const [key, count] of counts) {
+      if (count > 0 && !groups.some((g) => groupKey(g.workflow, g.step) === key)) {
+        const [workflow, step] = JSON.parse(key);
+        groups.push({ workflow, step, jobs: [] });
+      }
+    }
+    for (const group of groups) group.total = Math.max(counts.get(groupKey(group.workflow, group.step)) || 0, group.jobs.length);
+    const total = groups.reduce((sum, g) => sum + g.total, 0);
+    summary.textContent = total === 0
+      ? 'Nothing is waiting for a human.'
+      : total + (total === 1 ? ' job is' : ' jobs are') + ' waiting for a human' + (jobs.length < total ? ' (the oldest ' + jobs.length + ' listed).' : '.');
+    const next = compactJson(groups.map((g) => [g.workflow, g.step, g.total, g.jobs.map((j) => String(j.jobId))]));
     if (next === signature) {
       // Same jobs: only the "waiting since" ages move. Leaves links (and focus) alone.
       for (const time of groupsBox.querySelectorAll('time[datetime]')) time.textContent = relativeTime(time.getAttribute('datetime'));
@@ -2343,20 +2448,27 @@ function renderInboxView(main) {
   }
 
   function drawGroup(group) {
+    const more = group.total - group.jobs.length;
     return el('section', { class: 'inbox-group', 'data-workflow': group.workflow, 'data-step': group.step },
-      el('h2', { text: group.workflow + ' · ' + group.step + ' (' + group.jobs.length + ' waiting)' }),
+      el('h2', { text: group.workflow + ' · ' + group.step + ' (' + group.total + ' waiting)' }),
+      more > 0
+        ? el('p', { class: 'muted' }, more + ' more, newer than those listed: ',
+          el('a', { href: fleetHash({ status: 'WAITING', workflow: group.workflow, offset: 0 }), text: 'see them in the jobs table' }))
+        : null,
       el('ol', { class: 'inbox-jobs' }, group.jobs.map((job) => {
         const id = String(job.jobId);
         return el('li', { 'data-job-id': id },
           el('a', { class: 'review-link', href: jobHref(id), text: 'Review', 'aria-label': 'Review job ' + id }),
           el('span', { class: 'mono job-id', title: id, text: id }),
           el('span', { class: 'waiting-since' }, 'waiting since ', timeAgo(job.updatedAt)),
-          el('code', { class: 'input-preview', text: wantPreview(id) }));
+          el('code', { class: 'input-preview', text: previewBudget-- > 0 ? wantPreview(id) : '' }));
       })));
   }
 
   refresh();
-  const timer = setInterval(refresh, REFRESH_MS);
+  const timer = setInterval(() => {
+    if (!document.hidden) refresh();
+  }, REFRESH_MS);
   return {
     dispose() {
       clearInterval(timer);
@@ -2372,6 +2484,14 @@ function renderInboxView(main) {
 }
 
 /** Groups jobs (already oldest first) by workflow, then step, in order of each group's oldest job. */
+/** Jobs the inbox lists (the oldest first), and of those the ones whose input it previews. */
+const INBOX_LISTED = 500;
+const INBOX_PREVIEWS = 50;
+
+function groupKey(workflow, step) {
+  return JSON.stringify([String(workflow ?? ''), String(step ?? '')]);
+}
+
 function groupWaiting(jobs) {
   const groups = new Map();
   for (const job of jobs) {
@@ -2625,6 +2745,12 @@ function start() {
       input.focus();
       return;
     }
+    // A header carries visible ASCII only (a pasted smart quote would make every call fail).
+    if (!/^[\x21-\x7E]+$/.test(token)) {
+      byId('token-message').textContent = 'A token is letters, digits and ASCII punctuation, without spaces: check what was pasted.';
+      input.focus();
+      return;
+    }
     storeToken(token);
     input.value = '';
     tokenForm.hidden = true;
@@ -2634,7 +2760,10 @@ function start() {
   byId('sign-out').addEventListener('click', () => {
     clearToken();
     byId('view').focus({ preventScroll: true });
-    refreshCurrentView();
+    // Drawn again from scratch: the view's streams and polls stop with it.
+    if (currentView) currentView.controller.dispose();
+    currentView = null;
+    route(false);
   });
   updateSignOut();
   window.addEventListener('hashchange', () => route(true));

@@ -135,6 +135,7 @@ impl Role for JobsModule {
             store: store.clone(),
             submitter,
             watchers: watchers.clone(),
+            fleet: Default::default(),
         });
         for action in actions(Some(state.clone()))? {
             ctx.add_action(action);

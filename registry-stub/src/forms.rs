@@ -8,16 +8,18 @@
 //! `buf.validate` rules it declares, each with the message protovalidate gives when it
 //! is broken and a short summary to show beside the field.
 //!
-//! A rule is marked `checkedBy: "page"` when the console checks it before sending
-//! (lengths, bounds, patterns, lists, enum membership, required), `"node"` when only
-//! the node can (CEL, well-known formats beyond email, UUID and URI, time-relative
-//! rules, rules on the items of a list or map). The node checks every rule again when
-//! the step or workflow validates.
+//! A rule is marked `checkedBy: "page"` when the console checks it as the reviewer
+//! types (lengths, bounds, lists, enum membership, UUIDs, required), `"node"` when the
+//! page leaves it to the node (CEL, patterns, emails, URIs, float bounds, time-relative
+//! rules, rules on the items of a list or map): the console asks the node with
+//! `complete-step`'s `dryRun` before it sends an answer, so no rule is left unchecked.
 //!
-//! The description is bounded, whatever the descriptors: nesting deeper than
-//! [`MAX_DEPTH`] is described as free JSON, and past [`MAX_FIELDS`] fields in all the
-//! rest are left out (`truncated: true`); proto3 fields are optional, so the form still
-//! sends a valid message.
+//! The description is bounded, whatever the descriptors (a descriptor set is the
+//! submitter's data): nesting deeper than [`MAX_DEPTH`] is described as free JSON;
+//! comments, enum values and rule values are cut to a size; and past [`MAX_FIELDS`]
+//! fields, or about [`MAX_FORM_BYTES`] of description, the rest are left out
+//! (`truncated: true`). A message type used in many places costs each time, so the
+//! budget, not the shape, bounds the answer.
 
 use std::collections::HashMap;
 
@@ -29,6 +31,17 @@ use serde_json::{Map, Value, json};
 pub const MAX_DEPTH: usize = 6;
 /// Fields described in all, across every level; the rest are left out.
 pub const MAX_FIELDS: usize = 1_000;
+/// About this much description in all (comments, enum values, rules); the fields
+/// past it are left out.
+pub const MAX_FORM_BYTES: usize = 1 << 20;
+/// A comment is cut to this many characters.
+const MAX_COMMENT_CHARS: usize = 1_000;
+/// An enum lists at most this many values (the form offers those).
+const MAX_ENUM_VALUES: usize = 1_000;
+/// A rule's value whose JSON is longer is shown cut and left to the node.
+const MAX_RULE_VALUE_CHARS: usize = 2_000;
+/// Rules shown per field or message.
+const MAX_RULES: usize = 50;
 
 /// The form of `message`: `{messageType, messageRules, fields}`.
 pub fn describe_message(message: &MessageDescriptor) -> Value {
@@ -47,6 +60,8 @@ pub fn describe_message(message: &MessageDescriptor) -> Value {
 #[derive(Default)]
 struct Describer {
     described: usize,
+    /// About how many bytes of description so far.
+    spent: usize,
     /// True once a message had more fields than [`MAX_FIELDS`] left room for.
     truncated: bool,
     comments: HashMap<String, HashMap<Vec<i32>, String>>,
@@ -56,7 +71,7 @@ impl Describer {
     fn fields(&mut self, message: &MessageDescriptor, depth: usize) -> Vec<Value> {
         let mut described = Vec::new();
         for field in message.fields() {
-            if self.described >= MAX_FIELDS {
+            if self.described >= MAX_FIELDS || self.spent >= MAX_FORM_BYTES {
                 self.truncated = true;
                 break;
             }
@@ -100,13 +115,26 @@ impl Describer {
             }
         }
         out.insert("optional".into(), json!(optional));
-        let declared = field_rules(field);
+        let mut declared = field_rules(field);
+        declared.rules.truncate(MAX_RULES);
         // protovalidate checks a field without presence (a plain proto3 scalar, a
         // list, a map) at its zero value when it is left empty, unless told to ignore
         // it; a field with presence left unset is skipped.
         let applies_when_empty = !declared.ignore_empty && !field.supports_presence();
         out.insert("required".into(), json!(declared.required));
         out.insert("rulesApplyWhenEmpty".into(), json!(applies_when_empty));
+        // What this field adds (its children counted as they are described).
+        self.spent += 200
+            + out["description"].as_str().map_or(0, str::len)
+            + out
+                .get("enumValues")
+                .and_then(Value::as_array)
+                .map_or(0, |values| values.len() * 48)
+            + declared
+                .rules
+                .iter()
+                .map(|rule| rule.to_string().len())
+                .sum::<usize>();
         out.insert("rules".into(), Value::Array(declared.rules));
         Value::Object(out)
     }
@@ -129,8 +157,12 @@ impl Describer {
             Kind::String => "string",
             Kind::Bytes => "bytes",
             Kind::Enum(e) => {
+                if e.values().len() > MAX_ENUM_VALUES {
+                    self.truncated = true;
+                }
                 let values: Vec<Value> = e
                     .values()
+                    .take(MAX_ENUM_VALUES)
                     .map(|v| json!({ "name": v.name(), "number": v.number() }))
                     .collect();
                 out.insert("enumValues".into(), Value::Array(values));
@@ -172,7 +204,10 @@ impl Describer {
                             .as_deref()
                             .filter(|c| !c.trim().is_empty())
                             .or(location.trailing_comments.as_deref())?;
-                        Some((location.path.clone(), tidy_comment(text)))
+                        Some((
+                            location.path.clone(),
+                            cut(&tidy_comment(text), MAX_COMMENT_CHARS),
+                        ))
                     })
                     .collect()
             });
@@ -243,13 +278,15 @@ fn cel_rules(cel: &Value) -> Value {
         .map(|rules| {
             rules
                 .iter()
+                .take(MAX_RULES)
                 .map(|rule| {
                     let message = rule["message"]
                         .as_str()
                         .filter(|m| !m.is_empty())
                         .or(rule["expression"].as_str())
                         .unwrap_or_default();
-                    json!({ "id": rule["id"], "message": message })
+                    json!({ "id": cut(rule["id"].as_str().unwrap_or_default(), 200),
+                            "message": cut(message, 500) })
                 })
                 .collect()
         })
@@ -345,6 +382,13 @@ fn typed_rules(kind: &str, typed: &Map<String, Value>, rules: &mut Vec<Value>) {
     };
     for (key, value) in typed {
         let id = format!("{kind}.{}", snake_case(key));
+        if value.to_string().len() > MAX_RULE_VALUE_CHARS {
+            // Too long to carry (a huge `in` list, a pattern of a page): shown cut,
+            // checked by the node.
+            let text = format!("{id}: {}", compact(value));
+            rules.push(rule(&id, Value::Null, text.clone(), text, false));
+            continue;
+        }
         let shown = display(value);
         let (message, summary, page) = match (kind, key.as_str()) {
             (k, "const") if NUMERIC.contains(&k) => (
@@ -395,10 +439,12 @@ fn typed_rules(kind: &str, typed: &Map<String, Value>, rules: &mut Vec<Value>) {
                 format!("at most {shown} characters"),
                 true,
             ),
+            // A pattern is left to the node: JavaScript's regular expressions are
+            // not RE2 (Unicode classes differ) and can backtrack for seconds.
             ("string", "pattern") => (
                 rules_meta::string::pattern_message(&shown),
                 format!("matches {shown}"),
-                true,
+                false,
             ),
             ("string", "prefix") => (
                 rules_meta::string::prefix_message(&shown),
@@ -420,13 +466,15 @@ fn typed_rules(kind: &str, typed: &Map<String, Value>, rules: &mut Vec<Value>) {
                 format!("without \"{shown}\""),
                 true,
             ),
+            // Email addresses and URIs are left to the node: its parsers are the
+            // standard's, a page's pattern would only approximate them.
             ("string", "email") => (
                 "value must be a valid email address".into(),
                 "an email address".into(),
-                true,
+                false,
             ),
             ("string", "uuid") => ("value must be a valid UUID".into(), "a UUID".into(), true),
-            ("string", "uri") => ("value must be a valid URI".into(), "a URI".into(), true),
+            ("string", "uri") => ("value must be a valid URI".into(), "a URI".into(), false),
             ("bytes", "minLen") => (
                 rules_meta::bytes::min_len_message(count(value)),
                 format!("at least {shown} bytes"),
@@ -469,6 +517,8 @@ fn typed_rules(kind: &str, typed: &Map<String, Value>, rules: &mut Vec<Value>) {
                 (text.clone(), text, false)
             }
         };
+        // A float's bounds compare in 32 bits on the node; the page would compare in 64.
+        let page = page && kind != "float";
         rules.push(rule(&id, value.clone(), message, summary, page));
     }
 }
@@ -492,11 +542,18 @@ fn display(value: &Value) -> String {
 }
 
 fn compact(value: &Value) -> String {
-    let text = display(value);
-    if text.chars().count() > 120 {
-        text.chars().take(117).chain("...".chars()).collect()
+    cut(&display(value), 120)
+}
+
+/// `text`, cut to `max` characters with an ellipsis.
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        text.chars()
+            .take(max.saturating_sub(1))
+            .chain(std::iter::once('…'))
+            .collect()
     } else {
-        text
+        text.to_owned()
     }
 }
 
@@ -615,7 +672,7 @@ message Answer {
         assert_eq!(email["label"], "Reviewer email");
         assert_eq!(email["description"], "Who answered.");
         assert_eq!(email["required"], true);
-        assert_eq!(rule_of(email, "string.email")["checkedBy"], "page");
+        assert_eq!(rule_of(email, "string.email")["checkedBy"], "node");
 
         let score = field(&form, "score");
         assert_eq!(score["kind"], "int32");
@@ -678,6 +735,35 @@ message Answer {
         assert_eq!(
             rule_of(field(&form, "outside"), "int32.gt")["checkedBy"],
             "node"
+        );
+    }
+
+    #[test]
+    fn a_hostile_schema_is_described_within_a_budget() {
+        let comment = "x".repeat(50_000);
+        let values: String = (1..3_000).map(|i| format!(" V{i} = {i};")).collect();
+        let fields: String = (1..=200).map(|i| format!(" Big f{i} = {i};")).collect();
+        let source = format!(
+            "syntax = \"proto3\"; package h;\n\
+             enum Many {{ MANY_UNSPECIFIED = 0;{values} }}\n\
+             message Big {{\n// {comment}\nstring a = 1;\n// {comment}\nMany b = 2; Many c = 3; Many d = 4; }}\n\
+             message Top {{{fields} }}"
+        );
+        let bytes = workflow::schema::compile_proto_source_documented("h.proto", &source).unwrap();
+        let pool = prost_reflect::DescriptorPool::decode(bytes.as_slice()).unwrap();
+        let form = describe_message(&pool.get_message_by_name("h.Top").unwrap());
+        assert_eq!(form["truncated"], true);
+        let size = form.to_string().len();
+        assert!(size < 3 * MAX_FORM_BYTES, "{size} bytes");
+        let first = &form["fields"][0]["fields"][0];
+        assert_eq!(
+            first["description"].as_str().unwrap().chars().count(),
+            MAX_COMMENT_CHARS
+        );
+        let many = &form["fields"][0]["fields"][1];
+        assert_eq!(
+            many["enumValues"].as_array().unwrap().len(),
+            MAX_ENUM_VALUES
         );
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Each test starts its own `chromedriver` (Debian's `chromium-driver`, which
 //! `./dev test` installs) on a free port and opens as many browser sessions as it
-//! needs; the driver is killed when the [`Browser`] is dropped. The node under test is
+//! needs; when the [`Browser`] is dropped (a failing test included) the driver is
+//! asked to stop, which closes every browser it started, then killed. The node under test is
 //! served on `127.0.0.1:0` by [`serve`], so the page talks to it over real HTTP:
 //! the actions route, the SSE route, the console's own files.
 
@@ -21,8 +22,12 @@ pub const PAGE_WAIT: Duration = Duration::from_secs(30);
 
 /// A `chromedriver` of one test.
 pub struct Browser {
-    driver: Child,
+    /// Held for its kill on drop.
+    _driver: Child,
     url: String,
+    /// A folder of this browser's own, named on every browser process's command line:
+    /// what finds them to kill (see `Drop`).
+    profiles: tempfile::TempDir,
 }
 
 impl Browser {
@@ -52,12 +57,22 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Browser { driver, url }
+        let profiles = tempfile::Builder::new()
+            .prefix("protomolt-chromium-")
+            .tempdir()
+            .expect("a profile folder");
+        Browser {
+            _driver: driver,
+            url,
+            profiles,
+        }
     }
 
     /// A new browser session (its own profile: its own session storage).
     pub async fn session(&self) -> Client {
         let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let profile = tempfile::tempdir_in(self.profiles.path()).expect("a profile");
+        let profile = profile.keep();
         let capabilities = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -66,6 +81,8 @@ impl Browser {
                     "--headless=new", "--no-sandbox", "--disable-gpu",
                     "--disable-dev-shm-usage", "--window-size=1280,1000",
                     "--no-first-run", "--disable-extensions",
+                    "--disable-crash-reporter", "--disable-breakpad",
+                    format!("--user-data-dir={}", profile.display()),
                 ],
             },
         });
@@ -90,9 +107,23 @@ impl Browser {
         }
     }
 
-    /// Stops the driver.
-    pub async fn stop(mut self) {
-        let _ = self.driver.kill().await;
+    /// Stops the driver and its browsers.
+    pub async fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // A test that fails before closing its sessions leaves its browsers running
+        // (chromedriver, killed on drop, does not take them along): end every process
+        // whose command line names this browser's own profile folder, and only those.
+        let _ = std::process::Command::new("pkill")
+            .arg("-KILL")
+            .arg("-f")
+            .arg(self.profiles.path())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

@@ -216,11 +216,29 @@ async fn a_reviewer_answers_from_the_inbox_and_a_late_colleague_is_told_already_
 
     // A valid answer completes the step, and the page follows the job to COMPLETED
     // live (the marker proves the page was not reloaded).
+    // A rule the page leaves to the node (an email address) is checked by a dry run
+    // first: shown on its field, nothing written.
+    fill(&reviewer, &field("score"), "7").await;
+    fill(&reviewer, &field("reviewerEmail"), "not-an-email").await;
+    click(&reviewer, "form.review-form button.submit-review").await;
+    wait_for_exact_text(
+        &reviewer,
+        &field_error("reviewerEmail"),
+        "value must be a valid email address",
+    )
+    .await;
+    element(&reviewer, ".review-outcome[data-outcome=\"INVALID\"]").await;
+    let row = console.node.job(&job_id).await;
+    assert_eq!(
+        row["status"], "WAITING",
+        "a dry run writes nothing: {row:#}"
+    );
+    fill(&reviewer, &field("reviewerEmail"), "").await;
+
     reviewer
         .execute("window.__notReloaded = true;", vec![])
         .await
         .unwrap();
-    fill(&reviewer, &field("score"), "7").await;
     assert_eq!(
         preview(&reviewer).await,
         json!({ "decision": "APPROVE", "score": 7 })

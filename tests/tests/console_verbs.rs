@@ -236,7 +236,15 @@ async fn get_fleet_counts_live_and_recently_finished_jobs_and_the_outbox() {
     let (node, _db) = node().await;
     let server = FixtureServer::start().await;
     let workflow = two_step_workflow(&server.target());
+    // One read answers every caller for a moment (the console's tabs poll it).
+    let asked = std::time::Instant::now();
     let fleet = node.ok("get-fleet", json!({})).await;
+    let again = node.ok("get-fleet", json!({})).await;
+    assert!(
+        again["readAt"] == fleet["readAt"]
+            || asked.elapsed() >= jobs_role::actions::get_fleet::FLEET_FRESH_FOR,
+        "one read shared: {fleet} / {again}"
+    );
     assert_eq!(
         fleet["live"],
         json!({ "QUEUED": 0, "RUNNING": 0, "WAITING": 0 })
@@ -254,13 +262,107 @@ async fn get_fleet_counts_live_and_recently_finished_jobs_and_the_outbox() {
         json!({ "workflow": workflow, "input": { "text": "later" }, "delayMs": 3_600_000 }),
     )
     .await;
-    let fleet = node.ok("get-fleet", json!({})).await;
-    assert_eq!(fleet["live"]["QUEUED"], 1);
-    assert_eq!(fleet["lastHour"]["COMPLETED"], 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let fleet = loop {
+        let fleet = node.ok("get-fleet", json!({})).await;
+        if fleet["live"]["QUEUED"] == 1 && fleet["lastHour"]["COMPLETED"] == 1 {
+            break fleet;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never counted: {fleet}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
     // Not claimable before its time: it does not age the queue.
     assert_eq!(fleet["oldestQueuedSeconds"], 0.0);
     // Kafka lanes off: the events wait in the outbox.
     assert!(fleet["outbox"]["pending"].as_i64().unwrap() >= 3, "{fleet}");
     assert!(fleet["readAt"].as_str().unwrap().ends_with('Z'), "{fleet}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn complete_step_dry_run_checks_an_answer_and_writes_nothing() {
+    let (node, _db) = node().await;
+    let server = FixtureServer::start().await;
+    let job_id = node
+        .submit(
+            &three_step_workflow(&server.target()),
+            json!({ "text": "hello" }),
+        )
+        .await;
+    node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+        .await;
+    let events_before = node
+        .store
+        .job_events(uuid::Uuid::parse_str(&job_id).unwrap())
+        .await
+        .unwrap()
+        .len();
+
+    // A scored review without notes breaks the message's rule; a score of 11 its field's.
+    let invalid = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "review", "response": { "score": 11 }, "dryRun": true }),
+        )
+        .await;
+    assert_eq!(invalid["outcome"], "INVALID", "{invalid}");
+    assert_eq!(invalid["ok"], false);
+    let fields: Vec<&str> = invalid["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["field"].as_str().unwrap_or_default())
+        .collect();
+    assert!(fields.contains(&"score"), "{invalid}");
+
+    let valid = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "review", "response": { "score": 7, "notes": "fine" }, "dryRun": true }),
+        )
+        .await;
+    assert_eq!(
+        valid,
+        json!({ "ok": true, "outcome": "VALID", "status": "WAITING", "violations": [] })
+    );
+
+    // A wrong shape is the same 400 as the real call's.
+    let (status, answer) = node
+        .call(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "review", "response": { "score": "x" }, "dryRun": true }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+
+    // Nothing was written: still WAITING, no checkpoint, no event.
+    let row = node.job(&job_id).await;
+    assert_eq!(row["status"], "WAITING");
+    assert_eq!(row["checkpoints"].as_array().unwrap().len(), 1);
+    let events_after = node
+        .store
+        .job_events(uuid::Uuid::parse_str(&job_id).unwrap())
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(events_after, events_before);
+
+    // Past the step, a dry run answers as the real call would.
+    node.ok(
+        "complete-step",
+        json!({ "jobId": job_id, "stepName": "review", "response": { "score": 7, "notes": "fine" } }),
+    )
+    .await;
+    let late = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "review", "response": {}, "dryRun": true }),
+        )
+        .await;
+    assert_eq!(late["outcome"], "ALREADY_DONE", "{late}");
     node.stop().await;
 }

@@ -1,4 +1,4 @@
-//! `complete-step {jobId, stepName, response}`: answers a parked external step.
+//! `complete-step {jobId, stepName, response, dryRun?}`: answers a parked external step.
 //!
 //! The gate runs twice by design: fail-fast here, then again under the row lock in the
 //! store, so racing callers get the same answers. Here: the job must exist, the step
@@ -14,6 +14,7 @@
 //! | `{ok: false, outcome: "WRONG_STATE", status, outstandingStep, error}` | not parked on that step |
 //! | `{ok: false, outcome: "REJECTED", status: "FAILED", error, violations}` | the verdict          |
 //! | `{ok: false, error: "no workflow run <id>"}`         | no such job                             |
+//! | `{ok, outcome: "VALID" \| "INVALID", violations}`    | `dryRun`: checked as above, nothing written |
 
 use std::sync::Arc;
 
@@ -123,6 +124,22 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     } else {
         Vec::new()
     };
+    if request.get("dryRun").and_then(Value::as_bool) == Some(true) {
+        // A form checking an answer before sending it: what the real call would
+        // decide about the answer, nothing written.
+        if violations.is_empty() {
+            encode_json(&response).map_err(|e| ActionError::invalid(format!("response: {e}")))?;
+        }
+        return Ok(json!({
+            "ok": violations.is_empty(),
+            "outcome": if violations.is_empty() { "VALID" } else { "INVALID" },
+            "status": "WAITING",
+            "violations": violations
+                .iter()
+                .map(|v| json!({ "field": v.field_path, "rule": v.rule_id, "message": v.message }))
+                .collect::<Vec<_>>(),
+        }));
+    }
     let (decision, rejected) = if violations.is_empty() {
         let checkpoint = Checkpoint {
             name: step.name.clone(),

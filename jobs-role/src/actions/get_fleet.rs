@@ -2,27 +2,50 @@
 //! status, jobs finished in the last hour by status, the age of the oldest claimable
 //! QUEUED job, the outbox's depth, and WAITING jobs by step.
 //!
-//! Every number comes from an index (the partial indexes of live rows, the finished
-//! index, the outbox's partial indexes), so a console polling it every few seconds
-//! costs the database little on any number of rows.
+//! The counts are index scans (the partial indexes of live rows, the finished index,
+//! the outbox's partial indexes): cheap for thousands of rows, but linear in them, so
+//! a million live jobs cost a second of database time. Every console tab polls this
+//! every few seconds, so the node reads it at most once per [`FLEET_FRESH_FOR`], one
+//! read at a time on one connection, and every caller in between shares that read.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
+use tokio::sync::Mutex;
 
 use super::{JobsState, store_error};
 
+/// How long one read of the fleet answers every caller.
+pub const FLEET_FRESH_FOR: Duration = Duration::from_secs(2);
+
+/// The node's latest read of the fleet, shared by every caller while it is fresh.
+#[derive(Default, Clone)]
+pub struct FleetSnapshot {
+    latest: Arc<Mutex<Option<(Instant, Value)>>>,
+}
+
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, _request: ActionRequest) -> Result<Value, ActionError> {
+    // Held across the read: callers arriving meanwhile wait for it and share it.
+    let mut latest = state.fleet.latest.lock().await;
+    if let Some((read_at, answer)) = latest.as_ref()
+        && read_at.elapsed() < FLEET_FRESH_FOR
+    {
+        return Ok(answer.clone());
+    }
+    let answer = read(&state).await?;
+    *latest = Some((Instant::now(), answer.clone()));
+    Ok(answer)
+}
+
+async fn read(state: &JobsState) -> Result<Value, ActionError> {
     let store = &state.store;
-    let (backlog, (live_jobs, waiting), finished) = tokio::try_join!(
-        store.fleet_backlog(),
-        store.fleet_live(),
-        store.finished_last_hour()
-    )
-    .map_err(store_error)?;
+    let backlog = store.fleet_backlog().await.map_err(store_error)?;
+    let (live_jobs, waiting) = store.fleet_live().await.map_err(store_error)?;
+    let finished = store.finished_last_hour().await.map_err(store_error)?;
     let mut live: BTreeMap<String, i64> = ["QUEUED", "RUNNING", "WAITING"]
         .into_iter()
         .map(|status| (status.to_owned(), 0))

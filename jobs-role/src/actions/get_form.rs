@@ -59,7 +59,11 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             (compiled.input_type.clone(), true)
         }
     };
-    let mut form = describe_message(&message);
+    // Bounded, but up to a megabyte of walking a submitter's descriptors: off the
+    // async threads.
+    let mut form = tokio::task::spawn_blocking(move || describe_message(&message))
+        .await
+        .map_err(ActionError::internal)?;
     form["ok"] = json!(true);
     form["validates"] = json!(validates);
     Ok(form)

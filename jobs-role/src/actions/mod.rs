@@ -55,6 +55,8 @@ pub struct JobsState {
     pub submitter: Submitter,
     /// The node's watch hub (live event streams, waiting `get-job` calls).
     pub watchers: crate::watch::Watchers,
+    /// The latest read of the fleet, shared by `get-fleet` callers.
+    pub fleet: get_fleet::FleetSnapshot,
 }
 
 /// The jobs verbs, answering `unavailable` when `state` is `None`.
