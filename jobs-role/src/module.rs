@@ -25,9 +25,13 @@ use crate::store::EventsOut;
 use crate::store::Store;
 use crate::store::sql;
 use crate::submit::Submitter;
-use crate::wake::{listen_loop, listen_with};
+use crate::wake::{listen_loop, listen_while, listen_with};
 use crate::watch::Watchers;
 use crate::worker::{Worker, sweep_loop};
+
+/// With the Kafka lanes off, how long the outbox listener stays connected after the
+/// last watcher left (watchers coming and going do not reconnect it each time).
+const OUTBOX_LISTEN_LINGER: Duration = Duration::from_secs(30);
 
 /// The jobs role.
 pub struct JobsModule {
@@ -208,21 +212,32 @@ impl Role for JobsModule {
             listen_loop(store.clone(), sql::LISTEN_QUEUED, wake, shutdown.clone()),
         );
         // One listener on the outbox channel wakes both the watchers' hub and, with
-        // the lanes on, the relay.
+        // the lanes on, the relay. With the lanes off it listens only while anyone
+        // watches a job: a LISTEN nobody needs costs every notifying commit.
         let outbox_wake = Arc::new(Notify::new());
         let (hub, relay) = (watchers.wake(), outbox_wake.clone());
-        ctx.spawn_task(
-            "outbox-listener",
-            listen_with(
-                store.clone(),
-                sql::LISTEN_OUTBOX,
-                move |_| {
-                    hub.notify_one();
-                    relay.notify_waiters();
-                },
-                shutdown.clone(),
-            ),
-        );
+        let heard = move |_: &str| {
+            hub.notify_one();
+            relay.notify_waiters();
+        };
+        if self.config.kafka_bootstrap.is_some() {
+            ctx.spawn_task(
+                "outbox-listener",
+                listen_with(store.clone(), sql::LISTEN_OUTBOX, heard, shutdown.clone()),
+            );
+        } else {
+            ctx.spawn_task(
+                "outbox-listener",
+                listen_while(
+                    store.clone(),
+                    sql::LISTEN_OUTBOX,
+                    heard,
+                    watchers.watched(),
+                    OUTBOX_LISTEN_LINGER,
+                    shutdown.clone(),
+                ),
+            );
+        }
         ctx.spawn_task("watchers", watchers.run(shutdown.clone()));
 
         match &self.config.kafka_bootstrap {

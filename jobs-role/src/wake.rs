@@ -38,7 +38,8 @@ pub async fn listen_with(
     shutdown: CancellationToken,
 ) {
     while !shutdown.is_cancelled() {
-        if let Err(e) = listen_once(&store, listen, &heard, &shutdown).await {
+        if let Err(e) = listen_once(&store, listen, &heard, &shutdown, std::future::pending()).await
+        {
             tracing::warn!(error = %e, %listen, "a wake-up listener lost its connection; polling covers until it reconnects");
         }
         tokio::select! {
@@ -48,11 +49,61 @@ pub async fn listen_with(
     }
 }
 
+/// [`listen_with`], connected only while `wanted` holds, and for `linger` after it
+/// stops holding (so watchers coming and going do not open a connection each). A
+/// LISTEN is not free: every commit that notifies its channel signals the listening
+/// backend, which on a small machine costs the workers measurable time, so a channel
+/// nobody needs is not listened to. On connecting it calls `heard("")`, which covers
+/// whatever committed before the LISTEN.
+pub async fn listen_while(
+    store: Store,
+    listen: &'static str,
+    heard: impl Fn(&str) + Send + Sync,
+    mut wanted: tokio::sync::watch::Receiver<bool>,
+    linger: Duration,
+    shutdown: CancellationToken,
+) {
+    while !shutdown.is_cancelled() {
+        // Disconnected until someone wants it.
+        while !*wanted.borrow_and_update() {
+            tokio::select! {
+                changed = wanted.changed() => if changed.is_err() { return },
+                () = shutdown.cancelled() => return,
+            }
+        }
+        let mut watching = wanted.clone();
+        let unwanted = async move {
+            loop {
+                if *watching.borrow_and_update() {
+                    if watching.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                // Unwanted: wait out the linger, unless wanted again meanwhile.
+                tokio::select! {
+                    () = tokio::time::sleep(linger) => return,
+                    changed = watching.changed() => if changed.is_err() { return },
+                }
+            }
+        };
+        if let Err(e) = listen_once(&store, listen, &heard, &shutdown, unwanted).await {
+            tracing::warn!(error = %e, %listen, "a wake-up listener lost its connection; polling covers until it reconnects");
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = shutdown.cancelled() => {}
+            }
+        }
+    }
+}
+
+/// Listens on one connection until it fails, `shutdown`, or `until` completes.
 async fn listen_once(
     store: &Store,
     listen: &str,
     heard: &(impl Fn(&str) + Send + Sync),
     shutdown: &CancellationToken,
+    until: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let (client, mut connection) = store.listen_for_work().await.map_err(|e| e.to_string())?;
     let subscribe = async {
@@ -79,6 +130,7 @@ async fn listen_once(
     tokio::select! {
         result = subscribe => result,
         result = poll => result,
+        () = until => Ok(()),
         () = shutdown.cancelled() => Ok(()),
     }
 }

@@ -4,7 +4,8 @@
 //! A node keeps one [`Watchers`] hub. A watcher registers a job and the outbox `seq`
 //! it has seen ([`Watchers::watch`]); the hub's loop ([`Watchers::run`]) wakes when
 //! an outbox row commits (the `protomolt_jobs_outbox` notification every event
-//! writes, heard on one LISTEN connection the whole node shares), when a watcher
+//! writes, heard on one LISTEN connection the whole node shares; with the Kafka lanes
+//! off that connection is open only while anyone watches), when a watcher
 //! registers or empties its channel, and once a second as a safety net, and then
 //! reads the new events of every watched job in one statement (at most a channel's
 //! worth per job, so one long history never crowds out the others) and hands each
@@ -47,6 +48,9 @@ struct Inner {
     watches: Mutex<Watches>,
     next_id: AtomicU64,
     max: usize,
+    /// True while anyone watches: what the outbox listener follows when the Kafka
+    /// lanes are off (see [`Watchers::watched`]).
+    watched: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -105,12 +109,11 @@ impl Watching {
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        self.inner
-            .watches
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_id
-            .remove(&self.id);
+        let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+        watches.by_id.remove(&self.id);
+        if watches.by_id.is_empty() {
+            self.inner.watched.send_replace(false);
+        }
     }
 }
 
@@ -124,6 +127,7 @@ impl Watchers {
                 watches: Mutex::new(Watches::default()),
                 next_id: AtomicU64::new(0),
                 max,
+                watched: tokio::sync::watch::Sender::new(false),
             }),
         }
     }
@@ -132,6 +136,12 @@ impl Watchers {
     /// kept for its next turn).
     pub fn wake(&self) -> Arc<Notify> {
         self.inner.wake.clone()
+    }
+
+    /// Follows whether anyone watches: true from the first watcher, false once the
+    /// last one is gone.
+    pub fn watched(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.watched.subscribe()
     }
 
     /// How many watchers are registered.
@@ -169,6 +179,10 @@ impl Watchers {
                     events: sender,
                 },
             );
+            // Under the lock, so a last watcher leaving cannot overwrite it.
+            self.inner
+                .watched
+                .send_if_modified(|watched| !std::mem::replace(watched, true));
         }
         self.inner.wake.notify_one();
         Ok(Watching {

@@ -227,6 +227,34 @@ async fn two_hundred_watchers_share_one_database_listener() {
     let mut config = test_config(&db.url, "busy", 2);
     config.max_watchers = 200;
     let node = JobsNode::start(config).await;
+    // With the Kafka lanes off nobody needs the outbox channel until someone watches:
+    // no LISTEN on it (every notifying commit would signal it), once the node's other
+    // listener shows its tasks are up.
+    let listening = |channel: &'static str| {
+        let db = &db;
+        async move {
+            let count: i64 = db
+                .connect()
+                .await
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query = $2",
+                    &[&db.name(), &format!("LISTEN {channel}")],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            count
+        }
+    };
+    eventually("the node's wake-up listener", WAIT, || async {
+        listening("protomolt_jobs_queued").await == 1
+    })
+    .await;
+    assert_eq!(
+        listening("protomolt_jobs_outbox").await,
+        0,
+        "nobody watches yet"
+    );
     let job_id = uuid::Uuid::now_v7().to_string();
     let mut streams = Vec::new();
     for _ in 0..200 {
@@ -242,17 +270,12 @@ async fn two_hundred_watchers_share_one_database_listener() {
         .err()
         .unwrap();
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{error}");
-    let listeners: i64 = db
-        .connect()
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query = 'LISTEN protomolt_jobs_outbox'",
-            &[&db.name()],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(listeners, 1, "one LISTEN connection for all 200 watchers");
+    eventually(
+        "one LISTEN connection for all 200 watchers",
+        WAIT,
+        || async { listening("protomolt_jobs_outbox").await == 1 },
+    )
+    .await;
 
     submit_as(&node, &server, &job_id, "a").await;
     let all = futures_util::future::join_all(streams.into_iter().map(SseStream::all)).await;
