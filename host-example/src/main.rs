@@ -65,7 +65,13 @@ fn init_logging(
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // The log filter (RUST_LOG) filters the log lines only: the spans a trace needs
     // stay on whatever the logs show.
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only on a terminal (and never with NO_COLOR set): a file or a pipe gets
+    // plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let fmt = match format {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().with_filter(filter).boxed(),

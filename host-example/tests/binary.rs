@@ -298,3 +298,46 @@ fn sigterm_stops_the_node_within_its_grace_despite_an_in_flight_run() {
         "{rest:?}"
     );
 }
+
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_codes() {
+    use std::io::{BufRead, BufReader};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(&config, "[node]\nbind = \"127.0.0.1:0\"\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
+        .current_dir(dir.path())
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP")
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = child.stderr.take().unwrap();
+    let _node = Running(child);
+    let (lines, log) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(logs).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    // Up to the line saying where it serves: plain text, no escape sequences.
+    loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the node logs that it serves");
+        assert!(
+            !line.contains('\u{1b}'),
+            "a colour code in a piped log: {line:?}"
+        );
+        if line.contains("addr") {
+            break;
+        }
+    }
+}

@@ -432,3 +432,68 @@ fn collect_scans(node: &serde_json::Value, relation: &str, rows: &mut Vec<f64>) 
         _ => {}
     }
 }
+
+#[tokio::test]
+async fn the_readme_names_the_reject_tables_real_columns_and_its_query_runs() {
+    let (_db, client) = migrated().await;
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("kept in the table `workflow_run_request_rejects` (columns `")
+        .expect("the README describes the reject table");
+    let listed = &readme[start..];
+    let listed = &listed[listed.find("(columns `").unwrap() + "(columns `".len()..];
+    let listed = &listed[..listed.find('`').unwrap()];
+    let columns: Vec<String> = client
+        .query(
+            "SELECT column_name::text FROM information_schema.columns
+              WHERE table_name = 'workflow_run_request_rejects'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for column in listed
+        .split(',')
+        .map(|c| c.split_whitespace().collect::<String>())
+    {
+        assert!(
+            columns.contains(&column),
+            "the README names `{column}`, the table has {columns:?}"
+        );
+    }
+    // The query the README gives runs as written.
+    let query = &readme[readme.find("`SELECT topic, partition").unwrap() + 1..];
+    let query = &query[..query.find('`').unwrap()];
+    let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
+    client
+        .query(query.as_str(), &[])
+        .await
+        .expect("the README's query runs");
+}
+
+#[test]
+fn the_readme_says_why_for_every_pinned_dependency() {
+    let manifest = include_str!("../../Cargo.toml");
+    let pinned = &manifest[manifest.find("[workspace.dependencies]").unwrap()..];
+    let readme = include_str!("../../README.md");
+    let start = readme.find("## Dependencies and why").expect("the section");
+    let section = &readme[start..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    for line in pinned.lines().skip(1) {
+        let Some((name, _)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.is_empty() || name.starts_with('#') || name.starts_with('[') {
+            continue;
+        }
+        assert!(
+            section.contains(&format!("`{name}`")),
+            "the README's 'Dependencies and why' does not name `{name}`"
+        );
+    }
+}
