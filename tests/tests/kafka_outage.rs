@@ -29,6 +29,11 @@ fn broker(action: &str) {
     assert!(status.success(), "./dev broker {action} failed");
 }
 
+/// Held by each test of this file for its whole run: each stops and restarts the one
+/// broker, so run side by side one's outage would land in the middle of the other's
+/// (and did: a warm-up or a recovery timed out, now and then).
+static BROKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Stops the broker; restarts it when ended, or when dropped (a failed assertion
 /// must not leave the broker down for the tests after this one).
 struct Outage {
@@ -61,6 +66,7 @@ impl Drop for Outage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_wait_out_a_broker_outage_and_all_arrive() {
+    let _broker = BROKER.lock().await;
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let config = with_lanes(test_config(&db.url, "node-a", 4)).await;
@@ -167,6 +173,7 @@ async fn events_wait_out_a_broker_outage_and_all_arrive() {
 
 #[tokio::test]
 async fn a_publish_the_broker_cannot_take_is_an_outage_and_spends_no_attempt() {
+    let _broker = BROKER.lock().await;
     use jobs_role::relay::Publisher;
     let db = TestDatabase::create().await;
     // No relay runs on this node: the test drives one by hand.

@@ -497,3 +497,30 @@ fn the_readme_says_why_for_every_pinned_dependency() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_database_that_cannot_be_reached_is_named_with_its_cause_never_its_password() {
+    let db = TestDatabase::create().await;
+    let missing = db.url.replace(db.name(), "protomolt_no_such_database");
+    let error = jobs_role::Store::connect(&missing, 2)
+        .await
+        .err()
+        .expect("no such database")
+        .to_string();
+    assert!(
+        error.contains("protomolt_no_such_database") && error.contains("does not exist"),
+        "{error}"
+    );
+
+    let closed = "postgres://operator:s3cret-passw0rd@127.0.0.1:1/jobs";
+    let error = jobs_role::Store::connect(closed, 2)
+        .await
+        .err()
+        .expect("nothing listens on port 1")
+        .to_string();
+    assert!(
+        error.contains("127.0.0.1:1/jobs as operator") && error.to_lowercase().contains("refused"),
+        "{error}"
+    );
+    assert!(!error.contains("s3cret"), "the password leaked: {error}");
+}

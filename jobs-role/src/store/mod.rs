@@ -91,9 +91,20 @@ pub enum StoreError {
         /// PostgreSQL's own message (not its detail), with any NUL shown as `\\u0000`.
         message: String,
     },
-    /// No connection could be had from the pool.
-    #[error("no database connection: {0}")]
+    /// No connection could be had from the pool. Shown with the driver's whole
+    /// chain of causes (PostgreSQL's own message, the socket's error), not only the
+    /// pool's outermost words.
+    #[error("no database connection: {}", causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
+    /// The node could not connect at start-up: where it tried (host, port, database,
+    /// user; never the password) and why, in PostgreSQL's or the socket's words.
+    #[error("cannot connect to PostgreSQL at {target}: {reason}")]
+    Connect {
+        /// `host:port/database as user`.
+        target: String,
+        /// The cause.
+        reason: String,
+    },
     /// The pool could not be built from the configured URL.
     #[error("jobs.database_url is unusable: {0}")]
     Config(String),
@@ -254,7 +265,10 @@ impl Store {
         let pool = config
             .create_pool(Some(Runtime::Tokio1), NoTls)
             .map_err(|e| StoreError::Config(e.to_string()))?;
-        let mut client = pool.get().await?;
+        let mut client = pool.get().await.map_err(|error| StoreError::Connect {
+            target: connection_target(database_url),
+            reason: causes(&error),
+        })?;
         migrate(&mut client).await?;
         Ok(Store {
             pool,
@@ -469,4 +483,49 @@ impl EventBatch {
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// An error and its sources, each once, joined with ": " (a driver error's own
+/// Display is often only "db error" or "error connecting to server"). PostgreSQL's
+/// own message stands for a database error.
+pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(error);
+    while let Some(current) = next {
+        let text = match current.downcast_ref::<tokio_postgres::Error>() {
+            Some(pg) => match pg.as_db_error() {
+                Some(db) => format!("{} ({})", db.message(), db.code().code()),
+                None => pg.to_string(),
+            },
+            None => current.to_string(),
+        };
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = current.source();
+    }
+    parts.join(": ")
+}
+
+/// Where a database URL points, without its password: `host:port/database as user`.
+pub fn connection_target(database_url: &str) -> String {
+    let Ok(config) = database_url.parse::<tokio_postgres::Config>() else {
+        return "the configured jobs.database_url (it does not parse)".to_owned();
+    };
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let ports = config.get_ports();
+    let host = hosts.first().map_or("localhost", String::as_str);
+    let port = ports.first().copied().unwrap_or(5432);
+    format!(
+        "{host}:{port}/{} as {}",
+        config.get_dbname().unwrap_or("(default database)"),
+        config.get_user().unwrap_or("(default user)")
+    )
 }
