@@ -1155,6 +1155,16 @@ function kindText(field) {
 
 let formCount = 0;
 
+/** The get-form answer for `request`, or null (its failure shown in formBox, or the user left). */
+async function loadFormSpec(request, formBox, signal) {
+  try {
+    return await loadVerb('get-form', request, signal);
+  } catch (err) {
+    if (!isAbort(err)) formBox.replaceChildren(el('p', { class: 'form-load-error', text: 'The form did not load: ' + errorText(err) }));
+    return null;
+  }
+}
+
 /**
  * Builds a <form> from a get-form answer. options: {formClass, submitClass,
  * submitLabel, attrs (extra attributes for the form), validatesNote (shown when the
@@ -2177,14 +2187,8 @@ function renderJobView(main, params) {
   }
 
   async function loadReviewForm(job, step, formBox) {
-    let spec;
-    try {
-      spec = await loadVerb('get-form', { jobId, stepName: step }, abort.signal);
-    } catch (err) {
-      if (isAbort(err)) return;
-      formBox.replaceChildren(el('p', { class: 'form-load-error', text: 'The form did not load: ' + errorText(err) }));
-      return;
-    }
+    const spec = await loadFormSpec({ jobId, stepName: step }, formBox, abort.signal);
+    if (!spec) return;
     let generated = null;
     generated = createGeneratedForm(spec, {
       formClass: 'review-form',
@@ -2566,14 +2570,8 @@ function renderWorkflowView(main, params) {
   }
 
   async function loadForm() {
-    let spec;
-    try {
-      spec = await loadVerb('get-form', { workflowName: name }, abort.signal);
-    } catch (err) {
-      if (isAbort(err)) return;
-      formBox.replaceChildren(el('p', { class: 'form-load-error', text: 'The form did not load: ' + errorText(err) }));
-      return;
-    }
+    const spec = await loadFormSpec({ workflowName: name }, formBox, abort.signal);
+    if (!spec) return;
     let generated = null;
     generated = createGeneratedForm(spec, {
       formClass: 'submit-form',

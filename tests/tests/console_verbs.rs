@@ -16,6 +16,21 @@ async fn node() -> (JobsNode, TestDatabase) {
     (node, db)
 }
 
+/// A job of the three-step fixture workflow parked on its `review` step, and the
+/// fixture server it calls (keep it alive).
+async fn parked_review(node: &JobsNode) -> (String, FixtureServer) {
+    let server = FixtureServer::start().await;
+    let job_id = node
+        .submit(
+            &three_step_workflow(&server.target()),
+            json!({ "text": "hello" }),
+        )
+        .await;
+    node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+        .await;
+    (job_id, server)
+}
+
 fn field<'a>(form: &'a Value, name: &str) -> &'a Value {
     form["fields"]
         .as_array()
@@ -28,11 +43,7 @@ fn field<'a>(form: &'a Value, name: &str) -> &'a Value {
 #[tokio::test]
 async fn get_form_describes_a_parked_steps_output_type_from_the_jobs_own_snapshot() {
     let (node, _db) = node().await;
-    let server = FixtureServer::start().await;
-    let workflow = three_step_workflow(&server.target());
-    let job_id = node.submit(&workflow, json!({ "text": "hello" })).await;
-    node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
-        .await;
+    let (job_id, _server) = parked_review(&node).await;
 
     let form = node
         .ok("get-form", json!({ "jobId": job_id, "stepName": "review" }))
@@ -91,13 +102,7 @@ async fn get_form_describes_a_stored_workflows_input_type() {
 #[tokio::test]
 async fn get_form_refuses_what_it_cannot_describe_naming_the_field() {
     let (node, _db) = node().await;
-    let server = FixtureServer::start().await;
-    let job_id = node
-        .submit(
-            &three_step_workflow(&server.target()),
-            json!({ "text": "hello" }),
-        )
-        .await;
+    let (job_id, _server) = parked_review(&node).await;
 
     let cases = [
         (json!({}), "get_form.one_subject"),
@@ -286,15 +291,7 @@ async fn get_fleet_counts_live_and_recently_finished_jobs_and_the_outbox() {
 #[tokio::test]
 async fn complete_step_dry_run_checks_an_answer_and_writes_nothing() {
     let (node, _db) = node().await;
-    let server = FixtureServer::start().await;
-    let job_id = node
-        .submit(
-            &three_step_workflow(&server.target()),
-            json!({ "text": "hello" }),
-        )
-        .await;
-    node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
-        .await;
+    let (job_id, _server) = parked_review(&node).await;
     let events_before = node
         .store
         .job_events(uuid::Uuid::parse_str(&job_id).unwrap())
