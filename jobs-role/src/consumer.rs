@@ -300,6 +300,9 @@ impl RequestHandler {
         let Some(bytes) = record.payload() else {
             return reject("the record has no value: expected a WorkflowRunRequest".into()).await;
         };
+        if looks_like_json(bytes) {
+            return reject(JSON_RECORD_HINT.into()).await;
+        }
         let payload = match jobs_proto::wire::unframe(bytes) {
             Ok((_, payload)) => payload,
             Err(e) => return reject(format!("not a WorkflowRunRequest: {e}")).await,
@@ -363,7 +366,7 @@ impl RequestHandler {
                     .submitter
                     .stored_envelope(&request.workflow_name)
                     .unwrap_or(Value::Null);
-                let error = format!("VALIDATION: input: {e} ({where_from})");
+                let error = format!("VALIDATION: {} ({where_from})", e.located("input"));
                 self.failed_row(job_id, &request.workflow_name, definition, input, error)
                     .await
             }
@@ -451,5 +454,21 @@ fn value_json(value: &prost_types::Value) -> Value {
         Some(Kind::BoolValue(b)) => Value::Bool(*b),
         Some(Kind::StructValue(s)) => struct_json(s),
         Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
+    }
+}
+
+/// The dead-letter reason of a request record whose value is JSON.
+const JSON_RECORD_HINT: &str = "the record's value is JSON, but a request record is the binary protobuf encoding of jobs.v1.WorkflowRunRequest (job_id, workflow_name, input), optionally in the Confluent wire format: produce request.SerializeToString() (Python), encode_to_vec() (Rust) or the equivalent; `protomolt proto export DIR` writes the .proto files";
+
+/// True when a record's value is a JSON object. A binary WorkflowRunRequest can
+/// never start with `{`: that byte is a group tag of field 15, which the message
+/// does not have; a value with leading whitespace counts only when all of it parses.
+fn looks_like_json(bytes: &[u8]) -> bool {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') if bytes.first() == Some(&b'{') => true,
+        Some(b'{') => {
+            serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| v.is_object())
+        }
+        _ => false,
     }
 }

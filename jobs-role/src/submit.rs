@@ -164,7 +164,7 @@ pub enum SubmitError {
     #[error(transparent)]
     Findings(#[from] Findings),
     /// The input does not fit the workflow's input type.
-    #[error("input: {0}")]
+    #[error("{}", .0.located("input"))]
     Input(#[from] MessageError),
     /// A value PostgreSQL cannot store (a NUL character) at this path.
     #[error("{0}: holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it")]
@@ -410,6 +410,7 @@ impl Submitter {
         // The canonical proto3 JSON of the parsed input: what the worker will parse.
         let canonical = encode_json(&input).map_err(|e| MessageError::Unparsable {
             type_name: e.type_name.clone(),
+            path: String::new(),
             reason: e.reason,
         })?;
         Ok(NewJob {

@@ -21,6 +21,8 @@ pub enum Code {
     PermissionDenied,
     /// 404: no such verb.
     NotFound,
+    /// 405: a verb is called with a method other than `POST`.
+    MethodNotAllowed,
     /// 503: the verb is mounted but cannot serve (for example, not configured).
     Unavailable,
     /// 500: something broke; the message never carries internals.
@@ -35,6 +37,7 @@ impl Code {
             Code::Unauthenticated => "unauthenticated",
             Code::PermissionDenied => "permission_denied",
             Code::NotFound => "not_found",
+            Code::MethodNotAllowed => "method_not_allowed",
             Code::Unavailable => "unavailable",
             Code::Internal => "internal",
         }
@@ -47,6 +50,7 @@ impl Code {
             Code::Unauthenticated => StatusCode::UNAUTHORIZED,
             Code::PermissionDenied => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
+            Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -269,9 +273,10 @@ impl Action {
         let listed: Vec<String> = details
             .iter()
             .map(|d| {
-                let field = d["field"].as_str().unwrap_or_default();
-                let field = if field.is_empty() { "(request)" } else { field };
-                format!("{field}: {}", d["message"].as_str().unwrap_or_default())
+                workflow::failure::sentence(
+                    d["field"].as_str().unwrap_or_default(),
+                    d["message"].as_str().unwrap_or_default(),
+                )
             })
             .collect();
         Err(ActionError::invalid(format!(

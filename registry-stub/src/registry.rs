@@ -272,7 +272,7 @@ async fn run_workflow(
             workflow::compile::RULES_TIME_LIMIT,
         )
         .await
-        .map_err(|e| ActionError::invalid(format!("input: {e}")))?;
+        .map_err(|e| ActionError::invalid(e.located("input")))?;
     Ok(match runner.run(&compiled, &input).await {
         Ok(outcome) => json!({
             "ok": true,

@@ -3,7 +3,8 @@
 //! - `GET /v1/actions`: the catalog: every verb's name, description, scope, and the
 //!   JSON Schemas of its request and response.
 //! - `POST /v1/actions/{verb}`: a JSON body (proto3 JSON, camelCase; an empty body
-//!   is `{}`), answered with JSON.
+//!   is `{}`), answered with JSON. Any other method on a verb answers 405
+//!   (`method_not_allowed`, `Allow: POST`); an unknown verb 404 with the closest name.
 //!
 //! Handlers stay thin: the route authenticates, finds the verb, checks the scope,
 //! parses the body as the verb's request message and checks its rules, and maps every
@@ -90,7 +91,10 @@ pub fn actions_router(
 ) -> Router {
     Router::new()
         .route("/v1/actions", get(list_actions))
-        .route("/v1/actions/{verb}", post(call_action))
+        .route(
+            "/v1/actions/{verb}",
+            post(call_action).fallback(verb_method_not_allowed),
+        )
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(RouteState {
             catalog,
@@ -240,6 +244,21 @@ async fn call_action(
     }
 }
 
+/// Any method but `POST` on a verb: 405 in the route's error model, with `Allow`.
+async fn verb_method_not_allowed(method: axum::http::Method, Path(verb): Path<String>) -> Response {
+    let error = ActionError::new(
+        Code::MethodNotAllowed,
+        format!(
+            "{method} is not allowed on a verb: call it with POST /v1/actions/{verb} and a JSON body (`{{}}` when it needs nothing)"
+        ),
+    );
+    let mut response = error_response(&error);
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    response
+}
+
 async fn dispatch(
     state: &RouteState,
     verb: &str,
@@ -251,9 +270,13 @@ async fn dispatch(
         None => None,
     };
     let action = state.catalog.get(verb).ok_or_else(|| {
+        let guess =
+            workflow::suggest::did_you_mean(verb, state.catalog.actions.keys().map(String::as_str))
+                .map(|g| format!("did you mean '{g}'? "))
+                .unwrap_or_default();
         ActionError::new(
             Code::NotFound,
-            format!("unknown verb '{verb}': GET /v1/actions lists the verbs"),
+            format!("unknown verb '{verb}': {guess}GET /v1/actions lists the verbs"),
         )
     })?;
     if let Some(token) = token {

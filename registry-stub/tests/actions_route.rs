@@ -216,7 +216,7 @@ async fn rule_violations_answer_400_naming_the_field() {
         body["message"]
             .as_str()
             .unwrap()
-            .starts_with("invalid get-workflow request: name:"),
+            .starts_with("invalid get-workflow request: name length must be at most"),
         "{body}"
     );
 

@@ -346,6 +346,14 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
         &request("not-a-uuid", "embed-text", "x"),
     )
     .await;
+    // A newcomer's first try: the request as JSON.
+    produce(
+        &producer,
+        &requests,
+        "json",
+        br#"{"jobId": "0190b6a4-0000-7000-8000-000000000001", "workflowName": "embed-text"}"#,
+    )
+    .await;
     let good = uuid::Uuid::new_v4().to_string();
     send_request(&producer, &requests, &good, "embed-text", "after the junk").await;
 
@@ -370,8 +378,15 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
     let offsets: Vec<i64> = rejects.iter().map(|r| r.get(0)).collect();
     assert_eq!(
         offsets,
-        [1, 2],
-        "the junk and the id-less records, with their offsets"
+        [1, 2, 3],
+        "the junk, the id-less and the JSON records, with their offsets"
+    );
+    let json_reason: String = rejects[2].get(1);
+    assert!(
+        json_reason.starts_with("the record's value is JSON")
+            && json_reason.contains("binary protobuf encoding of jobs.v1.WorkflowRunRequest")
+            && json_reason.contains("SerializeToString()"),
+        "{json_reason}"
     );
     assert!(
         rejects[0]
@@ -383,7 +398,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
             .get::<_, String>(1)
             .starts_with("no usable job_id")
     );
-    assert_eq!(node.store.lane_counts().await.unwrap().rejected_requests, 2);
+    assert_eq!(node.store.lane_counts().await.unwrap().rejected_requests, 3);
 
     let records = read_until(&events, WAIT, |r| {
         events_of(r)

@@ -204,11 +204,13 @@ impl fmt::Debug for CompiledWorkflow {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MessageError {
     /// The JSON is not proto3 JSON of the expected type.
-    #[error("not a valid {type_name} (proto3 JSON): {reason}")]
+    #[error("not a valid {type_name} (proto3 JSON): {}{reason}", if .path.is_empty() { String::new() } else { format!("{}: ", .path) })]
     Unparsable {
         /// Full name of the expected type.
         type_name: String,
-        /// The decoder's complaint, naming the field.
+        /// Where in the JSON (`score`, `items[2].name`); empty for the whole value.
+        path: String,
+        /// The decoder's complaint ("expected an integer, got string \"x\"").
         reason: String,
     },
     /// The message breaks its type's declared rules.
@@ -397,15 +399,91 @@ fn judged(
     }
 }
 
-/// Parses proto3 JSON into a message of `message_type` (unknown fields refused).
+impl MessageError {
+    /// The error as a sentence about the value called `root` (`input`, `response`):
+    /// a value that does not parse is named by its path ("response.score: expected
+    /// an integer, got string \"x\" (the response must be a ux.Review in proto3
+    /// JSON)"); other errors follow `root` after a colon.
+    pub fn located(&self, root: &str) -> String {
+        match self {
+            MessageError::Unparsable {
+                type_name,
+                path,
+                reason,
+            } => {
+                let at = if path.is_empty() {
+                    root.to_owned()
+                } else {
+                    format!("{root}.{path}")
+                };
+                format!("{at}: {reason} (the {root} must be a {type_name} in proto3 JSON)")
+            }
+            other => format!("{root}: {other}"),
+        }
+    }
+}
+
+/// Parses proto3 JSON into a message of `message_type` (unknown fields refused). The
+/// error names the field that did not parse.
 pub fn decode_json(
     message_type: &MessageDescriptor,
     json: &Value,
 ) -> Result<DynamicMessage, MessageError> {
-    DynamicMessage::deserialize(message_type.clone(), json).map_err(|e| MessageError::Unparsable {
-        type_name: message_type.full_name().to_owned(),
-        reason: e.to_string(),
+    let mut track = serde_path_to_error::Track::new();
+    let at = serde_path_to_error::Deserializer::new(json, &mut track);
+    DynamicMessage::deserialize(message_type.clone(), at).map_err(|e| {
+        let path = track.path();
+        let shown = path.to_string();
+        MessageError::Unparsable {
+            type_name: message_type.full_name().to_owned(),
+            path: if shown == "." { String::new() } else { shown },
+            reason: expected_got(&e.to_string(), value_at(json, &path)),
+        }
     })
+}
+
+/// The value at a decoder's path, when the path leads to one.
+fn value_at<'v>(json: &'v Value, path: &serde_path_to_error::Path) -> Option<&'v Value> {
+    use serde_path_to_error::Segment;
+    path.iter().try_fold(json, |value, segment| match segment {
+        Segment::Seq { index } => value.get(index),
+        Segment::Map { key } => value.get(key.as_str()),
+        _ => None,
+    })
+}
+
+/// The decoder's complaint, what was wanted first: serde's "invalid type: string
+/// \"x\", expected an integer" reads "expected an integer, got string \"x\"", and
+/// the bare number-parsing errors of a quoted number ("invalid digit found in
+/// string") say what was expected and what was sent. Other messages are kept.
+fn expected_got(reason: &str, sent: Option<&Value>) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = reason.strip_prefix(prefix)
+            && let Some((got, expected)) = rest.rsplit_once(", expected ")
+        {
+            return format!("expected {expected}, got {got}");
+        }
+    }
+    let expected = match reason {
+        "invalid digit found in string" | "cannot parse integer from empty string" => {
+            "an integer (a JSON number, or one in a string)"
+        }
+        "number too large to fit in target type" | "number too small to fit in target type" => {
+            "an integer within the field's range"
+        }
+        "invalid float literal" => "a number (a JSON number, or one in a string)",
+        _ => return reason.to_owned(),
+    };
+    match sent {
+        Some(Value::String(text)) => {
+            let shown: String = text.chars().take(40).collect();
+            format!("expected {expected}, got string {shown:?}")
+        }
+        Some(other) if !other.is_object() && !other.is_array() => {
+            format!("expected {expected}, got {other}")
+        }
+        _ => format!("expected {expected} ({reason})"),
+    }
 }
 
 /// proto3 JSON of a message, as checkpoints and outputs store it: camelCase names,
@@ -895,13 +973,37 @@ fn resolve_message(
     let name = name.trim_start_matches('.');
     let found = pool.get_message_by_name(name);
     if found.is_none() {
+        let names: Vec<String> = pool
+            .all_messages()
+            .map(|m| m.full_name().to_owned())
+            .collect();
         draft.find(
             step,
             path,
-            format!("unknown message type '{name}': it is not in the schema's descriptor set"),
+            format!(
+                "unknown message type '{name}': it is not in the schema's descriptor set{}",
+                suggest_full_name(name, &names)
+            ),
         );
     }
     found
+}
+
+/// "; did you mean 'pkg.Name'?" for a type or service named without its package
+/// (the one full name ending in `.name`) or misspelled, or nothing.
+fn suggest_full_name(name: &str, full_names: &[String]) -> String {
+    let suffix = format!(".{name}");
+    let mut by_suffix = full_names.iter().filter(|full| full.ends_with(&suffix));
+    let guess = match (by_suffix.next(), by_suffix.next()) {
+        (Some(only), None) => Some(only.as_str()),
+        _ => crate::suggest::did_you_mean(name, full_names.iter().map(String::as_str)),
+    };
+    match guess {
+        Some(guess) => format!(
+            "; did you mean '{guess}'? (types and services are named in full, with their package)"
+        ),
+        None => String::new(),
+    }
 }
 
 fn resolve_method(
@@ -920,10 +1022,14 @@ fn resolve_method(
         return None;
     };
     let Some(service) = pool.get_service_by_name(service_name) else {
+        let names: Vec<String> = pool.services().map(|s| s.full_name().to_owned()).collect();
         draft.find(
             Some(step),
             path,
-            format!("unknown service '{service_name}': it is not in the schema's descriptor set"),
+            format!(
+                "unknown service '{service_name}': it is not in the schema's descriptor set{}",
+                suggest_full_name(service_name, &names)
+            ),
         );
         return None;
     };

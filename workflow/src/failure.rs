@@ -158,7 +158,7 @@ pub fn violations_of(
             .map(|v| {
                 let message = match v.message() {
                     "" => declared_rule_message(message_type, v.rule_id())
-                        .unwrap_or_else(|| v.rule_id().to_owned()),
+                        .unwrap_or_else(|| rule_sentence(v.rule_id())),
                     message => message.to_owned(),
                 };
                 Violation {
@@ -169,6 +169,60 @@ pub fn violations_of(
             })
             .collect()),
         Err(other) => Err(other.to_string()),
+    }
+}
+
+/// What a standard rule the validator reports without a message means, in the
+/// validator's own style ("value must be …"): the well-known string formats
+/// (`string.uuid`, `string.email`, and their `_empty` variants), a oneof that must be
+/// set. Any other id reads "value breaks the rule '<id>'".
+pub fn rule_sentence(rule_id: &str) -> String {
+    let (format, empty) = match rule_id.strip_suffix("_empty") {
+        Some(format) => (format, true),
+        None => (rule_id, false),
+    };
+    let what = match format.strip_prefix("string.").unwrap_or(format) {
+        "uuid" => "a UUID (8-4-4-4-12 hex digits)",
+        "tuuid" => "a UUID written as 32 hex digits without dashes",
+        "email" => "an email address",
+        "hostname" => "a hostname",
+        "ip" => "an IP address",
+        "ipv4" => "an IPv4 address",
+        "ipv6" => "an IPv6 address",
+        "uri" => "an absolute URI (with a scheme)",
+        "uri_ref" => "a URI reference",
+        "address" => "a hostname or an IP address",
+        "ip_with_prefixlen" => "an IP address with a prefix length",
+        "ipv4_with_prefixlen" => "an IPv4 address with a prefix length",
+        "ipv6_with_prefixlen" => "an IPv6 address with a prefix length",
+        "ip_prefix" => "an IP prefix",
+        "ipv4_prefix" => "an IPv4 prefix",
+        "ipv6_prefix" => "an IPv6 prefix",
+        "host_and_port" => "a host and port (example.com:443)",
+        "ulid" => "a ULID",
+        "protobuf_fqn" => "a fully-qualified protobuf name",
+        "protobuf_dot_fqn" => "a fully-qualified protobuf name with a leading dot",
+        "well_known_regex.header_name" => "an HTTP header name",
+        "well_known_regex.header_value" => "an HTTP header value",
+        "required" => return "exactly one field of this oneof must be set".to_owned(),
+        _ => return format!("value breaks the rule '{rule_id}'"),
+    };
+    if empty {
+        format!("value must be {what}, and it is empty")
+    } else {
+        format!("value must be {what}")
+    }
+}
+
+/// One violation as a sentence about its field: the validator's "value must be …"
+/// reads "jobId must be …"; other messages follow the field after a colon.
+pub fn sentence(field: &str, message: &str) -> String {
+    if field.is_empty() {
+        return message.to_owned();
+    }
+    match message.strip_prefix("value ") {
+        Some(rest) => format!("{field} {rest}"),
+        None => format!("{field}: {message}"),
     }
 }
 
@@ -208,6 +262,32 @@ mod tests {
             StepFailure::workflow("drifted").to_string(),
             "WORKFLOW: drifted"
         );
+    }
+
+    #[test]
+    fn rules_without_a_message_read_as_sentences() {
+        assert_eq!(
+            rule_sentence("string.uuid"),
+            "value must be a UUID (8-4-4-4-12 hex digits)"
+        );
+        assert_eq!(
+            sentence("jobId", &rule_sentence("string.uuid")),
+            "jobId must be a UUID (8-4-4-4-12 hex digits)"
+        );
+        assert_eq!(
+            rule_sentence("string.email_empty"),
+            "value must be an email address, and it is empty"
+        );
+        assert_eq!(
+            rule_sentence("custom.id"),
+            "value breaks the rule 'custom.id'"
+        );
+        assert_eq!(
+            sentence("limit", "value must be less than 1000"),
+            "limit must be less than 1000"
+        );
+        assert_eq!(sentence("", "a and b differ"), "a and b differ");
+        assert_eq!(sentence("x", "a and b differ"), "x: a and b differ");
     }
 
     #[test]

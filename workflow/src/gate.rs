@@ -69,7 +69,7 @@ use std::time::Duration;
 use cel::common::ast::{EntryExpr, Expr, LiteralValue, MapExpr, StructExpr};
 use cel::objects::{Key, Value as CelValue};
 use cel::{Context, IdedExpr, Program};
-use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
+use prost_reflect::{DynamicMessage, MapKey, MessageDescriptor, ReflectMessage, Value};
 
 use crate::offload::{self, OffloadError};
 use crate::scope::Scope;
@@ -331,6 +331,17 @@ impl Gate {
     /// The expression's static shape.
     pub fn shape(&self) -> Shape {
         self.shape
+    }
+
+    /// Checks the expression against the message types of its roots (see
+    /// [`crate::typecheck`]): fields that do not exist, operands of the wrong type, a
+    /// result that cannot be a boolean. `root_type` answers `None` for a root that is
+    /// unknown or did not resolve.
+    pub fn check_types(
+        &self,
+        root_type: &dyn Fn(&str) -> Option<MessageDescriptor>,
+    ) -> Vec<String> {
+        crate::typecheck::check_gate(self.program.expression(), root_type)
     }
 
     /// Evaluates the gate on the calling thread: converts the roots it reads (within

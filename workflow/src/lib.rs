@@ -22,6 +22,7 @@
 //! | [`verify`]     | static checks of every rule, gate and output mapping, all findings at once |
 //! | [`rules`]      | the mapping language: `target = source`, `target += source`, `-target` |
 //! | [`gate`]       | `when` gates: CEL over `input` and earlier steps, bounded              |
+//! | [`typecheck`]  | static types of a gate: unknown fields and non-boolean gates found at compile time |
 //! | [`ruleset`]    | compile-time checks of the `buf.validate` rules the workflow runs      |
 //! | [`scope`]      | what a running segment can read: the input and earlier responses       |
 //! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
@@ -29,6 +30,7 @@
 //! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
+//! | [`suggest`]    | "did you mean …?" for misspelled names                                 |
 //! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
 //! | `testkit`      | (feature `testkit`) fixture proto, envelope builders, real gRPC servers |
 
@@ -46,6 +48,8 @@ pub mod ruleset;
 pub mod runner;
 pub mod schema;
 pub mod scope;
+pub mod suggest;
+pub mod typecheck;
 pub mod verify;
 
 #[cfg(feature = "testkit")]

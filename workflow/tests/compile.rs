@@ -484,3 +484,24 @@ fn an_external_step_may_bound_its_wait_and_only_an_external_step() {
         );
     }
 }
+
+#[test]
+fn a_when_reading_a_missing_field_or_not_a_boolean_is_a_finding() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["when"] = json!("size(tokenize.id) > 0");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].when",
+        "jobs.test.Tokens has no field 'id'; did you mean 'ids'?",
+    );
+
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["when"] = json!("tokenize.ids");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].when",
+        "`when` must be a boolean, but `tokenize.ids` is a list",
+    );
+}

@@ -113,7 +113,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         )));
     }
     let response = decode_json(&step.output_type(), &supplied)
-        .map_err(|e| ActionError::invalid(format!("response: {e}")))?;
+        .map_err(|e| ActionError::invalid(e.located("response")))?;
     let violations = if step.validate {
         // Off the async threads and bounded in time: the rules are the workflow
         // author's CEL, the response the caller's data.

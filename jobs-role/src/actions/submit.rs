@@ -61,7 +61,7 @@ pub fn submit_error(error: SubmitError) -> ActionError {
             "workflowName: no stored workflow named '{name}' (list-workflows shows them)"
         )),
         SubmitError::Findings(findings) => findings_error(&findings),
-        SubmitError::Input(e) => ActionError::invalid(format!("input: {e}")),
+        SubmitError::Input(e) => ActionError::invalid(e.located("input")),
         unstorable @ SubmitError::Unstorable(_) => ActionError::invalid(unstorable.to_string()),
         SubmitError::Store(StoreError::Conflict(id)) => ActionError::invalid(format!(
             "jobId: job {id} already exists with a different workflow or input; use a new jobId"
