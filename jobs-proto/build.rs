@@ -1,9 +1,12 @@
-//! Compiles `proto/protomolt/jobs/v1/jobs.proto` with protox (pure Rust, no `protoc`
+//! Compiles `proto/protomolt/jobs/v1/jobs.proto` (the repository's top-level `proto/`,
+//! which users get too) with protox (pure Rust, no `protoc`
 //! needed for our own file) and generates prost types for it.
 //!
-//! `buf/validate/validate.proto` is not vendored: it is resolved from the descriptor
-//! set that `prost-protovalidate-types` already carries, so the rules we annotate and
-//! the rules the validator understands always come from the same schema.
+//! `buf/validate/validate.proto` is resolved from the descriptor set that
+//! `prost-protovalidate-types` carries, so the rules we annotate and the rules the
+//! validator understands always come from the same schema. The copy under
+//! `proto/buf/validate/` is for users compiling the contract in other languages; a
+//! test keeps it equal to the validator's.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -12,7 +15,7 @@ use protox::file::{
     ChainFileResolver, DescriptorSetFileResolver, GoogleFileResolver, IncludeFileResolver,
 };
 
-const PROTO_ROOT: &str = "proto";
+const PROTO_ROOT: &str = "../proto";
 const CONTRACT: &str = "protomolt/jobs/v1/jobs.proto";
 const DESCRIPTOR_SET_FILE: &str = "protomolt_jobs_v1_descriptor_set.bin";
 

@@ -65,10 +65,11 @@ async fn run_job_demo(router: &axum::Router) -> Result<(), String> {
     println!("\nsubmit-workflow review-text {input}: job {job_id}");
     let parked = wait_for_status(router, &job_id, "WAITING").await?;
     println!(
-        "the job parked on step '{}', waiting for a human",
+        "the job parked on step '{}', waiting for a human to approve the request {}",
         parked["job"]["outstandingStep"]
             .as_str()
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        parked["job"]["pendingRequest"]
     );
     let review = json!({ "notes": "looks right", "score": 9 });
     let completed = call(
@@ -78,7 +79,13 @@ async fn run_job_demo(router: &axum::Router) -> Result<(), String> {
     )
     .await?;
     println!("complete-step review {review}: {completed}");
-    let finished = wait_for_status(router, &job_id, "COMPLETED").await?;
+    wait_for_status(router, &job_id, "COMPLETED").await?;
+    let finished = call(
+        router,
+        "get-job",
+        json!({ "jobId": job_id, "include": ["definition"] }),
+    )
+    .await?;
     let mut row = finished["job"].clone();
     // The descriptor set is long and says nothing to a reader: show its size instead.
     if let Some(schema) = row.pointer_mut("/workflowDefinition/schema/descriptorSetBase64") {

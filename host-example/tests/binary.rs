@@ -136,7 +136,9 @@ async fn the_demo_runs_a_job_that_parks_and_completes() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", stderr(&output));
     assert!(
-        stdout.contains("the job parked on step 'review'"),
+        stdout.contains(
+            "the job parked on step 'review', waiting for a human to approve the request {\"text\":\"hello world\"}"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("\"outcome\":\"COMPLETED\""), "{stdout}");

@@ -313,3 +313,165 @@ async fn watch_exits_not_done_when_the_stream_ends_before_the_job() {
         text(&watched)
     );
 }
+
+/// A newcomer's path without the node's source: export the contract's protos, build
+/// an envelope from a .proto of their own and a skeleton, submit it and wait for the
+/// result, answer the human step, and list dead-lettered records.
+#[tokio::test]
+async fn proto_export_workflow_build_submit_wait_and_rejects() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let url = serve(&node).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // proto export: the contract and buf/validate, with its licence, compile alone.
+    let protos = dir.path().join("protos");
+    let exported = cli(&url, &["proto", "export", protos.to_str().unwrap()]).await;
+    assert_eq!(exported.status.code(), Some(0), "{}", text(&exported));
+    assert!(protos.join("buf/validate/LICENSE").is_file());
+    protox::compile(["protomolt/jobs/v1/jobs.proto"], [&protos])
+        .expect("the exported contract compiles on its own");
+
+    // workflows build: the user's own .proto (the fixture services' schema, with
+    // buf.validate rules) and a skeleton; a human step declared by its types.
+    let proto = dir.path().join("jobs_test.proto");
+    std::fs::write(
+        &proto,
+        include_str!("../../workflow/fixtures/jobs_test.proto"),
+    )
+    .unwrap();
+    let skeleton = dir.path().join("skeleton.json");
+    let skeleton_json = json!({
+        "name": "my-review",
+        "steps": [
+            { "name": "tokenize", "target": server.target(),
+              "method": "jobs.test.Tokenizer/Tokenize", "rules": ["text = input.text"] },
+            { "name": "approve", "completion": "external", "requestType": "jobs.test.Tokens",
+              "rules": ["ids = tokenize.ids"], "outputType": "jobs.test.Review" },
+        ],
+    });
+    std::fs::write(&skeleton, skeleton_json.to_string()).unwrap();
+    let built = cli(
+        &url,
+        &[
+            "workflow",
+            "build",
+            "--proto",
+            proto.to_str().unwrap(),
+            "--skeleton",
+            skeleton.to_str().unwrap(),
+            "--input-type",
+            "jobs.test.Text",
+        ],
+    )
+    .await;
+    assert_eq!(built.status.code(), Some(0), "{}", text(&built));
+    let envelope = &json_lines(&built)[0];
+    assert!(envelope["schema"]["descriptorSetBase64"].is_string());
+    assert_eq!(envelope["inputType"], "jobs.test.Text");
+    let envelope_file = dir.path().join("envelope.json");
+    std::fs::write(&envelope_file, envelope.to_string()).unwrap();
+
+    // A skeleton with a typo: every finding, with its path, and exit 2.
+    let mut broken = skeleton_json.clone();
+    broken["steps"][1]["rules"] = json!(["idz = tokenize.ids"]);
+    std::fs::write(&skeleton, broken.to_string()).unwrap();
+    let refused = cli(
+        &url,
+        &[
+            "workflow",
+            "build",
+            "--proto",
+            proto.to_str().unwrap(),
+            "--skeleton",
+            skeleton.to_str().unwrap(),
+            "--input-type",
+            "jobs.test.Text",
+        ],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("$.steps[1].rules[0] (step 'approve')"),
+        "{}",
+        text(&refused)
+    );
+
+    // submit --wait: parks on the human step and says what it asks and how to answer.
+    let submitted = cli(
+        &url,
+        &[
+            "submit",
+            "--workflow",
+            envelope_file.to_str().unwrap(),
+            "--input",
+            r#"{"text": "ab"}"#,
+            "--wait",
+        ],
+    )
+    .await;
+    assert_eq!(submitted.status.code(), Some(0), "{}", text(&submitted));
+    let said = text(&submitted);
+    assert!(said.contains("waits on step 'approve'"), "{said}");
+    assert!(said.contains(r#"it asks to approve: {"ids":[97,98]}"#), "{said}");
+    let job_id = said
+        .split_whitespace()
+        .nth(1)
+        .expect("submitted <id> ...")
+        .to_owned();
+    let answered = cli(
+        &url,
+        &[
+            "complete",
+            &job_id,
+            "approve",
+            "--response",
+            r#"{"notes": "ok", "score": 3}"#,
+        ],
+    )
+    .await;
+    assert_eq!(answered.status.code(), Some(0), "{}", text(&answered));
+
+    // submit --wait on a job that completes prints its result.
+    let two = dir.path().join("two.json");
+    std::fs::write(&two, two_step_workflow(&server.target()).to_string()).unwrap();
+    let done = cli(
+        &url,
+        &[
+            "submit",
+            "--workflow",
+            two.to_str().unwrap(),
+            "--input",
+            r#"{"text": "hi"}"#,
+            "--wait",
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done));
+    assert!(text(&done).contains("\"sourceText\": \"hi\""), "{}", text(&done));
+
+    // rejects: none yet, then one the consumer would have written.
+    let none = cli(&url, &["rejects"]).await;
+    assert_eq!(none.status.code(), Some(0), "{}", text(&none));
+    assert!(text(&none).contains("no dead-lettered request records"));
+    db.connect()
+        .await
+        .execute(
+            "INSERT INTO workflow_run_request_rejects (topic, partition, record_offset, record_key, payload, error)
+             VALUES ('requests', 0, 7, '\\x6b6579'::bytea, '\\x7b7d'::bytea, 'the record''s value is JSON')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let listed = cli(&url, &["--json", "rejects"]).await;
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed));
+    let reject = &json_lines(&listed)[0];
+    assert_eq!(reject["recordOffset"], 7);
+    assert_eq!(reject["recordKey"], "key");
+    assert_eq!(reject["payloadBytes"], 2);
+    assert!(reject["error"].as_str().unwrap().contains("is JSON"));
+    let human = cli(&url, &["rejects"]).await;
+    assert!(text(&human).contains("requests/0/7"), "{}", text(&human));
+    node.stop().await;
+}

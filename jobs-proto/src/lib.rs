@@ -8,7 +8,8 @@
 //! - [`v1::WorkflowRunRequest`]: what broker-native clients produce to
 //!   `workflow-run-requests`, equivalent to `submit-workflow` with a stored name.
 //!
-//! Both carry `buf.validate` annotations (see `proto/protomolt/jobs/v1/jobs.proto`),
+//! Both carry `buf.validate` annotations (see the repository's
+//! `proto/protomolt/jobs/v1/jobs.proto`),
 //! evaluated at runtime by [`WireMessage::validate`], CEL rules included. The codec
 //! in [`WireMessage`] validates on the way out and on the way in, so nothing
 //! malformed reaches a topic and nothing malformed leaves one unnoticed.
@@ -41,6 +42,22 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(
     env!("OUT_DIR"),
     "/protomolt_jobs_v1_descriptor_set.bin"
 ));
+
+/// The `.proto` files a client of the contract needs, by path under an include root:
+/// the contract and `buf/validate/validate.proto` (Apache-2.0, Buf Technologies), with
+/// that licence beside it. `protomolt proto export DIR` writes them; the repository
+/// ships the same files under `proto/`.
+pub const PROTO_FILES: &[(&str, &str)] = &[
+    ("protomolt/jobs/v1/jobs.proto", wire::CONTRACT_PROTO),
+    (
+        "buf/validate/validate.proto",
+        include_str!("../../proto/buf/validate/validate.proto"),
+    ),
+    (
+        "buf/validate/LICENSE",
+        include_str!("../../proto/buf/validate/LICENSE"),
+    ),
+];
 
 /// The contract's descriptors, for reflection and validation.
 pub static DESCRIPTOR_POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {

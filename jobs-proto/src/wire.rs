@@ -10,7 +10,7 @@
 //! `0` byte (field number 0 does not exist), so the first byte tells the forms apart.
 
 /// The contract's `.proto` source, with its `buf.validate` annotations.
-pub const CONTRACT_PROTO: &str = include_str!("../proto/protomolt/jobs/v1/jobs.proto");
+pub const CONTRACT_PROTO: &str = include_str!("../../proto/protomolt/jobs/v1/jobs.proto");
 
 /// The file the annotations come from; a schema registry knows nothing of it.
 const VALIDATE_IMPORT: &str = "import \"buf/validate/validate.proto\";";

@@ -457,3 +457,40 @@ fn the_registry_schema_needs_no_reference_and_describes_the_same_wire_format() {
     };
     assert_eq!(kinds(&DESCRIPTOR_POOL), kinds(&registered));
 }
+
+/// The shipped `proto/` directory is all a client in another language needs: the
+/// contract compiles from it alone, and its `buf/validate/validate.proto` declares the
+/// same messages and fields as the schema the validator evaluates.
+#[test]
+fn the_shipped_protos_compile_on_their_own_and_match_the_validators_schema() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../proto");
+    for (path, text) in jobs_proto::PROTO_FILES {
+        let on_disk = std::fs::read_to_string(format!("{root}/{path}")).unwrap();
+        assert_eq!(&on_disk, text, "{path}: PROTO_FILES is the shipped file");
+    }
+    let shipped = protox::compile(["protomolt/jobs/v1/jobs.proto"], [root])
+        .expect("the contract compiles from proto/ alone");
+    let shipped = prost_reflect::DescriptorPool::from_file_descriptor_set(shipped).unwrap();
+    let validator = prost_protovalidate_types::DESCRIPTOR_POOL.clone();
+    let fields = |pool: &prost_reflect::DescriptorPool| {
+        let mut all: Vec<(String, Vec<(String, u32)>)> = pool
+            .all_messages()
+            .filter(|m| m.package_name() == "buf.validate")
+            .map(|m| {
+                let mut fields: Vec<(String, u32)> =
+                    m.fields().map(|f| (f.name().to_owned(), f.number())).collect();
+                fields.sort();
+                (m.full_name().to_owned(), fields)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let shipped_fields = fields(&shipped);
+    assert!(shipped_fields.len() > 20, "{}", shipped_fields.len());
+    assert_eq!(
+        shipped_fields,
+        fields(&validator),
+        "proto/buf/validate/validate.proto is the validator's version"
+    );
+}

@@ -1873,6 +1873,7 @@ function renderJobView(main, params) {
   const abort = new AbortController();
   const state = {
     job: null,
+    definition: undefined, // the job's workflow snapshot, read once (include: definition)
     events: [],
     eventIds: new Set(),
     stepTimes: new Map(), // step name -> occurredAt of its latest checkpoint event
@@ -1928,7 +1929,9 @@ function renderJobView(main, params) {
 
   async function loadJob() {
     try {
-      const answer = await callVerb('get-job', { jobId }, abort.signal);
+      // The workflow snapshot never changes: read it with the first answer only.
+      const body = state.definition === undefined ? { jobId, include: ['definition'] } : { jobId };
+      const answer = await callVerb('get-job', body, abort.signal);
       if (!answer.ok || !answer.job) {
         // No such job: nothing to follow.
         stream.stop();
@@ -1946,6 +1949,8 @@ function renderJobView(main, params) {
   }
 
   function applyJob(job) {
+    if (job.workflowDefinition !== undefined) state.definition = job.workflowDefinition;
+    job.workflowDefinition = state.definition;
     state.job = job;
     const definition = parseDefinition(job.workflowDefinition);
     const steps = Array.isArray(definition.steps) ? definition.steps : [];
@@ -2324,8 +2329,12 @@ function violationList(violations) {
 /** "What the reviewer judges": the input and every earlier step's response. */
 function reviewContext(job, step) {
   const aside = el('aside', { id: 'review-context', class: 'review-context', 'aria-labelledby': 'review-context-heading' },
-    el('h3', { id: 'review-context-heading', text: 'What the reviewer judges' }),
-    el('h4', { text: 'Input' }), el('pre', { class: 'json', text: prettyJson(job.input) }));
+    el('h3', { id: 'review-context-heading', text: 'What the reviewer judges' }));
+  // What the step's rules built when the job parked: the request to approve.
+  if (job.pendingRequest !== undefined && job.pendingRequest !== null) {
+    aside.append(el('h4', { text: 'The request' }), el('pre', { id: 'pending-request', class: 'json', text: prettyJson(job.pendingRequest) }));
+  }
+  aside.append(el('h4', { text: 'Input' }), el('pre', { class: 'json', text: prettyJson(job.input) }));
   for (const checkpoint of Array.isArray(job.checkpoints) ? job.checkpoints : []) {
     if (!checkpoint || checkpoint.name === step) continue;
     aside.append(el('h4', { text: 'Step ' + String(checkpoint.name) }),
@@ -2637,7 +2646,7 @@ function workflowDetails(workflow, source) {
 }
 
 function flowStep(step) {
-  const known = new Set(['name', 'target', 'method', 'rules', 'when', 'completion', 'validate']);
+  const known = new Set(['name', 'target', 'method', 'outputType', 'requestType', 'rules', 'when', 'completion', 'validate']);
   const box = el('li', { 'data-step': String(step.name), class: 'flow-step' },
     el('div', { class: 'flow-head' },
       el('strong', { class: 'step-name', text: String(step.name) }),
@@ -2645,6 +2654,8 @@ function flowStep(step) {
       step.validate ? el('span', { class: 'marker validates', text: 'validates' }) : null),
     step.target ? el('p', { class: 'step-target' }, 'target ', el('code', { text: String(step.target) })) : null,
     step.method ? el('p', { class: 'step-method' }, 'method ', el('code', { text: String(step.method) })) : null,
+    step.requestType ? el('p', { class: 'step-request-type' }, 'shows ', el('code', { text: String(step.requestType) })) : null,
+    step.outputType ? el('p', { class: 'step-output-type' }, 'answered with ', el('code', { text: String(step.outputType) })) : null,
     step.when ? el('p', { class: 'step-when' }, el('code', { text: 'when: ' + String(step.when) })) : null);
   if (Array.isArray(step.rules) && step.rules.length > 0) box.appendChild(ruleList(step.rules));
   const extra = Object.keys(step).filter((k) => !known.has(k));

@@ -178,6 +178,13 @@ async fn a_reviewer_answers_from_the_inbox_and_a_late_colleague_is_told_already_
         t.contains("refund my order")
     })
     .await;
+    wait_for_text(
+        &reviewer,
+        "#pending-request",
+        "the request to approve",
+        |t| t.contains("\"text\"") && t.contains("refund my order"),
+    )
+    .await;
 
     // The colleague has the same job open.
     colleague

@@ -188,6 +188,7 @@ async fn once_a_cancel_is_requested_no_settlement_but_cancelled_ends_the_claim()
         },
         Settlement::Waiting {
             step: "review".into(),
+            request: None,
             timeout: None,
         },
         Settlement::Completed {

@@ -75,11 +75,21 @@ async fn two_steps_complete_with_checkpoints_and_events_in_order() {
         assert_eq!(row.status, "PENDING", "the relay has not run");
     }
 
-    // get-job shows every column, camelCase.
+    // get-job shows every column, camelCase; the workflow snapshot only when asked.
     let answer = node.ok("get-job", json!({ "jobId": job_id })).await;
     assert_eq!(answer["job"]["status"], "COMPLETED");
     assert_eq!(answer["job"]["workflowName"], "embed-text");
-    assert!(answer["job"]["workflowDefinition"]["steps"].is_array());
+    assert!(
+        answer["job"].get("workflowDefinition").is_none(),
+        "the snapshot is left out by default"
+    );
+    let with_definition = node
+        .ok(
+            "get-job",
+            json!({ "jobId": job_id, "include": ["definition"] }),
+        )
+        .await;
+    assert!(with_definition["job"]["workflowDefinition"]["steps"].is_array());
     assert_eq!(answer["job"]["input"], json!({ "text": "hello" }));
     let events: Vec<&str> = answer["job"]["events"]
         .as_array()
@@ -98,6 +108,12 @@ async fn two_steps_complete_with_checkpoints_and_events_in_order() {
         "get-job lists the outbox rows"
     );
     assert_eq!(answer["job"]["events"][0]["status"], "PENDING");
+    // Each event says what happened: its step, attempt and time.
+    let checkpoint = &answer["job"]["events"][1];
+    assert_eq!(checkpoint["step"], "tokenize", "{checkpoint}");
+    assert_eq!(checkpoint["attempt"], 1, "{checkpoint}");
+    assert!(checkpoint["occurredAt"].is_string(), "{checkpoint}");
+    assert_eq!(answer["job"]["events"][3]["detail"]["status"], "COMPLETED");
     for column in [
         "maxAttempts",
         "runAfter",
@@ -136,8 +152,19 @@ async fn three_steps_park_and_complete_step_resumes_without_recalling_tokenize()
     let review = json!({ "jobId": job_id, "stepName": "review", "response": { "notes": "fine", "score": 8 } });
     let answer = node.ok("complete-step", review.clone()).await;
     assert_eq!(
-        answer,
-        json!({ "ok": true, "outcome": "COMPLETED", "status": "QUEUED" })
+        (
+            &answer["ok"],
+            &answer["outcome"],
+            &answer["status"],
+            &answer["resumes"]
+        ),
+        (
+            &json!(true),
+            &json!("COMPLETED"),
+            &json!("QUEUED"),
+            &json!(true)
+        ),
+        "{answer}"
     );
 
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
@@ -255,7 +282,10 @@ async fn complete_step_gates_state_step_and_response() {
         .await;
     assert_eq!(status, 400);
     assert!(
-        body["message"].as_str().unwrap().starts_with("response: "),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("response.score: "),
         "{body}"
     );
     assert_eq!(node.job(&queued).await["status"], "WAITING");

@@ -168,3 +168,197 @@ async fn a_wrongly_typed_answer_names_its_field() {
     assert_eq!(job["status"], "WAITING", "nothing written: {job}");
     node.stop().await;
 }
+
+/// tokenize → embed (a called step that can be made to fail) → review (external).
+fn embed_then_review(target: &str) -> Value {
+    use workflow::testkit::{step, workflow};
+    let mut review = step(
+        "review",
+        target,
+        "jobs.test.ReviewDesk/Review",
+        &["text = input.text"],
+    );
+    review["completion"] = json!("external");
+    workflow(
+        "embed-then-review",
+        vec![
+            step(
+                "tokenize",
+                target,
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            step(
+                "embed",
+                target,
+                "jobs.test.Embedder/Embed",
+                &["ids = tokenize.ids"],
+            ),
+            review,
+        ],
+        None,
+    )
+}
+
+#[tokio::test]
+async fn a_waiting_job_shows_no_stale_error_and_an_answer_says_the_job_resumes() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let db = TestDatabase::create().await;
+    let down = Arc::new(AtomicBool::new(true));
+    let server = FixtureServer::start_with(workflow::testkit::FixtureOptions {
+        embed_unavailable: Some(down.clone()),
+        ..Default::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "w", 2)).await;
+    let job_id = node
+        .submit(
+            &embed_then_review(&server.target()),
+            json!({ "text": "hi" }),
+        )
+        .await;
+    protomolt_e2e::jobs::eventually("the first attempt to fail", WAIT, || async {
+        node.job(&job_id).await["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("UNAVAILABLE"))
+    })
+    .await;
+    down.store(false, Ordering::SeqCst);
+    let waiting = node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    assert!(
+        waiting["error"].is_null(),
+        "the retried attempt's error is gone once the steps succeeded: {waiting}"
+    );
+
+    let answer = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "review", "response": { "notes": "fine" } }),
+        )
+        .await;
+    assert_eq!(answer["outcome"], "COMPLETED", "{answer}");
+    assert_eq!(answer["resumes"], true, "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the job resumes after step 'review'") && message.contains("not a retry"),
+        "{message}"
+    );
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    node.stop().await;
+}
+
+/// tokenize → approve: an external step declared by its types alone, no service.
+fn approval_by_types(target: &str) -> Value {
+    use workflow::testkit::{step, workflow};
+    workflow(
+        "approve-tokens",
+        vec![
+            step(
+                "tokenize",
+                target,
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({
+                "name": "approve", "completion": "external",
+                "requestType": "jobs.test.Tokens", "rules": ["ids = tokenize.ids"],
+                "outputType": "jobs.test.Review",
+            }),
+        ],
+        None,
+    )
+}
+
+/// The job's event of `kind`, as get-job lists it.
+fn event<'a>(job: &'a Value, kind: &str) -> &'a Value {
+    job["events"]
+        .as_array()
+        .and_then(|events| events.iter().find(|e| e["type"] == kind))
+        .unwrap_or_else(|| panic!("no {kind} event: {job:#}"))
+}
+
+#[tokio::test]
+async fn a_human_step_declared_by_its_types_shows_its_request_and_the_result_reaches_the_events() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "w", 2)).await;
+    let job_id = node
+        .submit(
+            &approval_by_types(&server.target()),
+            json!({ "text": "abc" }),
+        )
+        .await;
+    let waiting = node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    // The fixture tokenizer answers the text's code points.
+    let built = json!({ "ids": [97, 98, 99] });
+    assert_eq!(waiting["pending_request"], built, "{waiting}");
+    let job = node.ok("get-job", json!({ "jobId": job_id })).await["job"].clone();
+    assert_eq!(job["pendingRequest"], built, "get-job shows it");
+    // Numbers in an event's detail are a Struct's doubles.
+    assert_eq!(
+        event(&job, "WAITING")["detail"]["pendingRequest"],
+        json!({ "ids": [97.0, 98.0, 99.0] }),
+        "the WAITING event carries it"
+    );
+    assert_eq!(event(&job, "WAITING")["step"], "approve");
+
+    let answer = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "approve", "response": { "notes": "ok", "score": 7 } }),
+        )
+        .await;
+    assert_eq!(answer["outcome"], "COMPLETED", "{answer}");
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    let job = node.ok("get-job", json!({ "jobId": job_id })).await["job"].clone();
+    assert!(job["pendingRequest"].is_null(), "answered: {job}");
+    let completed = event(&job, "COMPLETED");
+    assert_eq!(
+        completed["detail"]["result"],
+        json!({ "notes": "ok", "score": 7.0 }),
+        "the COMPLETED event carries the result: {completed}"
+    );
+    assert!(completed["detail"].get("resultCut").is_none());
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_target_with_a_scheme_is_refused_and_a_closed_port_is_named_in_the_error() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "w", 1)).await;
+
+    let mut workflow = two_step_workflow("http://127.0.0.1:50071");
+    workflow["steps"][1]["target"] = json!("127.0.0.1:50071");
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "workflow": workflow, "input": { "text": "x" } }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    let message = finding(&answer, "$.steps[0].target")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("has a scheme") && message.contains("write '127.0.0.1:50071'"),
+        "{message}"
+    );
+    assert_eq!(row_count(&db).await, 0);
+
+    // A port nobody listens on: the error names the address.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let job_id = node
+        .submit(&two_step_workflow(&closed.to_string()), json!({ "text": "x" }))
+        .await;
+    protomolt_e2e::jobs::eventually("the failed call's error", WAIT, || async {
+        node.job(&job_id).await["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&format!("(the connection to target {closed} failed)")))
+    })
+    .await;
+    node.stop().await;
+}

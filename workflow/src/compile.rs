@@ -16,6 +16,11 @@
 //! external steps `waitTimeoutMs` (how long a parked step may wait for its answer, 1 ms
 //! to 366 days) and `onTimeout` (`"fail"`, the default, or `"dead"`).
 //!
+//! An external step is never called, so instead of a `method` it may declare just its
+//! types: `outputType`, the message its answer must be, and optionally `requestType`,
+//! the message its `rules` build when the job parks (the request the reviewer is
+//! shown, stored as the job's `pendingRequest`).
+//!
 //! Compilation never stops at the first problem: every missing field, bad value,
 //! unknown type or method and (through [`crate::verify`]) every rule that does not
 //! type-check is a [`Finding`] naming its step and JSON path. Unknown keys are
@@ -124,8 +129,16 @@ pub struct CompiledStep {
     pub index: usize,
     /// `host:port` of the gRPC server; `None` only on external steps.
     pub target: Option<String>,
-    /// The resolved method.
-    pub method: MethodDescriptor,
+    /// The resolved method; `None` only on an external step declared by its types
+    /// (`outputType`, optionally `requestType`).
+    pub method: Option<MethodDescriptor>,
+    /// The message the rules build: the method's input, an external step's
+    /// `requestType` (the request its reviewer is shown), or `None` for an external
+    /// step that declares none.
+    pub request_type: Option<MessageDescriptor>,
+    /// The message the step answers with (what its checkpoint holds): the method's
+    /// output or an external step's `outputType`.
+    pub response_type: MessageDescriptor,
     /// Mapping rules building the request.
     pub rules: Vec<Rule>,
     /// Optional gate.
@@ -150,7 +163,7 @@ pub struct CompiledStep {
 impl CompiledStep {
     /// The message type the step answers with (what its checkpoint holds).
     pub fn output_type(&self) -> MessageDescriptor {
-        self.method.output()
+        self.response_type.clone()
     }
 
     /// True for a `completion: "external"` step.
@@ -749,6 +762,47 @@ fn valid_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The forms a step's `target` takes, for findings.
+const TARGET_FORMS: &str =
+    "a target is host:port, e.g. '127.0.0.1:50051', 'tokenizer.internal:443' or '[::1]:50051' (\"tls\": true for TLS)";
+
+/// A step's `target` is `host:port`: a hostname, an IPv4 address or a bracketed IPv6
+/// address, and a port from 1 to 65535; no scheme, no path.
+fn valid_target(target: &str) -> Result<(), String> {
+    if let Some((scheme, rest)) = target.split_once("://") {
+        return Err(format!(
+            "'{target}' has a scheme ('{scheme}://'): {TARGET_FORMS}, so write '{}'",
+            rest.trim_end_matches('/')
+        ));
+    }
+    if target.contains('/') {
+        return Err(format!("'{target}' has a path: {TARGET_FORMS}"));
+    }
+    let Some((host, port)) = target.rsplit_once(':') else {
+        return Err(format!("'{target}' has no port: {TARGET_FORMS}"));
+    };
+    match port.parse::<u16>() {
+        Ok(1..) => {}
+        _ => return Err(format!("'{target}': the port '{port}' is not a number from 1 to 65535: {TARGET_FORMS}")),
+    }
+    let host_ok = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            !host.is_empty()
+                && host
+                    .split('.')
+                    .all(|label| !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        }
+    };
+    if host_ok {
+        Ok(())
+    } else {
+        Err(format!("'{target}': '{host}' is not a hostname or an IP address: {TARGET_FORMS}"))
+    }
+}
+
 fn valid_step_name(name: &str) -> Result<(), String> {
     valid_name(name)?;
     let mut chars = name.chars();
@@ -772,6 +826,11 @@ pub(crate) struct StepSpec {
     pub name: String,
     pub target: Option<String>,
     pub method: Option<MethodDescriptor>,
+    /// What the rules build (the method's input, or an external step's `requestType`).
+    pub request_type: Option<MessageDescriptor>,
+    /// What the step answers with (the method's output, or an external step's
+    /// `outputType`); `None` when it did not resolve.
+    pub response_type: Option<MessageDescriptor>,
     pub rules: Vec<(Rule, String)>,
     pub when: Option<(String, String)>,
     pub completion: Completion,
@@ -804,6 +863,8 @@ const STEP_KEYS: &[&str] = &[
     "maxResponseBytes",
     "waitTimeoutMs",
     "onTimeout",
+    "outputType",
+    "requestType",
 ];
 
 fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<CompiledWorkflow> {
@@ -853,7 +914,9 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
             name: spec.name,
             index,
             target: spec.target,
-            method: spec.method?,
+            method: spec.method,
+            request_type: spec.request_type,
+            response_type: spec.response_type?,
             rules: spec.rules.into_iter().map(|(rule, _)| rule).collect(),
             when: match spec.when {
                 Some((source, _)) => Some(Gate::compile(&source).ok()?),
@@ -908,16 +971,25 @@ fn check_declared_rules(
         validated.push(root());
     }
     for (i, spec) in steps.iter().enumerate() {
-        let Some(method) = &spec.method else { continue };
+        let Some(response_type) = &spec.response_type else {
+            continue;
+        };
+        let path = if spec.method.is_some() {
+            format!("$.steps[{i}].method")
+        } else {
+            format!("$.steps[{i}].outputType")
+        };
         let root = |message: MessageDescriptor| TypeRoot {
             message,
             step: Some(spec.name.clone()),
-            path: format!("$.steps[{i}].method"),
+            path: path.clone(),
         };
-        read.push(root(method.output()));
-        read.push(root(method.input()));
+        read.push(root(response_type.clone()));
+        if let Some(request_type) = &spec.request_type {
+            read.push(root(request_type.clone()));
+        }
         if spec.validate {
-            validated.push(root(method.output()));
+            validated.push(root(response_type.clone()));
         }
     }
     let unrunnable = ruleset::check_bounds(findings, &read);
@@ -1140,14 +1212,24 @@ fn step_specs(
             step,
             &path,
         );
-        let method_name = draft.string(object, "method", true, step, &path);
-        let method = match (pool, &method_name) {
-            (Some(pool), Some(m)) => {
-                resolve_method(draft, pool, m, &label, &format!("{path}.method"))
-            }
-            _ => None,
-        };
+        if let Some(Err(reason)) = target.as_deref().map(valid_target) {
+            draft.find(step, format!("{path}.target"), reason);
+        }
+        let (method, request_type, response_type) =
+            step_types(draft, object, pool, completion, &label, &path);
         let rules = draft.rules(object, step, &path);
+        if !rules.is_empty()
+            && method.is_none()
+            && !object.contains_key("requestType")
+            && object.contains_key("outputType")
+            && completion == Completion::External
+        {
+            draft.find(
+                step,
+                format!("{path}.rules"),
+                "rules build the request the reviewer is shown: declare its type as 'requestType' too, or drop the rules",
+            );
+        }
         let when = draft
             .string(object, "when", false, step, &path)
             .map(|w| (w, format!("{path}.when")));
@@ -1160,6 +1242,8 @@ fn step_specs(
             name: label,
             target,
             method,
+            request_type,
+            response_type,
             rules,
             when,
             completion,
@@ -1172,6 +1256,74 @@ fn step_specs(
         });
     }
     specs
+}
+
+/// A step's method, request type and response type. A called step names a `method`;
+/// an external step either names one (never called: its types are used) or declares
+/// `outputType`, the type of its answer, and optionally `requestType`, what its rules
+/// build for the reviewer to see.
+fn step_types(
+    draft: &mut Draft<'_>,
+    object: &Map<String, Value>,
+    pool: Option<&DescriptorPool>,
+    completion: Completion,
+    label: &str,
+    path: &str,
+) -> (
+    Option<MethodDescriptor>,
+    Option<MessageDescriptor>,
+    Option<MessageDescriptor>,
+) {
+    let step = Some(label);
+    let declares_types = object.contains_key("outputType") || object.contains_key("requestType");
+    if completion == Completion::Call || !declares_types {
+        if declares_types {
+            for key in ["outputType", "requestType"]
+                .into_iter()
+                .filter(|k| object.contains_key(*k))
+            {
+                draft.find(
+                    step,
+                    format!("{path}.{key}"),
+                    format!("only an external step declares '{key}': a called step's types are its method's"),
+                );
+            }
+        }
+        let method_name = if completion == Completion::Call || object.contains_key("method") {
+            draft.string(object, "method", true, step, path)
+        } else {
+            draft.find(
+                step,
+                format!("{path}.outputType"),
+                "an external step needs 'outputType', the type of the answer (with 'requestType' and 'rules' for what the reviewer is shown), or a 'method' whose types it uses",
+            );
+            None
+        };
+        let method = match (pool, &method_name) {
+            (Some(pool), Some(m)) => {
+                resolve_method(draft, pool, m, label, &format!("{path}.method"))
+            }
+            _ => None,
+        };
+        let request = method.as_ref().map(MethodDescriptor::input);
+        let response = method.as_ref().map(MethodDescriptor::output);
+        return (method, request, response);
+    }
+    if object.contains_key("method") {
+        draft.find(
+            step,
+            format!("{path}.method"),
+            "declare either 'method' or 'outputType'/'requestType' on an external step, not both",
+        );
+    }
+    let mut resolve = |key: &str, required: bool| {
+        let name = draft.string(object, key, required, step, path)?;
+        let pool = pool?;
+        resolve_message(draft, pool, &name, step, &format!("{path}.{key}"))
+    };
+    let response = resolve("outputType", true);
+    let request = resolve("requestType", false);
+    (None, request, response)
 }
 
 /// The output mapping as written.

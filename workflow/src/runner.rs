@@ -77,6 +77,9 @@ pub enum SegmentOutcome {
         step: String,
         /// Every checkpoint so far, in order.
         steps: Vec<Checkpoint>,
+        /// What the step's rules built from the scope, as proto3 JSON: the request its
+        /// reviewer is shown. `None` when the step has no request type.
+        request: Option<Value>,
     },
 }
 
@@ -228,9 +231,20 @@ impl Runner {
             // skips it like any other step.
             let called = if step.is_external() {
                 if self.gate_opens(workflow, step, &scope, segment_end).await? {
+                    let request = match build_request(step, &scope)? {
+                        Some(request) => Some(encode_json(&request).map_err(|e| {
+                            StepFailure::at(
+                                &step.name,
+                                FailureKind::Mapping,
+                                format!("the request its rules build cannot be stored: {e}"),
+                            )
+                        })?),
+                        None => None,
+                    };
                     return Ok(SegmentOutcome::Parked {
                         step: step.name.clone(),
                         steps,
+                        request,
                     });
                 }
                 None
@@ -341,11 +355,12 @@ impl Runner {
         if !self.gate_opens(workflow, step, scope, segment_end).await? {
             return Ok(None);
         }
-        let mut request = DynamicMessage::new(step.method.input());
-        for rule in &step.rules {
-            apply_rule(rule, &mut request, scope)
-                .map_err(|e| fail(FailureKind::Mapping, format!("rule '{}': {e}", rule.text)))?;
-        }
+        let method = step
+            .method
+            .as_ref()
+            .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a method".into()))?;
+        let request =
+            build_request(step, scope)?.unwrap_or_else(|| DynamicMessage::new(method.input()));
         let remaining = time_left(workflow, &step.name, segment_end)?;
         let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
         let target = step
@@ -357,7 +372,7 @@ impl Runner {
         let call = Call {
             target,
             tls: step.tls,
-            method: &step.method,
+            method,
             deadline,
             metadata: &headers,
             max_response_bytes: limit,
@@ -381,7 +396,7 @@ impl Runner {
                         )
                     } else if transport {
                         format!(
-                            "{}: {message} (the connection to the target failed)",
+                            "{}: {message} (the connection to target {target} failed)",
                             code_name(code)
                         )
                     } else {
@@ -449,6 +464,28 @@ impl Runner {
         }
         Ok(Some(response))
     }
+}
+
+/// The message `step`'s rules build from `scope` (`None` for an external step without
+/// a request type).
+fn build_request(
+    step: &CompiledStep,
+    scope: &Scope,
+) -> Result<Option<DynamicMessage>, StepFailure> {
+    let Some(request_type) = &step.request_type else {
+        return Ok(None);
+    };
+    let mut request = DynamicMessage::new(request_type.clone());
+    for rule in &step.rules {
+        apply_rule(rule, &mut request, scope).map_err(|e| {
+            StepFailure::at(
+                &step.name,
+                FailureKind::Mapping,
+                format!("rule '{}': {e}", rule.text),
+            )
+        })?;
+    }
+    Ok(Some(request))
 }
 
 /// A time-bounded evaluation (a gate, a response check) and the bounds it ran under.

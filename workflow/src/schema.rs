@@ -8,6 +8,7 @@
 use prost_reflect::DescriptorPool;
 use protox::file::{
     ChainFileResolver, DescriptorSetFileResolver, File, FileResolver, GoogleFileResolver,
+    IncludeFileResolver,
 };
 
 struct InMemory {
@@ -43,6 +44,51 @@ fn compile(file_name: &str, source: &str, source_info: bool) -> Result<Vec<u8>, 
         name: file_name.to_owned(),
         source: source.to_owned(),
     });
+    compile_with(resolver, &[file_name.to_owned()], source_info)
+}
+
+/// Compiles `.proto` files from disk, as `protomolt workflows build` does: each file
+/// is opened by its name within its own directory, and imports resolve against those
+/// directories, then `includes`, then the Google well-known types and
+/// `buf/validate/validate.proto`. Returns the encoded `FileDescriptorSet` with every
+/// import, keeping the comments of the named files (a generated form shows them).
+pub fn compile_proto_files(
+    files: &[std::path::PathBuf],
+    includes: &[std::path::PathBuf],
+) -> Result<Vec<u8>, String> {
+    let mut resolver = ChainFileResolver::new();
+    let mut names = Vec::with_capacity(files.len());
+    let mut roots: Vec<std::path::PathBuf> = Vec::new();
+    for file in files {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{}: not a file name", file.display()))?;
+        let dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => std::path::PathBuf::from("."),
+        };
+        if !file.is_file() {
+            return Err(format!("{}: no such file", file.display()));
+        }
+        if !roots.contains(&dir) {
+            roots.push(dir);
+        }
+        names.push(name.to_owned());
+    }
+    for root in roots.iter().chain(includes) {
+        resolver.add(IncludeFileResolver::new(root.clone()));
+    }
+    compile_with(resolver, &names, true)
+}
+
+/// Compiles `names` with `resolver`, then the Google well-known types and
+/// `buf/validate`, imports included.
+fn compile_with(
+    mut resolver: ChainFileResolver,
+    names: &[String],
+    source_info: bool,
+) -> Result<Vec<u8>, String> {
     resolver.add(GoogleFileResolver::new());
     let validate_schema = prost_protovalidate_types::DESCRIPTOR_POOL.encode_to_vec();
     resolver.add(
@@ -52,22 +98,25 @@ fn compile(file_name: &str, source: &str, source_info: bool) -> Result<Vec<u8>, 
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);
     compiler.include_source_info(source_info);
-    compiler
-        .open_file(file_name)
-        .map_err(|e| format!("{file_name} does not compile: {e}"))?;
+    for name in names {
+        compiler
+            .open_file(name)
+            .map_err(|e| format!("{name} does not compile: {e}"))?;
+    }
     let encoded = compiler.encode_file_descriptor_set();
     if source_info {
-        only_own_source_info(file_name, &encoded)
+        only_own_source_info(names, &encoded)
     } else {
         Ok(encoded)
     }
 }
 
-/// Drops the source info of every file but `file_name` (the imports' comments, the
-/// whole of `descriptor.proto`'s among them, would only weigh down each snapshot).
-/// Read as a dynamic message, so the files' options (their `buf.validate` rules) are
-/// kept byte for byte.
-fn only_own_source_info(file_name: &str, encoded: &[u8]) -> Result<Vec<u8>, String> {
+/// Drops the source info of every file but `own` (the imports' comments, the whole of
+/// `descriptor.proto`'s among them, would only weigh down each snapshot). Read as a
+/// dynamic message, so the files' options (their `buf.validate` rules) are kept byte
+/// for byte.
+fn only_own_source_info(own: &[String], encoded: &[u8]) -> Result<Vec<u8>, String> {
+    let file_name = own.join(", ");
     use prost::Message;
     use prost_reflect::{DynamicMessage, ReflectMessage, Value};
     let set_type = prost_types::FileDescriptorSet::default().descriptor();
@@ -76,9 +125,10 @@ fn only_own_source_info(file_name: &str, encoded: &[u8]) -> Result<Vec<u8>, Stri
     if let Some(Value::List(files)) = set.get_field_by_name_mut("file") {
         for file in files.iter_mut() {
             if let Value::Message(file) = file {
-                let own = file
-                    .get_field_by_name("name")
-                    .is_some_and(|name| name.as_str() == Some(file_name));
+                let own = file.get_field_by_name("name").is_some_and(|name| {
+                    name.as_str()
+                        .is_some_and(|name| own.iter().any(|o| o == name))
+                });
                 if !own {
                     file.clear_field_by_name("source_code_info");
                 }

@@ -28,7 +28,7 @@ pub(crate) fn verify(
 ) {
     let roots = Roots { input, steps };
     for (index, step) in steps.iter().enumerate() {
-        let request = step.method.as_ref().map(|m| m.input());
+        let request = step.request_type.clone();
         for (rule, path) in &step.rules {
             if let Err(reason) = roots.check_rule(rule, request.as_ref(), index) {
                 findings.push(Finding {
@@ -74,7 +74,7 @@ impl Roots<'_> {
             return Ok(self.input.cloned());
         }
         match self.steps.iter().position(|s| s.name == root) {
-            Some(j) if j < index => Ok(self.steps[j].method.as_ref().map(|m| m.output())),
+            Some(j) if j < index => Ok(self.steps[j].response_type.clone()),
             Some(j) if j == index => Err(format!(
                 "'{root}' is this step itself: read only `input` and earlier steps"
             )),

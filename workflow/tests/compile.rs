@@ -505,3 +505,96 @@ fn a_when_reading_a_missing_field_or_not_a_boolean_is_a_finding() {
         "`when` must be a boolean, but `tokenize.ids` is a list",
     );
 }
+
+#[test]
+fn an_external_step_may_declare_only_its_types() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1] = json!({
+        "name": "approve", "completion": "external",
+        "requestType": "jobs.test.Tokens", "rules": ["ids = tokenize.ids"],
+        "outputType": "jobs.test.Review",
+    });
+    envelope.as_object_mut().unwrap().remove("output");
+    let compiled = CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{f}"));
+    let approve = &compiled.steps[1];
+    assert!(approve.method.is_none() && approve.target.is_none());
+    assert_eq!(approve.output_type().full_name(), "jobs.test.Review");
+    assert_eq!(
+        approve.request_type.as_ref().map(|t| t.full_name()),
+        Some("jobs.test.Tokens")
+    );
+
+    // Just the answer's type.
+    envelope["steps"][1] =
+        json!({ "name": "approve", "completion": "external", "outputType": "jobs.test.Review" });
+    CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{f}"));
+}
+
+#[test]
+fn an_external_steps_types_are_checked() {
+    let mut envelope = two_step_workflow(TARGET);
+    envelope.as_object_mut().unwrap().remove("output");
+    let cases = [
+        (
+            json!({ "name": "approve", "completion": "external" }),
+            "$.steps[1].outputType",
+            "an external step needs 'outputType'",
+        ),
+        (
+            json!({ "name": "approve", "completion": "external", "outputType": "jobs.test.Review",
+                    "method": "jobs.test.ReviewDesk/Review" }),
+            "$.steps[1].method",
+            "not both",
+        ),
+        (
+            json!({ "name": "approve", "completion": "external", "outputType": "jobs.test.Review",
+                    "rules": ["text = input.text"] }),
+            "$.steps[1].rules",
+            "declare its type as 'requestType'",
+        ),
+        (
+            json!({ "name": "approve", "completion": "external", "outputType": "Review" }),
+            "$.steps[1].outputType",
+            "did you mean 'jobs.test.Review'?",
+        ),
+        (
+            json!({ "name": "approve", "completion": "external", "outputType": "jobs.test.Review",
+                    "requestType": "jobs.test.Tokens", "rules": ["idz = tokenize.ids"] }),
+            "$.steps[1].rules[0]",
+            "jobs.test.Tokens has no field 'idz'",
+        ),
+        (
+            json!({ "name": "embed", "target": TARGET, "method": "jobs.test.Embedder/Embed",
+                    "outputType": "jobs.test.Review" }),
+            "$.steps[1].outputType",
+            "only an external step declares 'outputType'",
+        ),
+    ];
+    for (step, path, needle) in cases {
+        envelope["steps"][1] = step.clone();
+        let name = step["name"].as_str().unwrap();
+        assert_finding(&findings(&envelope), Some(name), path, needle);
+    }
+}
+
+#[test]
+fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
+    for (target, needle) in [
+        ("http://127.0.0.1:50071", "has a scheme ('http://'): a target is host:port"),
+        ("127.0.0.1", "has no port"),
+        ("127.0.0.1:0", "is not a number from 1 to 65535"),
+        ("127.0.0.1:http", "is not a number from 1 to 65535"),
+        ("host/path:1", "has a path"),
+        ("bad host:1", "is not a hostname or an IP address"),
+        ("[::1:50051", "is not a hostname or an IP address"),
+    ] {
+        let mut envelope = two_step_workflow(TARGET);
+        envelope["steps"][0]["target"] = json!(target);
+        assert_finding(&findings(&envelope), Some("tokenize"), "$.steps[0].target", needle);
+    }
+    for target in ["localhost:50051", "tokenizer.internal:443", "[::1]:50051", "10.0.0.5:1"] {
+        let mut envelope = two_step_workflow(TARGET);
+        envelope["steps"][0]["target"] = json!(target);
+        CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{target}: {f}"));
+    }
+}

@@ -115,10 +115,20 @@ async fn three_steps_park_at_review_and_resume_without_recalling_tokenize() {
         .run_segment(&wf, &input, Vec::new(), &mut recorder, &NoMetadata)
         .await
         .expect("parks");
-    let SegmentOutcome::Parked { step, steps } = outcome else {
+    let SegmentOutcome::Parked {
+        step,
+        steps,
+        request,
+    } = outcome
+    else {
         panic!("expected to park")
     };
     assert_eq!(step, "review");
+    assert_eq!(
+        request,
+        Some(json!({ "text": "hi" })),
+        "the review's rules built the request it shows"
+    );
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].name, "tokenize");
     assert_eq!(server.stats.tokenize_calls(), 1);

@@ -95,7 +95,7 @@ async fn a_target_dying_mid_call_is_a_retryable_transport_failure() {
     assert!(
         failure
             .to_string()
-            .contains("the connection to the target failed"),
+            .contains("(the connection to target "),
         "{failure}"
     );
 }

@@ -90,6 +90,10 @@ enum Command {
         /// Attempts allowed.
         #[arg(long)]
         max_attempts: Option<u32>,
+        /// Wait until the job finishes (or parks on a step) and print its result, or
+        /// what the step asks.
+        #[arg(long, conflicts_with = "watch")]
+        wait: bool,
         /// Follow the job's events until it ends.
         #[arg(long)]
         watch: bool,
@@ -163,8 +167,17 @@ enum Command {
         reason: Option<String>,
     },
     /// Stored workflows.
-    #[command(subcommand)]
+    #[command(subcommand, visible_alias = "workflow")]
     Workflows(Workflows),
+    /// The request records the Kafka consumer dead-lettered, newest first.
+    Rejects {
+        /// At most this many (up to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// The contract's .proto files.
+    #[command(subcommand)]
+    Proto(Proto),
     /// Whether the node is ready (its database, its broker).
     Health,
     /// Print shell completions.
@@ -187,6 +200,36 @@ enum Workflows {
     Put {
         /// The workflow envelope file.
         file: PathBuf,
+    },
+    /// Build an envelope on this machine: compile your .proto files, embed their
+    /// descriptor set in a JSON skeleton (the envelope without `schema`), check it as
+    /// the node would, and print it.
+    Build {
+        /// A .proto file of your service (repeat for several); its imports resolve
+        /// against its own directory, the --include directories, the Google
+        /// well-known types and buf/validate/validate.proto.
+        #[arg(long = "proto", required = true)]
+        protos: Vec<PathBuf>,
+        /// Another directory imports resolve against.
+        #[arg(long = "include")]
+        includes: Vec<PathBuf>,
+        /// The envelope without `schema` (JSON): name, inputType, steps, output.
+        #[arg(long)]
+        skeleton: PathBuf,
+        /// Set (or replace) the skeleton's inputType.
+        #[arg(long)]
+        input_type: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Proto {
+    /// Write the contract's .proto files (protomolt/jobs/v1/jobs.proto and
+    /// buf/validate/validate.proto, with its licence) under DIR, to compile the
+    /// events and requests in another language.
+    Export {
+        /// Where to write them (created if missing).
+        dir: PathBuf,
     },
 }
 
@@ -228,6 +271,7 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             priority,
             run_at,
             max_attempts,
+            wait,
             watch,
         } => {
             let mut body = json!({ "input": json_arg("--input", &input)? });
@@ -265,6 +309,9 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             }
             if watch {
                 return follow(&client, out, &id).await;
+            }
+            if wait {
+                return wait_for_result(&client, out, &id).await;
             }
             Ok(0)
         }
@@ -414,6 +461,63 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+        Command::Workflows(Workflows::Build {
+            protos,
+            includes,
+            skeleton,
+            input_type,
+        }) => {
+            let envelope = build_workflow(&protos, &includes, &skeleton, input_type)?;
+            out.json_line(&envelope);
+            Ok(0)
+        }
+        Command::Proto(Proto::Export { dir }) => {
+            let written = export_protos(&dir)?;
+            if out.json {
+                out.json_line(&json!({ "ok": true, "dir": dir, "files": written }));
+            } else {
+                for path in &written {
+                    say!("wrote {}", dir.join(path).display());
+                }
+            }
+            Ok(0)
+        }
+        Command::Rejects { limit } => {
+            let answer = ok(client
+                .call("list-rejects", &json!({ "limit": limit.min(500) }))
+                .await?)?;
+            let rejects = answer["rejects"].as_array().cloned().unwrap_or_default();
+            if out.json {
+                for reject in &rejects {
+                    out.json_line(reject);
+                }
+            } else if rejects.is_empty() {
+                say!("no dead-lettered request records");
+            } else {
+                let rows: Vec<Vec<String>> = rejects
+                    .iter()
+                    .map(|r| {
+                        let key = r["recordKey"]
+                            .as_str()
+                            .or(r["recordKeyBase64"].as_str())
+                            .unwrap_or("-");
+                        vec![
+                            r["receivedAt"].as_str().unwrap_or_default().to_owned(),
+                            format!(
+                                "{}/{}/{}",
+                                r["topic"].as_str().unwrap_or_default(),
+                                r["partition"],
+                                r["recordOffset"]
+                            ),
+                            output::printable(key),
+                            output::printable(r["error"].as_str().unwrap_or_default()),
+                        ]
+                    })
+                    .collect();
+                out.table(&["RECEIVED", "TOPIC/PARTITION/OFFSET", "KEY", "ERROR"], &rows);
+            }
+            Ok(0)
+        }
         Command::Health => {
             let (status, answer) = client.get("/readyz").await?;
             if status != 200 {
@@ -558,6 +662,91 @@ fn ok(answer: Value) -> Result<Value, CliError> {
 }
 
 /// The exit code for a job in `status`.
+/// `submit --wait`: waits (a minute at a time) until the job finishes or parks on a
+/// step, then prints its result, its error, or what the step asks and how to answer.
+async fn wait_for_result(client: &Client, out: Output, job_id: &str) -> Result<u8, CliError> {
+    let spinner = out.spinner(format!("waiting for {job_id}"));
+    let job = loop {
+        let answer = ok(client
+            .call("get-job", &json!({ "jobId": job_id, "waitMs": 60_000 }))
+            .await?)?;
+        let job = answer["job"].clone();
+        let status = job["status"].as_str().unwrap_or_default();
+        if !matches!(status, "QUEUED" | "RUNNING") {
+            break job;
+        }
+    };
+    drop(spinner);
+    let status = job["status"].as_str().unwrap_or_default().to_owned();
+    if out.json {
+        out.json_line(&job);
+        return Ok(exit_for(&status));
+    }
+    match status.as_str() {
+        "COMPLETED" => say!("{}", serde_json::to_string_pretty(&job["result"]).unwrap_or_default()),
+        "WAITING" => {
+            let step = output::printable(job["outstandingStep"].as_str().unwrap_or_default());
+            say!("{job_id} waits on step '{step}' for an answer");
+            if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
+                say!("it asks to approve: {request}");
+            }
+            say!("answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'");
+        }
+        _ => out.job(&job),
+    }
+    Ok(exit_for(&status))
+}
+
+/// `workflows build`: the skeleton with the compiled descriptor set embedded, checked
+/// as the node checks it (every finding, with its step and JSON path).
+fn build_workflow(
+    protos: &[PathBuf],
+    includes: &[PathBuf],
+    skeleton: &PathBuf,
+    input_type: Option<String>,
+) -> Result<Value, CliError> {
+    use base64::Engine as _;
+    let mut envelope = json_file("--skeleton", skeleton)?;
+    let Some(object) = envelope.as_object_mut() else {
+        return Err(CliError::Usage(
+            "--skeleton: the skeleton must be a JSON object (name, inputType, steps, output)".into(),
+        ));
+    };
+    let descriptors = workflow::schema::compile_proto_files(protos, includes)
+        .map_err(|e| CliError::Usage(format!("--proto: {e}")))?;
+    object.insert(
+        "schema".into(),
+        json!({ "descriptorSetBase64": base64::engine::general_purpose::STANDARD.encode(descriptors) }),
+    );
+    if let Some(input_type) = input_type {
+        object.insert("inputType".into(), json!(input_type));
+    }
+    if let Err(findings) = workflow::CompiledWorkflow::compile(&envelope) {
+        let listed: Vec<String> = findings.0.iter().map(|f| format!("  {f}")).collect();
+        return Err(CliError::Usage(format!(
+            "the workflow does not compile:\n{}",
+            listed.join("\n")
+        )));
+    }
+    Ok(envelope)
+}
+
+/// `proto export`: the contract's .proto files under `dir`; answers their paths.
+fn export_protos(dir: &std::path::Path) -> Result<Vec<&'static str>, CliError> {
+    let mut written = Vec::new();
+    for (path, text) in jobs_proto::PROTO_FILES {
+        let target = dir.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| CliError::Usage(format!("{}: {e}", parent.display())))?;
+        }
+        std::fs::write(&target, text)
+            .map_err(|e| CliError::Usage(format!("{}: {e}", target.display())))?;
+        written.push(*path);
+    }
+    Ok(written)
+}
+
 fn exit_for(status: &str) -> u8 {
     match status {
         "FAILED" | "DEAD" | "CANCELLED" => JOB_DID_NOT_SUCCEED,

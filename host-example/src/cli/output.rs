@@ -79,6 +79,10 @@ impl Output {
                 say!("{label:<9} {}", printable(value));
             }
         }
+        if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
+            // What the parked step asks a person to approve.
+            say!("request   {request}");
+        }
         if let Some(result) = job.get("result").filter(|r| !r.is_null()) {
             // JSON text: its strings' control characters are escaped already.
             say!("result    {result}");

@@ -9,7 +9,7 @@
 //!
 //! | answer                                              | meaning                                 |
 //! |-----------------------------------------------------|-----------------------------------------|
-//! | `{ok: true, outcome: "COMPLETED", status: "QUEUED"}`  | accepted; the job runs on               |
+//! | `{ok: true, outcome: "COMPLETED", status: "QUEUED", resumes: true, message}` | accepted; the job resumes after the step (not a retry) |
 //! | `{ok: true, outcome: "ALREADY_DONE", status}`        | answered before; nothing appended       |
 //! | `{ok: false, outcome: "WRONG_STATE", status, outstandingStep, error}` | not parked on that step |
 //! | `{ok: false, outcome: "REJECTED", status: "FAILED", error, violations}` | the verdict          |
@@ -204,9 +204,15 @@ pub(super) fn answer(
             };
             json!({ "ok": false, "outcome": "REJECTED", "status": "FAILED", "error": error })
         }
-        ParkedCompletion::Completed { status } => {
-            json!({ "ok": true, "outcome": "COMPLETED", "status": status.as_str() })
-        }
+        ParkedCompletion::Completed { status } => json!({
+            "ok": true,
+            "outcome": "COMPLETED",
+            "status": status.as_str(),
+            "resumes": true,
+            "message": format!(
+                "answer accepted: the job resumes after step '{step_name}' ({status} until a worker picks it up; not a retry: the attempt given back while it waited is counted again)"
+            ),
+        }),
         ParkedCompletion::AlreadyDone { status } => {
             json!({ "ok": true, "outcome": "ALREADY_DONE", "status": status.as_str() })
         }

@@ -1,6 +1,13 @@
-//! `get-job {jobId, waitMs?}` → `{ok: true, job: {...every column..., events: [...]}}`
-//! or `{ok: false, error: "no workflow run <id>"}`. `events` lists the job's outbox
-//! rows (`eventId`, `type`, `status`: PENDING until the relay publishes them).
+//! `get-job {jobId, waitMs?, include?}` → `{ok: true, job: {...every column...,
+//! events: [...]}}` or `{ok: false, error: "no workflow run <id>"}`.
+//!
+//! - The workflow snapshot (`workflowDefinition`, tens of kilobytes with its
+//!   descriptor set) is left out unless `include: ["definition"]` asks for it: a
+//!   page polling a job reads it once.
+//! - `events` are the job's events in order, read from its outbox rows, so they can
+//!   be read even with the Kafka lanes off: `eventId`, `type`, `status` (of the outbox
+//!   row: PENDING until the relay publishes it), `step`, `attempt`, `occurredAt`, and
+//!   `error`, `verdict` and `detail` when the event has them.
 //!
 //! With `waitMs` (up to 60,000) the answer waits until the job is finished or WAITING
 //! on a step, or the time is up, whichever comes first; it is woken by the job's own
@@ -22,9 +29,17 @@ use crate::status::JobStatus;
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
     let id = request.str("jobId");
     let job_id = Uuid::parse_str(id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
+    let with_definition = request
+        .get("include")
+        .and_then(Value::as_array)
+        .is_some_and(|parts| parts.iter().any(|p| p == "definition"));
     let row = match request.get("waitMs").and_then(Value::as_u64).unwrap_or(0) {
-        0 => state.store.get_job(job_id).await.map_err(store_error)?,
-        ms => settled_row(&state, job_id, Duration::from_millis(ms)).await?,
+        0 => state
+            .store
+            .get_job_view(job_id, with_definition)
+            .await
+            .map_err(store_error)?,
+        ms => settled_row(&state, job_id, Duration::from_millis(ms), with_definition).await?,
     };
     let Some(row) = row else {
         return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
@@ -37,10 +52,39 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .await
         .map_err(store_error)?
         .into_iter()
-        .map(|e| json!({ "eventId": e.event_id.to_string(), "type": e.event_type, "status": e.status }))
+        .map(|e| event_view(&e.event_id, &e.event_type, &e.status, &e.payload))
         .collect();
     job["events"] = Value::Array(events);
     Ok(json!({ "ok": true, "job": job }))
+}
+
+/// One event as `get-job` lists it: the outbox row's id, type and status, with what
+/// the event says (step, attempt, time, and error, verdict and detail when set).
+fn event_view(event_id: &Uuid, event_type: &str, status: &str, payload: &[u8]) -> Value {
+    let mut view = json!({ "eventId": event_id.to_string(), "type": event_type, "status": status });
+    match crate::routes::event_json(payload) {
+        Ok(Value::Object(event)) => {
+            for key in [
+                "step",
+                "attempt",
+                "occurredAt",
+                "error",
+                "verdict",
+                "detail",
+            ] {
+                if let Some(value) = event.get(key) {
+                    view[key] = value.clone();
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(error) => {
+            // A payload the contract cannot decode was never written by this engine.
+            tracing::error!(%event_id, %error, "an outbox payload does not decode");
+            view["undecodable"] = json!(error);
+        }
+    }
+    view
 }
 
 /// How often a waiting get-job reads the row when the node has no watcher slot free.
@@ -52,6 +96,7 @@ async fn settled_row(
     state: &JobsState,
     job_id: Uuid,
     wait: Duration,
+    with_definition: bool,
 ) -> Result<Option<Value>, ActionError> {
     let deadline = tokio::time::Instant::now() + wait;
     // Watch from the latest event before reading the row: an event committed between
@@ -65,7 +110,11 @@ async fn settled_row(
     // notice, but the caller still waits, rather than being refused.
     let mut watching = state.watchers.watch(job_id, position).ok();
     loop {
-        let row = state.store.get_job(job_id).await.map_err(store_error)?;
+        let row = state
+            .store
+            .get_job_view(job_id, with_definition)
+            .await
+            .map_err(store_error)?;
         let settled = row.as_ref().is_none_or(|row| {
             row["status"]
                 .as_str()

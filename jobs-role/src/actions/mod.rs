@@ -14,6 +14,7 @@
 //! | `retry-jobs`      | `jobs:operate`  | [`retry_jobs`]    |
 //! | `get-form`        | `jobs:read`     | [`get_form`]      |
 //! | `get-fleet`       | `jobs:read`     | [`get_fleet`]     |
+//! | `list-rejects`    | `jobs:read`     | [`list_rejects`]  |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
@@ -24,6 +25,7 @@ pub mod get_fleet;
 pub mod get_form;
 pub mod get_job;
 pub mod list_jobs;
+pub mod list_rejects;
 pub mod many_jobs;
 pub mod reject_step;
 pub mod retry_job;
@@ -171,6 +173,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:read",
             "GetFleet",
             get_fleet::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "list-rejects",
+            "The request records the Kafka consumer dead-lettered, newest first, each with its topic, partition, offset, key and the reason it was refused.",
+            "jobs:read",
+            "ListRejects",
+            list_rejects::handle,
         )?,
     ])
 }

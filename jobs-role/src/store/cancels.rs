@@ -227,6 +227,7 @@ impl CancelledEvent<'_> {
             error: None,
             status: JobStatus::Cancelled,
             detail: &self.detail,
+            data: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use jobs_proto::WireMessage;
 use jobs_proto::v1::WorkflowRunEvent;
 use jobs_proto::v1::workflow_run_event::Type;
 use prost_types::value::Kind;
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::status::JobStatus;
@@ -37,6 +38,57 @@ pub struct EventFacts<'a> {
     /// More context for `detail` beside the status (an operator's reason, the step
     /// a retry starts from).
     pub detail: &'a [(&'a str, &'a str)],
+    /// One JSON value for `detail` under its key (COMPLETED's `result`, WAITING's
+    /// `pendingRequest`), bounded: past [`MAX_DETAIL_JSON_BYTES`] it is left out and
+    /// `<key>Cut: true` and `<key>Bytes: <size>` say so (get-job has the whole value).
+    pub data: Option<(&'a str, &'a Value)>,
+}
+
+/// Largest JSON value an event carries in its detail, in bytes of compact JSON: an
+/// event stays small for the broker and for every consumer.
+pub const MAX_DETAIL_JSON_BYTES: usize = 16 * 1024;
+
+/// A JSON value as a `google.protobuf.Value`. Numbers become doubles, as in every
+/// `Struct`; a 64-bit integer past 2^53 loses precision here (get-job keeps it).
+fn proto_value(value: &Value) -> prost_types::Value {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(text) => Kind::StringValue(text.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(proto_value).collect(),
+        }),
+        Value::Object(fields) => Kind::StructValue(prost_types::Struct {
+            fields: fields
+                .iter()
+                .map(|(key, value)| (key.clone(), proto_value(value)))
+                .collect(),
+        }),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+/// The detail entries of one bounded JSON value (see [`EventFacts::data`]).
+fn data_entries(key: &str, value: &Value) -> Vec<(String, prost_types::Value)> {
+    let bytes = serde_json::to_vec(value).map_or(usize::MAX, |json| json.len());
+    if bytes <= MAX_DETAIL_JSON_BYTES {
+        return vec![(key.to_owned(), proto_value(value))];
+    }
+    vec![
+        (
+            format!("{key}Cut"),
+            prost_types::Value {
+                kind: Some(Kind::BoolValue(true)),
+            },
+        ),
+        (
+            format!("{key}Bytes"),
+            prost_types::Value {
+                kind: Some(Kind::NumberValue(bytes as f64)),
+            },
+        ),
+    ]
 }
 
 /// The outbox type name of an event type.
@@ -96,6 +148,12 @@ pub fn encode(facts: &EventFacts<'_>) -> Result<(Uuid, Vec<u8>), jobs_proto::Con
                     };
                     ((*key).to_owned(), value)
                 })
+                .chain(
+                    facts
+                        .data
+                        .map(|(key, value)| data_entries(key, value))
+                        .unwrap_or_default(),
+                )
                 .chain([("status".to_owned(), status)])
                 .collect(),
         }),
@@ -121,12 +179,54 @@ mod tests {
             error: Some(&error),
             status: JobStatus::Dead,
             detail: &[],
+            data: None,
         };
         let (id, payload) = encode(&facts).expect("a cut error still encodes");
         let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
         assert_eq!(event.event_id, id.to_string());
         assert_eq!(event.error.chars().count(), 4000);
         assert!(event.error.ends_with('…'));
+    }
+
+    #[test]
+    fn a_json_detail_is_carried_whole_or_flagged_as_cut() {
+        let small =
+            serde_json::json!({ "vector": [1.5, 2], "notes": "ok", "nested": { "n": null } });
+        let facts = |data| EventFacts {
+            job_id: Uuid::new_v4(),
+            workflow_name: "w",
+            kind: Type::Completed,
+            step: None,
+            attempt: 1,
+            verdict: Some("1 steps"),
+            error: None,
+            status: JobStatus::Completed,
+            detail: &[],
+            data,
+        };
+        let (_, payload) = encode(&facts(Some(("result", &small)))).unwrap();
+        let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
+        let detail = event.detail.unwrap().fields;
+        let result = detail["result"].kind.clone().unwrap();
+        let Kind::StructValue(result) = result else {
+            panic!("{result:?}")
+        };
+        assert_eq!(
+            result.fields["notes"].kind,
+            Some(Kind::StringValue("ok".into()))
+        );
+        assert!(!detail.contains_key("resultCut"));
+
+        let large = serde_json::json!({ "text": "x".repeat(MAX_DETAIL_JSON_BYTES) });
+        let (_, payload) = encode(&facts(Some(("result", &large)))).unwrap();
+        let detail = WorkflowRunEvent::decode_validated(&payload)
+            .unwrap()
+            .detail
+            .unwrap()
+            .fields;
+        assert!(!detail.contains_key("result"), "too large: left out");
+        assert_eq!(detail["resultCut"].kind, Some(Kind::BoolValue(true)));
+        assert!(payload.len() < 2 * MAX_DETAIL_JSON_BYTES);
     }
 
     #[test]
@@ -141,6 +241,7 @@ mod tests {
             error: None,
             status: JobStatus::Failed,
             detail: &[],
+            data: None,
         };
         assert!(encode(&facts).is_err());
     }

@@ -43,6 +43,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         error,
         status,
         detail: &[],
+        data: None,
     };
     let checkpointed = write.checkpoint.as_ref().map(|checkpoint| {
         facts(
@@ -67,7 +68,10 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             ],
             events: checkpointed
                 .into_iter()
-                .chain([facts(Type::Completed, None, Some(verdict), None, to)])
+                .chain([EventFacts {
+                    data: Some(("result", result)),
+                    ..facts(Type::Completed, None, Some(verdict), None, to)
+                }])
                 .collect(),
             wake: false,
         });
@@ -96,17 +100,28 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         Settlement::Completed { result, verdict } => Part {
             statement: sql::SETTLE_COMPLETED,
             extra: vec![Box::new(result), Box::new(verdict)],
-            events: vec![facts(Type::Completed, None, Some(verdict), None, to)],
+            events: vec![EventFacts {
+                data: Some(("result", result)),
+                ..facts(Type::Completed, None, Some(verdict), None, to)
+            }],
             wake: false,
         },
-        Settlement::Waiting { step, timeout } => Part {
+        Settlement::Waiting {
+            step,
+            request,
+            timeout,
+        } => Part {
             statement: sql::SETTLE_WAITING,
             extra: vec![
                 Box::new(step),
                 Box::new(timeout.map(|t| millis(t.after))),
                 Box::new(timeout.map(|t| t.on_timeout.as_str())),
+                Box::new(request),
             ],
-            events: vec![facts(Type::Waiting, Some(step), None, None, to)],
+            events: vec![EventFacts {
+                data: request.as_ref().map(|request| ("pendingRequest", request)),
+                ..facts(Type::Waiting, Some(step), None, None, to)
+            }],
             wake: false,
         },
         Settlement::Failed { error, verdict } => Part {

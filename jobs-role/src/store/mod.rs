@@ -419,6 +419,7 @@ async fn insert_dead_event(
         error: error.as_deref(),
         status: JobStatus::Dead,
         detail: &[],
+        data: None,
     };
     insert_event(tx, &event).await
 }

@@ -90,6 +90,7 @@ impl Store {
                     error: None,
                     status: JobStatus::Queued,
                     detail: &[],
+                    data: None,
                 };
                 insert_event(&tx, &event).await?;
                 tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
@@ -110,6 +111,7 @@ impl Store {
                     error: Some(error),
                     status: JobStatus::Failed,
                     detail: &[],
+                    data: None,
                 };
                 insert_event(&tx, &event).await?;
                 JobStatus::Failed
@@ -160,6 +162,7 @@ impl Store {
                 error: Some(&error),
                 status,
                 detail: &[],
+                data: None,
             };
             insert_event(&tx, &event).await?;
             *counted += 1;

@@ -54,6 +54,58 @@ impl Store {
             .map(|row| row.get(0)))
     }
 
+    /// One job as `get-job` shows it: every column, the workflow snapshot only when
+    /// `with_definition`.
+    pub async fn get_job_view(
+        &self,
+        job_id: Uuid,
+        with_definition: bool,
+    ) -> Result<Option<Value>, StoreError> {
+        let statement = if with_definition {
+            sql::GET_JOB
+        } else {
+            sql::GET_JOB_WITHOUT_DEFINITION
+        };
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_opt(statement, &[&job_id])
+            .await?
+            .map(|row| row.get(0)))
+    }
+
+    /// Dead-lettered request records, newest first, as `list-rejects` shows them: the
+    /// key as text when it is UTF-8, else in base64 (`recordKeyBase64`).
+    pub async fn list_rejects(&self, limit: i64, offset: i64) -> Result<Vec<Value>, StoreError> {
+        use base64::Engine as _;
+        let client = self.pool.get().await?;
+        let rows = client.query(sql::LIST_REJECTS, &[&limit, &offset]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let key: Option<Vec<u8>> = row.get("record_key");
+                let mut reject = serde_json::json!({
+                    "rejectId": row.get::<_, i64>("reject_id"),
+                    "topic": row.get::<_, String>("topic"),
+                    "partition": row.get::<_, i32>("partition"),
+                    "recordOffset": row.get::<_, i64>("record_offset"),
+                    "payloadBytes": row.get::<_, Option<i32>>("payload_bytes"),
+                    "error": row.get::<_, String>("error"),
+                    "receivedAt": row.get::<_, String>("received_at"),
+                });
+                match key.map(String::from_utf8) {
+                    Some(Ok(text)) => reject["recordKey"] = Value::String(text),
+                    Some(Err(bytes)) => {
+                        reject["recordKeyBase64"] = Value::String(
+                            base64::engine::general_purpose::STANDARD.encode(bytes.as_bytes()),
+                        );
+                    }
+                    None => reject["recordKey"] = Value::Null,
+                }
+                reject
+            })
+            .collect())
+    }
+
     /// Job summaries newest first (or oldest first).
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Value>, StoreError> {
         let client = self.pool.get().await?;

@@ -124,6 +124,7 @@ impl Act for RetryAct {
                 error: None,
                 status: JobStatus::Queued,
                 detail: &detail,
+                data: None,
             })?;
             outcomes.push((
                 *job_id,

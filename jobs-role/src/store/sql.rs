@@ -247,18 +247,19 @@ macro_rules! unless_cancel_requested {
     };
 }
 
-/// Appends one checkpoint (progress: the release count starts over). `$4` the
-/// checkpoint entry (a JSON object).
+/// Appends one checkpoint (progress: the release count starts over, and the error of
+/// an earlier attempt no longer describes the job, so it is cleared; the events keep
+/// it). `$4` the checkpoint entry (a JSON object).
 pub const APPEND_CHECKPOINT: &str = fenced!(
     "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
-       updated_at = now()"
+       error = NULL, updated_at = now()"
 );
 
 /// [`APPEND_CHECKPOINT`] as the first statement of a write that also settles: refused
 /// with the settlement once an operator asked to cancel.
 pub const APPEND_CHECKPOINT_BEFORE_SETTLEMENT: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
-       updated_at = now()"
+       error = NULL, updated_at = now()"
 ));
 
 /// Appends the workflow's final checkpoint and settles COMPLETED, in one row version.
@@ -275,11 +276,13 @@ pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 ));
 
-/// Parks WAITING on an external step. `$4` the step, `$5` how long it may wait in
-/// milliseconds and `$6` how it ends then (`fail` or `dead`), both NULL to wait for
-/// ever.
+/// Parks WAITING on an external step (clearing an earlier attempt's error: every step
+/// before it succeeded). `$4` the step, `$5` how long it may wait in milliseconds and
+/// `$6` how it ends then (`fail` or `dead`), both NULL to wait for ever, `$7` the
+/// request its rules built (NULL when it has none).
 pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
-    "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4,
+    "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4, error = NULL,
+       pending_request = $7::jsonb,
        wait_until = now() + $5::bigint * interval '1 millisecond', wait_timeout_ms = $5::bigint,
        on_timeout = $6::text,
        lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
@@ -509,7 +512,8 @@ SELECT status, outstanding_step, workflow_name, workflow_definition, checkpoints
 /// `$2` the checkpoint entry.
 pub const ACCEPT_PARKED_STEP: &str = "\
 UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb), status = 'QUEUED',
-       attempt = attempt - 1, outstanding_step = NULL, run_after = now(), updated_at = now(),
+       attempt = attempt - 1, outstanding_step = NULL, pending_request = NULL,
+       run_after = now(), updated_at = now(),
        wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL
  WHERE job_id = $1 AND status = 'WAITING'";
 
@@ -517,12 +521,27 @@ UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb
 /// id, `$2` error, `$3` verdict.
 pub const REJECT_PARKED_STEP: &str = "\
 UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding_step = NULL,
-       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
+       pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = $1 AND status = 'WAITING'";
 
+/// Dead-lettered request records, newest first: `$1` limit, `$2` offset. The
+/// payload's size only: the bytes were refused and say little to a reader.
+pub const LIST_REJECTS: &str = "\
+SELECT reject_id, topic, partition, record_offset, record_key,
+       octet_length(payload) AS payload_bytes, error,
+       to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS received_at
+  FROM workflow_run_request_rejects
+ ORDER BY reject_id DESC
+ LIMIT $1 OFFSET $2";
+
 /// One job, every column, as JSON. `$1` job id.
 pub const GET_JOB: &str = "SELECT row_to_json(w) FROM workflow_run w WHERE job_id = $1";
+
+/// One job, every column but its workflow snapshot, as JSON: what `get-job` answers
+/// unless the definition is asked for. `$1` job id.
+pub const GET_JOB_WITHOUT_DEFINITION: &str =
+    "SELECT to_jsonb(w) - 'workflow_definition' FROM workflow_run w WHERE job_id = $1";
 
 /// Job summaries, without their order. `$1` status or NULL, `$2` workflow name or
 /// NULL, `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or

@@ -124,6 +124,7 @@ impl Store {
             error: first.error,
             status: first.status,
             detail: &[],
+            data: None,
         };
         insert_event(&tx, &facts).await?;
         if first.status == JobStatus::Queued {
@@ -264,6 +265,7 @@ async fn insert_batch(
                 error: None,
                 status: JobStatus::Queued,
                 detail: &[],
+                data: None,
             })?;
         }
     }

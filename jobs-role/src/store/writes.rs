@@ -17,6 +17,9 @@ pub enum Settlement {
     Waiting {
         /// The step.
         step: String,
+        /// The request its rules built (what its reviewer is shown), if it has a
+        /// request type.
+        request: Option<Value>,
         /// How long the wait may last and how the job ends then; `None` waits for
         /// ever.
         timeout: Option<ParkedTimeout>,

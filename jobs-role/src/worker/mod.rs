@@ -668,7 +668,7 @@ impl Worker {
                 );
                 Decision::Settle(Settlement::Completed { result, verdict })
             }
-            Ok(SegmentOutcome::Parked { step, .. }) => {
+            Ok(SegmentOutcome::Parked { step, request, .. }) => {
                 // The step's own wait, else the node's default, else for ever.
                 let timeout = compiled.step(&step).and_then(|parked| {
                     let after = parked.wait_timeout.or(self.config.wait_timeout())?;
@@ -677,7 +677,11 @@ impl Worker {
                         on_timeout: parked.on_timeout,
                     })
                 });
-                Decision::Settle(Settlement::Waiting { step, timeout })
+                Decision::Settle(Settlement::Waiting {
+                    step,
+                    request,
+                    timeout,
+                })
             }
             Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
             Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()

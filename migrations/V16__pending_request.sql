@@ -1,0 +1,4 @@
+-- The request a parked external step's rules built when the job parked: what its
+-- reviewer is asked to approve (get-job's pendingRequest; also in the WAITING event's
+-- detail). Cleared once the step is answered.
+ALTER TABLE workflow_run ADD COLUMN pending_request jsonb;
