@@ -43,7 +43,8 @@ enum LogFormat {
 enum Command {
     /// Serve the node (the default).
     Run,
-    /// Check the config and print it as the node sees it.
+    /// Check the config as `run` would (without starting anything) and print it as
+    /// TOML, secrets masked.
     CheckConfig,
     /// Start the demo: fixture gRPC services, stored workflows, one run, then serve.
     Demo {
@@ -93,12 +94,33 @@ fn init_logging(
     Ok(provider)
 }
 
+/// `check-config`: what `run` checks before it serves, without starting anything;
+/// then the warnings about the environment, on stderr, and the effective config as
+/// TOML with the secrets masked, on stdout.
+async fn check_config(config: &config::HostConfig, warnings: &[String]) -> Result<(), String> {
+    warn_on_stderr(warnings);
+    node::check(config).await?;
+    print!("{}", config.to_masked_toml()?);
+    Ok(())
+}
+
+fn warn_on_stderr(warnings: &[String]) {
+    for warning in warnings {
+        eprintln!("protomolt-node: warning: {warning}");
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match config::HostConfig::load(cli.config.as_deref()) {
+    let env = config::EnvOverrides::from_process();
+    // `PROTOMOLT_*` variables that set nothing; on stderr before a config error (which
+    // they may explain), or logged once logging is up.
+    let env_warnings = env.warnings();
+    let config = match config::HostConfig::load_with(cli.config.as_deref(), env) {
         Ok(config) => config,
         Err(e) => {
+            warn_on_stderr(&env_warnings);
             eprintln!("protomolt-node: {e}");
             return ExitCode::from(2);
         }
@@ -106,16 +128,20 @@ async fn main() -> ExitCode {
     let traces = match init_logging(cli.log_format, &config.telemetry) {
         Ok(traces) => traces,
         Err(e) => {
+            warn_on_stderr(&env_warnings);
             eprintln!("protomolt-node: {e}");
             return ExitCode::from(2);
         }
     };
-    let result = match cli.command.unwrap_or(Command::Run) {
-        Command::Run => node::run(config).await,
-        Command::CheckConfig => {
-            println!("{config:#?}");
-            Ok(())
+    let command = cli.command.unwrap_or(Command::Run);
+    if !matches!(command, Command::CheckConfig) {
+        for warning in &env_warnings {
+            tracing::warn!("{warning}");
         }
+    }
+    let result = match command {
+        Command::Run => node::run(config).await,
+        Command::CheckConfig => check_config(&config, &env_warnings).await,
         Command::Demo { once } => demo::run(config, once).await,
     };
     // Send the last spans before exiting.

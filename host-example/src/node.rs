@@ -29,13 +29,37 @@ fn roles(config: &HostConfig) -> Vec<Arc<dyn Role>> {
         .collect()
 }
 
+/// The node the config describes, its roles not mounted yet.
+fn node(config: &HostConfig) -> Node {
+    roles(config).into_iter().fold(
+        Node::new().with_auth(config.auth.clone()),
+        Node::shared_role,
+    )
+}
+
+/// What `run` refuses before it serves, checked without starting anything (no
+/// database, broker or socket): the roles' requirements and order, as mounting checks
+/// them ([`Node::check_roles`], the same function), and, with the registry role on,
+/// that every `[[registry.tls]]` file can be read. `check-config` runs it after
+/// [`HostConfig::check`].
+pub async fn check(config: &HostConfig) -> Result<(), String> {
+    node(config)
+        .check_roles()
+        .map_err(|e| format!("invalid config: {e}"))?;
+    if config.node.roles.iter().any(|r| r == "registry") {
+        for (index, entry) in config.registry.tls.iter().enumerate() {
+            entry
+                .load(index)
+                .await
+                .map_err(|e| format!("invalid config: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Mounts the configured roles and starts their background tasks.
 pub async fn start(config: &HostConfig) -> Result<RunningNode, String> {
-    let mut node = Node::new().with_auth(config.auth.clone());
-    for role in roles(config) {
-        node = node.shared_role(role);
-    }
-    let mounted = node.mount().await.map_err(|e| e.to_string())?;
+    let mounted = node(config).mount().await.map_err(|e| e.to_string())?;
     Ok(mounted.start())
 }
 
@@ -79,4 +103,55 @@ pub async fn run(config: HostConfig) -> Result<(), String> {
     node.serve(listener, shutdown_signal(), config.node.shutdown_grace())
         .await
         .map_err(|e| format!("serving: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(roles: &[&str]) -> HostConfig {
+        let mut config = HostConfig::default();
+        config.node.roles = roles.iter().map(|r| (*r).to_owned()).collect();
+        config
+    }
+
+    #[tokio::test]
+    async fn check_refuses_the_roles_run_refuses_without_starting_anything() {
+        let err = check(&config(&["jobs"])).await.unwrap_err();
+        assert_eq!(
+            err,
+            "invalid config: role 'jobs' requires role 'registry', which is not mounted on this node: add \"registry\" to [node].roles"
+        );
+        // The refusal mounting gives (run mounts through the same function).
+        let Err(mounting) = node(&config(&["jobs"])).mount().await else {
+            panic!("the jobs role mounted without the registry role");
+        };
+        assert_eq!(err, format!("invalid config: {mounting}"));
+
+        let err = check(&config(&["registry", "registry"])).await.unwrap_err();
+        assert_eq!(
+            err,
+            "invalid config: role 'registry' is listed twice in [node].roles"
+        );
+        // In any order: mounting orders them.
+        check(&config(&["jobs", "registry", "parse"]))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn check_refuses_a_tls_file_that_cannot_be_read() {
+        let mut config = config(&["registry"]);
+        config.registry.tls = vec![registry_stub::config::TlsSection {
+            targets: "*:443".into(),
+            ca_file: Some("/no/such/ca.pem".into()),
+            cert_file: None,
+            key_file: None,
+        }];
+        let err = check(&config).await.unwrap_err();
+        assert!(
+            err.starts_with("invalid config: registry.tls[0].ca_file: cannot read /no/such/ca.pem"),
+            "{err}"
+        );
+    }
 }

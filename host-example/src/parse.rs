@@ -4,14 +4,14 @@
 
 use registry_stub::registry::surface_message;
 use registry_stub::{Action, ActionRequest, MountContext, MountError, Role};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow::testkit::{step, workflow};
 
 const PARSE_PROTO: &str = include_str!("../proto/parse.proto");
 
 /// The `[parse]` section.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ParseConfig {
     /// `host:port` of the Tokenizer service the `tokenize-text` workflow calls.

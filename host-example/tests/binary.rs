@@ -179,8 +179,125 @@ fn environment_values_for_string_keys_stay_strings() {
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(stdout.contains("worker_id: \"123\""), "{stdout}");
-    assert!(stdout.contains("max_in_flight: 2"), "{stdout}");
+    assert!(stdout.contains("worker_id = \"123\""), "{stdout}");
+    assert!(stdout.contains("max_in_flight = 2"), "{stdout}");
+}
+
+#[test]
+fn check_config_names_the_closest_valid_key_to_a_misspelled_one() {
+    let output = node(&["check-config"], Some("[jobs]\nworkers_count = 3\n"), &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(
+        err.starts_with("protomolt-node: invalid config: unknown key jobs.workers_count (in "),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("node.toml); did you mean jobs.worker_count?\n"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let output = node(
+        &["check-config"],
+        None,
+        &[("PROTOMOLT_JOBS__WORKERS_COUNT", "3")],
+    );
+    assert_eq!(
+        stderr(&output),
+        "protomolt-node: invalid config: unknown key jobs.workers_count (from PROTOMOLT_JOBS__WORKERS_COUNT); did you mean jobs.worker_count (PROTOMOLT_JOBS__WORKER_COUNT)?\n"
+    );
+}
+
+#[test]
+fn check_config_refuses_the_roles_run_refuses() {
+    let config = "[node]\nroles = [\"jobs\"]\nbind = \"127.0.0.1:0\"\n";
+    let refusal = "role 'jobs' requires role 'registry', which is not mounted on this node: add \"registry\" to [node].roles";
+    let check = node(&["check-config"], Some(config), &[]);
+    assert_eq!(check.status.code(), Some(2));
+    assert_eq!(
+        stderr(&check),
+        format!("protomolt-node: invalid config: {refusal}\n")
+    );
+    assert!(
+        check.stdout.is_empty(),
+        "nothing printed for a refused config"
+    );
+    let run = node(&["run"], Some(config), &[]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(stderr(&run).contains(refusal), "{}", stderr(&run));
+}
+
+#[test]
+fn variables_that_set_no_config_key_are_warned_about_naming_the_one_meant() {
+    let warning = "PROTOMOLT_JOBS_WORKER_COUNT sets no config key and is ignored; did you mean PROTOMOLT_JOBS__WORKER_COUNT (jobs.worker_count)?";
+    let env = [
+        ("PROTOMOLT_JOBS_WORKER_COUNT", "3"),
+        // The project's own variables are not config, and not warned about.
+        ("PROTOMOLT_DEV", "/somewhere/dev"),
+        ("PROTOMOLT_URL", "http://127.0.0.1:1"),
+    ];
+    let check = node(&["check-config"], None, &env);
+    assert!(check.status.success(), "{}", stderr(&check));
+    assert_eq!(
+        stderr(&check),
+        format!("protomolt-node: warning: {warning}\n")
+    );
+
+    // At start-up, as a log line (this run then stops: parse needs registry).
+    let run = node(
+        &["run"],
+        Some("[node]\nroles = [\"parse\"]\nbind = \"127.0.0.1:0\"\n"),
+        &env,
+    );
+    let err = stderr(&run);
+    let line = err
+        .lines()
+        .find(|line| line.contains(warning))
+        .unwrap_or_else(|| panic!("no warning in {err}"));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(!err.contains("PROTOMOLT_DEV"), "{err}");
+    assert!(!err.contains("PROTOMOLT_URL"), "{err}");
+}
+
+#[test]
+fn check_config_prints_toml_with_the_secrets_masked() {
+    let output = node(
+        &["check-config"],
+        Some(concat!(
+            "[node]\nroles = [\"registry\", \"jobs\"]\n",
+            "[[auth.tokens]]\nname = \"ci\"\ntoken = \"token-0123456789-abcdef\"\nscopes = [\"*\"]\n",
+            "[jobs]\nworker_id = \"node-a\"\n",
+        )),
+        &[
+            (
+                "PROTOMOLT_JOBS__DATABASE_URL",
+                "postgres://app:hunter2@db:5432/protomolt",
+            ),
+            ("PROTOMOLT_KAFKA_OPTION_SASL_PASSWORD", "kafka-pass"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", stderr(&output));
+    for secret in ["hunter2", "token-0123456789-abcdef", "kafka-pass"] {
+        assert!(!stdout.contains(secret), "{secret} printed:\n{stdout}");
+    }
+    let config: toml::Value = stdout.parse().expect("check-config prints TOML");
+    assert_eq!(
+        config["jobs"]["database_url"].as_str(),
+        Some("postgres://app:***@db:5432/protomolt")
+    );
+    assert_eq!(
+        config["jobs"]["kafka_options"]["sasl.password"].as_str(),
+        Some("***")
+    );
+    assert_eq!(config["auth"]["tokens"][0]["token"].as_str(), Some("***"));
+    assert_eq!(config["jobs"]["worker_id"].as_str(), Some("node-a"));
+    assert_eq!(config["node"]["bind"].as_str(), Some("127.0.0.1:8080"));
+    assert_eq!(
+        config["jobs"]["shutdown_grace_ms"].as_integer(),
+        Some(20_000)
+    );
 }
 
 /// Kills the node if a test fails before it exits.

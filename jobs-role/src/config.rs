@@ -8,10 +8,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The `[jobs]` section.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+///
+/// Serialized in full, `database_url` and `kafka_options` included: whoever prints it
+/// masks the secrets (as `protomolt-node check-config` does).
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct JobsConfig {
     /// PostgreSQL URL; without it the jobs verbs answer 503.
@@ -91,7 +94,7 @@ pub const MAX_RETENTION_MS: u64 = 100 * 365 * 86_400_000;
 /// The `[jobs.retention]` section: how long finished jobs and published events are
 /// kept. Every retention is off (kept for ever, the seed's rule) unless set; the
 /// pruner runs only when one is.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetentionConfig {
     /// COMPLETED jobs (with their outbox rows), after `finished_at`.

@@ -6,12 +6,12 @@
 //! `[auth]` the node accepts every call, and [`crate::config`] only lets it bind to
 //! loopback addresses.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::action::{ActionError, Code};
 
 /// The `[auth]` section.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// Accepted tokens.
@@ -19,7 +19,10 @@ pub struct AuthConfig {
 }
 
 /// One accepted token.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+///
+/// Serialized in full, token included: whoever prints it masks the token (as
+/// `protomolt-node check-config` does).
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
     /// Who holds it (for logs).

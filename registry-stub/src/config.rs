@@ -9,12 +9,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::auth::AuthConfig;
 
 /// The `[node]` section.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeSection {
     /// Address the actions route listens on.
@@ -100,7 +100,7 @@ impl RunLimits {
 
 /// The whole `[registry]` section as a node config reads it: where workflows are
 /// stored ([`RegistryConfig`]) and the limits of `run-workflow` ([`RunLimits`]).
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RegistrySection {
     /// Directory of stored workflows, one `NAME.json` each (created when missing).
@@ -118,7 +118,7 @@ pub struct RegistrySection {
 }
 
 /// One `[[registry.tls]]` entry.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
     /// `host:port` pattern, `*` matching any run of characters (`*.internal:443`).

@@ -257,6 +257,14 @@ impl Node {
         self
     }
 
+    /// Checks the roles as [`Node::mount`] does before it mounts anything (a required
+    /// role missing, a role listed twice, roles requiring each other in a cycle),
+    /// without mounting or starting anything: `protomolt-node check-config` runs it.
+    /// (Two roles claiming one verb shows only when they mount.)
+    pub fn check_roles(&self) -> Result<(), NodeError> {
+        mount_order(&self.roles).map(|_| ())
+    }
+
     /// Orders and mounts every role.
     pub async fn mount(self) -> Result<MountedNode, NodeError> {
         let ordered = mount_order(&self.roles)?;
