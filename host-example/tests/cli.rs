@@ -414,7 +414,10 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     assert_eq!(submitted.status.code(), Some(0), "{}", text(&submitted));
     let said = text(&submitted);
     assert!(said.contains("waits on step 'approve'"), "{said}");
-    assert!(said.contains(r#"it asks to approve: {"ids":[97,98]}"#), "{said}");
+    assert!(
+        said.contains(r#"it asks to approve: {"ids":[97,98]}"#),
+        "{said}"
+    );
     let job_id = said
         .split_whitespace()
         .nth(1)
@@ -449,7 +452,11 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     )
     .await;
     assert_eq!(done.status.code(), Some(0), "{}", text(&done));
-    assert!(text(&done).contains("\"sourceText\": \"hi\""), "{}", text(&done));
+    assert!(
+        text(&done).contains("\"sourceText\": \"hi\""),
+        "{}",
+        text(&done)
+    );
 
     // rejects: none yet, then one the consumer would have written.
     let none = cli(&url, &["rejects"]).await;

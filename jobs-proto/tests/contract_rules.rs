@@ -477,8 +477,10 @@ fn the_shipped_protos_compile_on_their_own_and_match_the_validators_schema() {
             .all_messages()
             .filter(|m| m.package_name() == "buf.validate")
             .map(|m| {
-                let mut fields: Vec<(String, u32)> =
-                    m.fields().map(|f| (f.name().to_owned(), f.number())).collect();
+                let mut fields: Vec<(String, u32)> = m
+                    .fields()
+                    .map(|f| (f.name().to_owned(), f.number()))
+                    .collect();
                 fields.sort();
                 (m.full_name().to_owned(), fields)
             })

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use prost_protovalidate_types::rules_meta;
 use prost_reflect::{FieldDescriptor, FileDescriptor, Kind, MessageDescriptor};
 use serde_json::{Map, Value, json};
+use workflow::failure::rule_sentence;
 
 /// Nesting beyond this is a free-JSON field (recursive messages end here).
 pub const MAX_DEPTH: usize = 6;
@@ -468,13 +469,15 @@ fn typed_rules(kind: &str, typed: &Map<String, Value>, rules: &mut Vec<Value>) {
             ),
             // Email addresses and URIs are left to the node: its parsers are the
             // standard's, a page's pattern would only approximate them.
+            // The node's own sentences for these rules, so the page and the node say
+            // the same thing.
             ("string", "email") => (
-                "value must be a valid email address".into(),
+                rule_sentence("string.email"),
                 "an email address".into(),
                 false,
             ),
-            ("string", "uuid") => ("value must be a valid UUID".into(), "a UUID".into(), true),
-            ("string", "uri") => ("value must be a valid URI".into(), "a URI".into(), false),
+            ("string", "uuid") => (rule_sentence("string.uuid"), "a UUID".into(), true),
+            ("string", "uri") => (rule_sentence("string.uri"), "a URI".into(), false),
             ("bytes", "minLen") => (
                 rules_meta::bytes::min_len_message(count(value)),
                 format!("at least {shown} bytes"),

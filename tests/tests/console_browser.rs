@@ -231,7 +231,7 @@ async fn a_reviewer_answers_from_the_inbox_and_a_late_colleague_is_told_already_
     wait_for_exact_text(
         &reviewer,
         &field_error("reviewerEmail"),
-        "value must be a valid email address",
+        "value must be an email address",
     )
     .await;
     element(&reviewer, ".review-outcome[data-outcome=\"INVALID\"]").await;

@@ -352,7 +352,10 @@ async fn a_target_with_a_scheme_is_refused_and_a_closed_port_is_named_in_the_err
         listener.local_addr().unwrap()
     };
     let job_id = node
-        .submit(&two_step_workflow(&closed.to_string()), json!({ "text": "x" }))
+        .submit(
+            &two_step_workflow(&closed.to_string()),
+            json!({ "text": "x" }),
+        )
         .await;
     protomolt_e2e::jobs::eventually("the failed call's error", WAIT, || async {
         node.job(&job_id).await["error"]

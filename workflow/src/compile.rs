@@ -763,8 +763,7 @@ fn valid_name(name: &str) -> Result<(), String> {
 }
 
 /// The forms a step's `target` takes, for findings.
-const TARGET_FORMS: &str =
-    "a target is host:port, e.g. '127.0.0.1:50051', 'tokenizer.internal:443' or '[::1]:50051' (\"tls\": true for TLS)";
+const TARGET_FORMS: &str = "a target is host:port, e.g. '127.0.0.1:50051', 'tokenizer.internal:443' or '[::1]:50051' (\"tls\": true for TLS)";
 
 /// A step's `target` is `host:port`: a hostname, an IPv4 address or a bracketed IPv6
 /// address, and a port from 1 to 65535; no scheme, no path.
@@ -783,7 +782,11 @@ fn valid_target(target: &str) -> Result<(), String> {
     };
     match port.parse::<u16>() {
         Ok(1..) => {}
-        _ => return Err(format!("'{target}': the port '{port}' is not a number from 1 to 65535: {TARGET_FORMS}")),
+        _ => {
+            return Err(format!(
+                "'{target}': the port '{port}' is not a number from 1 to 65535: {TARGET_FORMS}"
+            ));
+        }
     }
     let host_ok = match host.strip_prefix('[') {
         Some(bracketed) => bracketed
@@ -791,15 +794,20 @@ fn valid_target(target: &str) -> Result<(), String> {
             .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
         None => {
             !host.is_empty()
-                && host
-                    .split('.')
-                    .all(|label| !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                && host.split('.').all(|label| {
+                    !label.is_empty()
+                        && label
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                })
         }
     };
     if host_ok {
         Ok(())
     } else {
-        Err(format!("'{target}': '{host}' is not a hostname or an IP address: {TARGET_FORMS}"))
+        Err(format!(
+            "'{target}': '{host}' is not a hostname or an IP address: {TARGET_FORMS}"
+        ))
     }
 }
 

@@ -580,7 +580,10 @@ fn an_external_steps_types_are_checked() {
 #[test]
 fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
     for (target, needle) in [
-        ("http://127.0.0.1:50071", "has a scheme ('http://'): a target is host:port"),
+        (
+            "http://127.0.0.1:50071",
+            "has a scheme ('http://'): a target is host:port",
+        ),
         ("127.0.0.1", "has no port"),
         ("127.0.0.1:0", "is not a number from 1 to 65535"),
         ("127.0.0.1:http", "is not a number from 1 to 65535"),
@@ -590,9 +593,19 @@ fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
     ] {
         let mut envelope = two_step_workflow(TARGET);
         envelope["steps"][0]["target"] = json!(target);
-        assert_finding(&findings(&envelope), Some("tokenize"), "$.steps[0].target", needle);
+        assert_finding(
+            &findings(&envelope),
+            Some("tokenize"),
+            "$.steps[0].target",
+            needle,
+        );
     }
-    for target in ["localhost:50051", "tokenizer.internal:443", "[::1]:50051", "10.0.0.5:1"] {
+    for target in [
+        "localhost:50051",
+        "tokenizer.internal:443",
+        "[::1]:50051",
+        "10.0.0.5:1",
+    ] {
         let mut envelope = two_step_workflow(TARGET);
         envelope["steps"][0]["target"] = json!(target);
         CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{target}: {f}"));

@@ -93,9 +93,7 @@ async fn a_target_dying_mid_call_is_a_retryable_transport_failure() {
     );
     assert!(failure.is_retryable(), "{failure}");
     assert!(
-        failure
-            .to_string()
-            .contains("(the connection to target "),
+        failure.to_string().contains("(the connection to target "),
         "{failure}"
     );
 }

@@ -514,7 +514,10 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                         ]
                     })
                     .collect();
-                out.table(&["RECEIVED", "TOPIC/PARTITION/OFFSET", "KEY", "ERROR"], &rows);
+                out.table(
+                    &["RECEIVED", "TOPIC/PARTITION/OFFSET", "KEY", "ERROR"],
+                    &rows,
+                );
             }
             Ok(0)
         }
@@ -683,14 +686,19 @@ async fn wait_for_result(client: &Client, out: Output, job_id: &str) -> Result<u
         return Ok(exit_for(&status));
     }
     match status.as_str() {
-        "COMPLETED" => say!("{}", serde_json::to_string_pretty(&job["result"]).unwrap_or_default()),
+        "COMPLETED" => say!(
+            "{}",
+            serde_json::to_string_pretty(&job["result"]).unwrap_or_default()
+        ),
         "WAITING" => {
             let step = output::printable(job["outstandingStep"].as_str().unwrap_or_default());
             say!("{job_id} waits on step '{step}' for an answer");
             if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
                 say!("it asks to approve: {request}");
             }
-            say!("answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'");
+            say!(
+                "answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'"
+            );
         }
         _ => out.job(&job),
     }
@@ -709,7 +717,8 @@ fn build_workflow(
     let mut envelope = json_file("--skeleton", skeleton)?;
     let Some(object) = envelope.as_object_mut() else {
         return Err(CliError::Usage(
-            "--skeleton: the skeleton must be a JSON object (name, inputType, steps, output)".into(),
+            "--skeleton: the skeleton must be a JSON object (name, inputType, steps, output)"
+                .into(),
         ));
     };
     let descriptors = workflow::schema::compile_proto_files(protos, includes)
