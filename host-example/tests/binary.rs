@@ -460,3 +460,66 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_missing_events_topic_is_named_with_how_to_create_it_not_called_an_outage() {
+    use std::io::{BufRead, BufReader};
+    use std::time::Duration;
+
+    let db = protomolt_e2e::TestDatabase::create().await;
+    let bootstrap = protomolt_e2e::kafka_bootstrap();
+    // A typo a newcomer makes; the requests topic exists.
+    let typo = format!("ux-evnets-{}", uuid::Uuid::new_v4().simple());
+    let requests = protomolt_e2e::unique_topic("requests");
+    protomolt_e2e::create_topic(&requests, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nroles = [\"registry\", \"jobs\"]\nbind = \"127.0.0.1:0\"\n\
+             [jobs]\ndatabase_url = \"{}\"\nworker_id = \"typo\"\nkafka_bootstrap = \"{bootstrap}\"\n\
+             events_topic = \"{typo}\"\nrequests_topic = \"{requests}\"\n",
+            db.url
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
+        .current_dir(dir.path())
+        .env("RUST_LOG", "warn")
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP")
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = child.stderr.take().unwrap();
+    let _node = Running(child);
+    let expected = format!(
+        "topic '{typo}' does not exist on {bootstrap}: create it (`tansu topic create {typo}"
+    );
+    let seen = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(logs).lines().map_while(Result::ok) {
+            let found = line.contains(&expected);
+            seen.push(line);
+            if found {
+                return Ok(seen);
+            }
+        }
+        Err(seen)
+    });
+    let seen = tokio::time::timeout(Duration::from_secs(60), seen)
+        .await
+        .expect("the node names the missing topic within a minute")
+        .unwrap()
+        .unwrap_or_else(|lines| panic!("never named the topic: {lines:#?}"));
+    assert!(
+        !seen
+            .iter()
+            .any(|line| line.contains("the broker does not answer")),
+        "a missing topic is not an outage: {seen:#?}"
+    );
+}

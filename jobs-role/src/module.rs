@@ -19,7 +19,7 @@ use crate::config::JobsConfig;
 use crate::consumer::RequestConsumer;
 use crate::metrics::{JobsMetrics, metrics_loop};
 use crate::pruner::prune_loop;
-use crate::relay::{Publisher, relay_loop};
+use crate::relay::{Publisher, TopicProbe, missing_topic_hint, relay_loop};
 use crate::routes;
 use crate::store::EventsOut;
 use crate::store::Store;
@@ -70,13 +70,39 @@ impl JobsModule {
         let shutdown = ctx.shutdown_token();
         let publisher = Arc::new(publisher);
         let probe = publisher.clone();
+        // Said once at start-up, so a typo in a topic name is not read as an outage.
+        // Both at once: a broker that is down costs one probe's 3 s, not two.
+        let (events, requests) = futures_util::join!(
+            publisher.probe(&self.config.events_topic),
+            publisher.probe(&self.config.requests_topic)
+        );
+        for (probed, topic, key) in [
+            (events, &self.config.events_topic, "jobs.events_topic"),
+            (requests, &self.config.requests_topic, "jobs.requests_topic"),
+        ] {
+            match probed {
+                TopicProbe::Ready => {}
+                TopicProbe::Missing => {
+                    tracing::warn!("{}", missing_topic_hint(topic, bootstrap, key));
+                }
+                TopicProbe::Unanswered => {
+                    tracing::warn!(%bootstrap, %topic, "the Kafka broker does not answer (yet): the lanes wait for it");
+                }
+            }
+        }
         ctx.add_readiness_check("broker", move || {
             let probe = probe.clone();
             async move {
-                if probe.reachable().await {
-                    Ok(())
-                } else {
-                    Err("the Kafka broker does not answer for the events topic".to_owned())
+                match probe.probe(probe.topic()).await {
+                    TopicProbe::Ready => Ok(()),
+                    // The names stay in the node's log: readiness is a public route.
+                    TopicProbe::Missing => Err(
+                        "the events topic does not exist on the Kafka broker: create it (the node's log names it and how)"
+                            .to_owned(),
+                    ),
+                    TopicProbe::Unanswered => {
+                        Err("the Kafka broker does not answer for the events topic".to_owned())
+                    }
                 }
             }
         });

@@ -16,6 +16,7 @@
 //! | the record is refused (too large, invalid)                            | one attempt spent, backoff; FAILED at `relay_max_attempts` (10) |
 //! | an outage: a timeout, no leader for the partition, not enough in-sync replicas, broker transport down, unknown topic, not authorised, a fenced producer | PENDING, attempts untouched, deferred so other rows go first; the relay backs off when nothing got through |
 //! | no answer to the metadata check for the topic                          | PENDING, attempts untouched; the relay backs off |
+//! | the metadata answer says the topic does not exist                       | PENDING, attempts untouched; the relay backs off and says which topic to create |
 //!
 //! A FAILED row is the dead-letter queue and is never picked again by the relay; the
 //! job's later rows are **HELD** (never published past it, so consumers see no gap
@@ -50,9 +51,34 @@ pub enum LaneError {
     Registry(String),
 }
 
-/// The broker did not answer; nothing was published.
+/// Why nothing was published: what the metadata check for the events topic found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BrokerUnreachable;
+pub enum BrokerUnreachable {
+    /// The broker did not answer.
+    Unanswered,
+    /// The broker answered, and the topic does not exist there (a typo in
+    /// `events_topic`, or a topic never created).
+    MissingTopic,
+}
+
+/// What a metadata request for a topic found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicProbe {
+    /// The broker answered and has the topic.
+    Ready,
+    /// The broker answered and does not have the topic.
+    Missing,
+    /// The broker did not answer in time.
+    Unanswered,
+}
+
+/// What to do about a topic the broker does not have: the sentence the relay and the
+/// start-up checks log, naming the topic, the broker and the commands that create it.
+pub fn missing_topic_hint(topic: &str, bootstrap: &str, key: &str) -> String {
+    format!(
+        "topic '{topic}' does not exist on {bootstrap}: create it (`tansu topic create {topic} --broker tcp://{bootstrap}` with Tansu, `kafka-topics --bootstrap-server {bootstrap} --create --topic {topic}` with Kafka), or fix {key}"
+    )
+}
 
 /// The client settings both lanes share: the bootstrap servers, the lane's
 /// `defaults`, then `kafka_options`, which override the defaults. The settings a lane
@@ -148,27 +174,37 @@ impl Publisher {
         self.schema_id
     }
 
-    /// True when the broker answers a metadata request for the events topic. A
-    /// partition without a leader does not stop the lane: its records time out, count
-    /// as an outage and are deferred, while the other partitions publish.
-    pub async fn reachable(&self) -> bool {
+    /// Asks the broker whether `topic` exists (either lane's: they share the broker),
+    /// within 3 s and off the async threads (metadata requests block). A partition
+    /// without a leader does not stop the lane: its records time out, count as an
+    /// outage and are deferred, while the other partitions publish.
+    pub async fn probe(&self, topic: &str) -> TopicProbe {
         let producer = self.producer.clone();
-        let topic = self.topic.clone();
-        // Metadata requests block: keep them off the runtime.
+        let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
-            producer
+            let metadata = match producer
                 .client()
                 .fetch_metadata(Some(&topic), Duration::from_secs(3))
-                .map(|metadata| {
-                    metadata
-                        .topics()
-                        .iter()
-                        .any(|t| t.name() == topic && t.error().is_none())
-                })
-                .unwrap_or(false)
+            {
+                Ok(metadata) => metadata,
+                Err(_) => return TopicProbe::Unanswered,
+            };
+            let found = metadata.topics().iter().find(|t| t.name() == topic);
+            match found.map(|t| t.error().map(RDKafkaErrorCode::from)) {
+                Some(None) => TopicProbe::Ready,
+                None | Some(Some(RDKafkaErrorCode::UnknownTopicOrPartition)) => TopicProbe::Missing,
+                // Answered, but the topic is unusable for another reason (not
+                // authorised, no leader yet): an outage, not a missing topic.
+                Some(Some(_)) => TopicProbe::Unanswered,
+            }
         })
         .await
-        .unwrap_or(false)
+        .unwrap_or(TopicProbe::Unanswered)
+    }
+
+    /// The events topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
     }
 
     /// Publishes `events` and waits for every ack; the outcomes are in order. The
@@ -182,8 +218,12 @@ impl Publisher {
         let vouched = self
             .healthy_since()
             .is_some_and(|since| since.elapsed() < HEALTHY_FOR);
-        if !vouched && !self.reachable().await {
-            return Err(BrokerUnreachable);
+        if !vouched {
+            match self.probe(&self.topic).await {
+                TopicProbe::Ready => {}
+                TopicProbe::Missing => return Err(BrokerUnreachable::MissingTopic),
+                TopicProbe::Unanswered => return Err(BrokerUnreachable::Unanswered),
+            }
         }
         let outcomes = self.send_all(events).await;
         let whole = outcomes
@@ -360,10 +400,21 @@ pub async fn relay_loop(
                 }
                 poll
             }
-            Ok(Err(BrokerUnreachable)) => {
+            Ok(Err(BrokerUnreachable::Unanswered)) => {
                 unreachable_for += 1;
                 let backoff = config.relay_backoff(unreachable_for);
                 tracing::warn!(topic = %config.events_topic, retry_in_ms = backoff.as_millis() as u64, "the broker does not answer; outbox rows wait PENDING");
+                backoff
+            }
+            Ok(Err(BrokerUnreachable::MissingTopic)) => {
+                unreachable_for += 1;
+                let backoff = config.relay_backoff(unreachable_for);
+                let bootstrap = config.kafka_bootstrap.as_deref().unwrap_or_default();
+                tracing::warn!(
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "{}; outbox rows wait PENDING",
+                    missing_topic_hint(&config.events_topic, bootstrap, "jobs.events_topic")
+                );
                 backoff
             }
             Err(e) => {

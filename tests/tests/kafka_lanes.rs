@@ -543,7 +543,7 @@ async fn a_crash_between_ack_and_mark_republishes_with_the_same_event_id() {
             |_| Duration::ZERO,
             |events| async {
                 publisher.publish(events).await?;
-                Err::<Vec<jobs_role::store::PublishOutcome>, _>(BrokerUnreachable)
+                Err::<Vec<jobs_role::store::PublishOutcome>, _>(BrokerUnreachable::Unanswered)
             },
         )
         .await
