@@ -644,8 +644,10 @@ fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
             output::printable(outcome),
             out.status(&output::printable(status))
         );
-        if let Some(error) = answer["error"].as_str() {
-            say!("{}", output::printable(error));
+        for key in ["message", "error"] {
+            if let Some(text) = answer[key].as_str() {
+                say!("{}", output::printable(text));
+            }
         }
     }
     if answer["ok"] == true {
