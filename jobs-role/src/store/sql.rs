@@ -614,7 +614,7 @@ pub const LATEST_EVENT_POSITION: &str = "\
 SELECT COALESCE(max(seq), 0)::bigint FROM workflow_run_events_outbox WHERE job_id = $1";
 
 /// Live jobs by status and workflow (metrics): one `workflow_run_by_status` range per
-/// live status.
+/// live status, index-only (the index carries `workflow_name`, migration V17).
 pub const LIVE_JOBS: &str = "\
 SELECT status, workflow_name, count(*) FROM workflow_run
  WHERE status IN ('QUEUED', 'RUNNING', 'WAITING')
