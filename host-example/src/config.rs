@@ -493,20 +493,29 @@ fn mask_urls(value: &mut toml::Value) {
 }
 
 /// `scheme://user:password@host/path?password=x` with the passwords masked; the user
-/// stays (it says who connects).
+/// stays (it says who connects). A password holding `/`, `?` or `#` unencoded still
+/// ends at an `@` for the drivers, so everything after `user:` up to the last `@` is
+/// masked: masking too much is harmless here, too little is a leak.
 fn mask_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
     let (scheme, rest) = url.split_at(scheme_end + 3);
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:{MASK}@{host}"),
-            None => authority.to_owned(),
-        },
-        None => authority.to_owned(),
+    let (authority, tail) = match rest.rsplit_once('@') {
+        Some((userinfo, after)) => {
+            let host_end = after.find(['/', '?', '#']).unwrap_or(after.len());
+            let (host, tail) = after.split_at(host_end);
+            let authority = match userinfo.split_once(':') {
+                Some((user, _password)) => format!("{user}:{MASK}@{host}"),
+                None => format!("{userinfo}@{host}"),
+            };
+            (authority, tail)
+        }
+        None => {
+            let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (host, tail) = rest.split_at(host_end);
+            (host.to_owned(), tail)
+        }
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
@@ -555,7 +564,16 @@ fn mask_key_value_password(text: &str) -> String {
             });
             close.map_or(value.len(), |(i, _)| i + 2)
         } else {
-            value.find(char::is_whitespace).unwrap_or(value.len())
+            // Unquoted, a backslash escapes the next character (a space among them).
+            let mut escaped = false;
+            value
+                .char_indices()
+                .find(|&(_, c)| {
+                    let ends = c.is_whitespace() && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    ends
+                })
+                .map_or(value.len(), |(i, _)| i)
         };
         out.push_str(&rest[..start]);
         out.push_str(MASK);
@@ -1077,6 +1095,23 @@ otlp_endpoint = "http://otel:otel-pass@collector:4317"
             "postgres://postgres@db/p"
         );
         assert_eq!(mask_url("postgres://u:p@ss@db/p"), "postgres://u:***@db/p");
+        // Unencoded `/`, `?`, `#` in a password: the drivers still end it at the `@`.
+        for url in [
+            "postgres://app:pa/ss#word@db.internal:5432/jobs",
+            "postgres://app:s3cr?et@db/jobs",
+        ] {
+            let masked = mask_url(url);
+            assert!(
+                masked.starts_with("postgres://app:***@db")
+                    && !masked.contains("ss#word")
+                    && !masked.contains("s3cr"),
+                "{masked}"
+            );
+        }
+        assert_eq!(
+            mask_key_value_password(r"host=db user=app password=my\ secret dbname=p"),
+            "host=db user=app password=*** dbname=p"
+        );
         let config = load(&[(
             "PROTOMOLT_JOBS__DATABASE_URL",
             "host=db user=app password=hunter2",

@@ -117,12 +117,21 @@ impl Publisher {
     /// A producer with `acks=all` and idempotence on.
     pub fn new(config: &JobsConfig, bootstrap: &str) -> Result<Publisher, LaneError> {
         // message.timeout.ms bounds how long one publish may wait for the broker; a
-        // timeout is an outage (no attempt spent). kafka_options may change it.
-        let producer: FutureProducer =
-            client_config(config, bootstrap, &[("message.timeout.ms", "15000")])
-                .set("acks", "all")
-                .set("enable.idempotence", "true")
-                .create()?;
+        // timeout is an outage (no attempt spent). A producer's metadata requests may
+        // create a missing topic on a broker that allows it, which would hide a typo in
+        // a topic name: off, so a missing topic is reported instead. kafka_options may
+        // change either.
+        let producer: FutureProducer = client_config(
+            config,
+            bootstrap,
+            &[
+                ("message.timeout.ms", "15000"),
+                ("allow.auto.create.topics", "false"),
+            ],
+        )
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .create()?;
         Ok(Publisher {
             producer,
             topic: config.events_topic.clone(),

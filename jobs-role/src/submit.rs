@@ -384,10 +384,19 @@ impl Submitter {
         if let Some(path) = nul_path(envelope, "workflow") {
             return Err(Uncompiled::Unstorable(path));
         }
-        self.compiled
+        let compiled = self
+            .compiled
             .get_or_compile_off_thread(envelope)
             .await
-            .map_err(Uncompiled::Findings)
+            .map_err(Uncompiled::Findings)?;
+        // A new job is held to the checks a job's snapshot is not (it compiles again
+        // in every worker that claims it, whatever checks were added since).
+        let strict = compiled.workflow.strict_findings();
+        if strict.is_empty() {
+            Ok(compiled)
+        } else {
+            Err(Uncompiled::Findings(Findings(strict)))
+        }
     }
 
     /// The row a submission of `envelope` writes, once its input is checked.

@@ -262,7 +262,7 @@ async fn run_workflow(
     let envelope = requested_envelope(store, request)?;
     // Compiling a large envelope takes seconds, and the input's rules are the author's
     // CEL: neither runs on the async threads.
-    let compiled = tokio::task::spawn_blocking(move || CompiledWorkflow::compile(&envelope))
+    let compiled = tokio::task::spawn_blocking(move || CompiledWorkflow::compile_new(&envelope))
         .await
         .map_err(ActionError::internal)?
         .map_err(|f| findings_error(&f))?;

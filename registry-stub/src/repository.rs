@@ -118,9 +118,23 @@ pub fn check_name(name: &str) -> Result<(), RepositoryError> {
     Ok(())
 }
 
+/// Compiles a workflow to store it: as a new workflow
+/// ([`CompiledWorkflow::compile_new`]) for a put or a role's contribution.
 fn compile_named(envelope: &Value) -> Result<(String, usize), RepositoryError> {
+    let compiled = CompiledWorkflow::compile_new(envelope)?;
+    check_name(&compiled.name)?;
+    Ok((compiled.name.clone(), compiled.steps.len()))
+}
+
+/// Compiles a file stored before: it needs only to run, so a check added since
+/// ([`CompiledWorkflow::strict_findings`]) is a warning, not a reason to stop serving
+/// it (submissions by its name are still held to it).
+fn compile_loaded(envelope: &Value, path: &Path) -> Result<(String, usize), RepositoryError> {
     let compiled = CompiledWorkflow::compile(envelope)?;
     check_name(&compiled.name)?;
+    for finding in compiled.strict_findings() {
+        tracing::warn!(path = %path.display(), %finding, "a stored workflow fails a check new workflows must pass; new jobs of it are refused until it is fixed");
+    }
     Ok((compiled.name.clone(), compiled.steps.len()))
 }
 
@@ -166,7 +180,7 @@ impl FileWorkflowRepository {
             let loaded = async {
                 let bytes = tokio::fs::read(&path).await.map_err(|e| e.to_string())?;
                 let envelope: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-                let (name, steps) = compile_named(&envelope).map_err(|e| e.to_string())?;
+                let (name, steps) = compile_loaded(&envelope, &path).map_err(|e| e.to_string())?;
                 if name != stem {
                     return Err(format!("its workflow is named '{name}', not '{stem}'"));
                 }

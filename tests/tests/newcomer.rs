@@ -365,3 +365,51 @@ async fn a_target_with_a_scheme_is_refused_and_a_closed_port_is_named_in_the_err
     .await;
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_pending_request_is_cleared_when_the_job_stops_waiting_without_an_answer() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "w", 2)).await;
+    let job_id = node
+        .submit(
+            &approval_by_types(&server.target()),
+            json!({ "text": "abc" }),
+        )
+        .await;
+    let waiting = node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    assert!(waiting["pending_request"].is_object(), "{waiting}");
+    node.ok(
+        "cancel-job",
+        json!({ "jobId": job_id, "reason": "no longer needed" }),
+    )
+    .await;
+    let cancelled = node.wait_for_status(&job_id, "CANCELLED", WAIT).await;
+    assert!(cancelled["pending_request"].is_null(), "{cancelled}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_accepted_before_the_gate_checks_still_runs() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "w", 2)).await;
+    // The checker refuses this gate (`||` of a list), yet it runs: the left side is
+    // true. A job stored before the check existed must still complete.
+    let mut workflow = two_step_workflow(&server.target());
+    workflow["steps"][1]["when"] = json!("true || tokenize.ids");
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "workflow": workflow, "input": { "text": "x" } }),
+        )
+        .await;
+    assert_eq!(
+        status, 400,
+        "a new submission is held to the check: {answer}"
+    );
+    protomolt_e2e::jobs::queue_jobs(&node.store, &workflow, 1).await;
+    node.wait_for_count(jobs_role::JobStatus::Completed, 1, WAIT)
+        .await;
+    node.stop().await;
+}

@@ -264,6 +264,58 @@ impl CompiledWorkflow {
         }
     }
 
+    /// Compiles a workflow that is new to the engine (submitted, stored, run): the
+    /// checks of [`CompiledWorkflow::compile`] and then
+    /// [`CompiledWorkflow::strict_findings`].
+    pub fn compile_new(envelope: &Value) -> Result<CompiledWorkflow, Findings> {
+        let compiled = CompiledWorkflow::compile(envelope)?;
+        let strict = compiled.strict_findings();
+        if strict.is_empty() {
+            Ok(compiled)
+        } else {
+            Err(Findings(strict))
+        }
+    }
+
+    /// The checks a new workflow must pass beyond what running it needs: every `when`
+    /// gate type-checks against its roots ([`crate::typecheck`]: fields that exist, a
+    /// boolean result) and every target is `host:port`.
+    ///
+    /// They are kept apart from [`CompiledWorkflow::compile`] on purpose: a job's
+    /// snapshot is compiled again by every worker that claims it, and a job accepted
+    /// before a check existed must still run (a gate the checker doubts may well run
+    /// fine), so only new workflows (submissions, stored workflows, synchronous runs)
+    /// are held to them.
+    pub fn strict_findings(&self) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        for (index, step) in self.steps.iter().enumerate() {
+            let finding = |path: &str, message: String| Finding {
+                step: Some(step.name.clone()),
+                path: format!("$.steps[{index}].{path}"),
+                message,
+            };
+            if let Some(Err(reason)) = step.target.as_deref().map(valid_target) {
+                findings.push(finding("target", reason));
+            }
+            if let Some(gate) = &step.when {
+                let root_type = |root: &str| {
+                    if root == INPUT {
+                        return Some(self.input_type.clone());
+                    }
+                    self.steps[..index]
+                        .iter()
+                        .find(|earlier| earlier.name == root)
+                        .map(CompiledStep::output_type)
+                };
+                let problems = gate.check_types(&root_type);
+                if !problems.is_empty() {
+                    findings.push(finding("when", format!("`when` {}", problems.join("; "))));
+                }
+            }
+        }
+        findings
+    }
+
     /// The envelope this workflow was compiled from (what a job snapshots).
     pub fn envelope(&self) -> &Value {
         &self.envelope
@@ -780,8 +832,9 @@ fn valid_target(target: &str) -> Result<(), String> {
     let Some((host, port)) = target.rsplit_once(':') else {
         return Err(format!("'{target}' has no port: {TARGET_FORMS}"));
     };
+    let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
     match port.parse::<u16>() {
-        Ok(1..) => {}
+        Ok(1..) if digits => {}
         _ => {
             return Err(format!(
                 "'{target}': the port '{port}' is not a number from 1 to 65535: {TARGET_FORMS}"
@@ -789,12 +842,16 @@ fn valid_target(target: &str) -> Result<(), String> {
         }
     }
     let host_ok = match host.strip_prefix('[') {
-        Some(bracketed) => bracketed
-            .strip_suffix(']')
-            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        // An IPv6 address, with a zone (`%25eth0`, percent-encoded as in a URI) or not.
+        Some(bracketed) => bracketed.strip_suffix(']').is_some_and(|ip| {
+            let address = ip.split_once("%25").map_or(ip, |(address, _zone)| address);
+            address.parse::<std::net::Ipv6Addr>().is_ok()
+        }),
         None => {
-            !host.is_empty()
-                && host.split('.').all(|label| {
+            // A fully-qualified name may end with a dot (`svc.cluster.local.`).
+            let name = host.strip_suffix('.').unwrap_or(host);
+            !name.is_empty()
+                && name.split('.').all(|label| {
                     !label.is_empty()
                         && label
                             .chars()
@@ -1220,9 +1277,6 @@ fn step_specs(
             step,
             &path,
         );
-        if let Some(Err(reason)) = target.as_deref().map(valid_target) {
-            draft.find(step, format!("{path}.target"), reason);
-        }
         let (method, request_type, response_type) =
             step_types(draft, object, pool, completion, &label, &path);
         let rules = draft.rules(object, step, &path);

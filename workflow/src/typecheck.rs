@@ -181,7 +181,10 @@ impl Checker<'_> {
                 if let Some((_, ty)) = self.bound.iter().rev().find(|(n, _)| n == name) {
                     return ty.clone();
                 }
-                (self.root_type)(name).map_or(Ty::Dyn, Ty::Message)
+                // A root of a wrapper type reads as its inner value, as in the gate.
+                (self.root_type)(name).map_or(Ty::Dyn, |message| {
+                    wrapped(&message).unwrap_or(Ty::Message(message))
+                })
             }
             Expr::Literal(literal) => match literal {
                 LiteralValue::Boolean(_) => Ty::Bool,
@@ -419,8 +422,23 @@ mod tests {
     fn problems(source: &str) -> Vec<String> {
         let pool = compile_proto_pool("t.proto", PROTO).unwrap();
         let summary = pool.get_message_by_name("t.Summary").unwrap();
+        let approved = pool
+            .get_message_by_name("google.protobuf.BoolValue")
+            .unwrap();
         let gate = Gate::compile(source).unwrap();
-        gate.check_types(&|root| (root == "summarize").then(|| summary.clone()))
+        gate.check_types(&|root| match root {
+            "summarize" => Some(summary.clone()),
+            "approve" => Some(approved.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_root_of_a_wrapper_type_is_its_inner_value() {
+        for source in ["approve", "!approve", "approve && summarize.done"] {
+            assert_eq!(problems(source), Vec::<String>::new(), "{source}");
+        }
+        assert!(problems("approve.value")[0].contains("which has no fields"));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! into a map with the same key and value types); a source must be rooted at `input`
 //! or at an *earlier* step (a later step is a forward reference, an unknown root a
 //! typo); a `when` gate must compile as CEL within the bounds of
-//! [`crate::gate::analyze`], read only those same roots, read only fields that exist
-//! and be a boolean (see [`crate::typecheck`]). Output rules may read every step.
+//! [`crate::gate::analyze`] and read only those same roots. Output rules may read
+//! every step. (A new workflow is held to more: see
+//! [`crate::CompiledWorkflow::strict_findings`].)
 //!
 //! Presence is a run-time matter, not a finding: a rule whose source turns out unset
 //! (or whose path passes through an unset message) does nothing (see
@@ -133,10 +134,6 @@ impl Roots<'_> {
             if let Err(reason) = self.root_type(&variable, index) {
                 problems.push(reason);
             }
-        }
-        if problems.is_empty() {
-            // Roots all readable: now the fields and the result's type.
-            problems = gate.check_types(&|root| self.root_type(root, index).ok().flatten());
         }
         if problems.is_empty() {
             Ok(())

@@ -17,6 +17,16 @@ fn findings(envelope: &Value) -> Vec<Finding> {
     }
 }
 
+/// The findings of a new workflow ([`CompiledWorkflow::compile_new`]), which a job's
+/// snapshot is not held to.
+fn new_findings(envelope: &Value) -> Vec<Finding> {
+    CompiledWorkflow::compile(envelope).unwrap_or_else(|f| panic!("compiles as a snapshot: {f}"));
+    match CompiledWorkflow::compile_new(envelope) {
+        Ok(_) => panic!("the envelope should not be accepted as new"),
+        Err(findings) => findings.0,
+    }
+}
+
 /// Asserts one finding is about `step` at `path` and mentions `needle`.
 fn assert_finding(all: &[Finding], step: Option<&str>, path: &str, needle: &str) {
     assert!(
@@ -490,7 +500,7 @@ fn a_when_reading_a_missing_field_or_not_a_boolean_is_a_finding() {
     let mut envelope = two_step_workflow(TARGET);
     envelope["steps"][1]["when"] = json!("size(tokenize.id) > 0");
     assert_finding(
-        &findings(&envelope),
+        &new_findings(&envelope),
         Some("embed"),
         "$.steps[1].when",
         "jobs.test.Tokens has no field 'id'; did you mean 'ids'?",
@@ -499,7 +509,7 @@ fn a_when_reading_a_missing_field_or_not_a_boolean_is_a_finding() {
     let mut envelope = two_step_workflow(TARGET);
     envelope["steps"][1]["when"] = json!("tokenize.ids");
     assert_finding(
-        &findings(&envelope),
+        &new_findings(&envelope),
         Some("embed"),
         "$.steps[1].when",
         "`when` must be a boolean, but `tokenize.ids` is a list",
@@ -587,6 +597,7 @@ fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
         ("127.0.0.1", "has no port"),
         ("127.0.0.1:0", "is not a number from 1 to 65535"),
         ("127.0.0.1:http", "is not a number from 1 to 65535"),
+        ("127.0.0.1:+80", "is not a number from 1 to 65535"),
         ("host/path:1", "has a path"),
         ("bad host:1", "is not a hostname or an IP address"),
         ("[::1:50051", "is not a hostname or an IP address"),
@@ -594,7 +605,7 @@ fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
         let mut envelope = two_step_workflow(TARGET);
         envelope["steps"][0]["target"] = json!(target);
         assert_finding(
-            &findings(&envelope),
+            &new_findings(&envelope),
             Some("tokenize"),
             "$.steps[0].target",
             needle,
@@ -608,6 +619,17 @@ fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
     ] {
         let mut envelope = two_step_workflow(TARGET);
         envelope["steps"][0]["target"] = json!(target);
-        CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{target}: {f}"));
+        CompiledWorkflow::compile_new(&envelope).unwrap_or_else(|f| panic!("{target}: {f}"));
     }
+}
+
+#[test]
+fn a_jobs_snapshot_is_not_held_to_the_checks_of_a_new_workflow() {
+    // Accepted before the gate type-check and the target check existed: its workers
+    // must still compile it, so the job runs.
+    let mut envelope = two_step_workflow("svc_with:bad port");
+    envelope["steps"][1]["when"] = json!("tokenize.ids");
+    CompiledWorkflow::compile(&envelope).unwrap_or_else(|f| panic!("{f}"));
+    let findings = new_findings(&envelope);
+    assert_eq!(findings.len(), 3, "two targets and the gate: {findings:?}");
 }

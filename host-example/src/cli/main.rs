@@ -732,7 +732,7 @@ fn build_workflow(
     if let Some(input_type) = input_type {
         object.insert("inputType".into(), json!(input_type));
     }
-    if let Err(findings) = workflow::CompiledWorkflow::compile(&envelope) {
+    if let Err(findings) = workflow::CompiledWorkflow::compile_new(&envelope) {
         let listed: Vec<String> = findings.0.iter().map(|f| format!("  {f}")).collect();
         return Err(CliError::Usage(format!(
             "the workflow does not compile:\n{}",

@@ -39,14 +39,40 @@ pub struct EventFacts<'a> {
     /// a retry starts from).
     pub detail: &'a [(&'a str, &'a str)],
     /// One JSON value for `detail` under its key (COMPLETED's `result`, WAITING's
-    /// `pendingRequest`), bounded: past [`MAX_DETAIL_JSON_BYTES`] it is left out and
-    /// `<key>Cut: true` and `<key>Bytes: <size>` say so (get-job has the whole value).
+    /// `pendingRequest`), bounded: past [`MAX_DETAIL_JSON_BYTES`] (as JSON, and as the
+    /// encoded `Struct` value), or nested deeper than [`MAX_DETAIL_DEPTH`], it is left
+    /// out and `<key>Cut: true` and `<key>Bytes: <JSON size>` say so (get-job has the
+    /// whole value).
     pub data: Option<(&'a str, &'a Value)>,
 }
 
-/// Largest JSON value an event carries in its detail, in bytes of compact JSON: an
-/// event stays small for the broker and for every consumer.
+/// Largest JSON value an event carries in its detail, in bytes of compact JSON and in
+/// bytes of its encoding as a `google.protobuf.Value` (which can be several times
+/// larger: every list element is a message): an event stays small for the broker and
+/// for every consumer.
 pub const MAX_DETAIL_JSON_BYTES: usize = 16 * 1024;
+
+/// Deepest JSON value an event carries in its detail. Each JSON level is about three
+/// protobuf levels in a `Struct` (value, struct, map entry), and protobuf decoders
+/// stop at 100 levels (prost-reflect's check of the event panics past it): deeper
+/// values would make events no consumer can read.
+pub const MAX_DETAIL_DEPTH: usize = 16;
+
+/// True when `value` nests more than `limit` levels of arrays and objects (recursing
+/// at most `limit + 1` deep).
+fn nests_deeper_than(value: &Value, limit: usize) -> bool {
+    let children: Box<dyn Iterator<Item = &Value>> = match value {
+        Value::Array(items) => Box::new(items.iter()),
+        Value::Object(fields) => Box::new(fields.values()),
+        _ => return false,
+    };
+    if limit == 0 {
+        return true;
+    }
+    children
+        .into_iter()
+        .any(|child| nests_deeper_than(child, limit - 1))
+}
 
 /// A JSON value as a `google.protobuf.Value`. Numbers become doubles, as in every
 /// `Struct`; a 64-bit integer past 2^53 loses precision here (get-job keeps it).
@@ -71,9 +97,13 @@ fn proto_value(value: &Value) -> prost_types::Value {
 
 /// The detail entries of one bounded JSON value (see [`EventFacts::data`]).
 fn data_entries(key: &str, value: &Value) -> Vec<(String, prost_types::Value)> {
+    use prost::Message as _;
     let bytes = serde_json::to_vec(value).map_or(usize::MAX, |json| json.len());
-    if bytes <= MAX_DETAIL_JSON_BYTES {
-        return vec![(key.to_owned(), proto_value(value))];
+    if bytes <= MAX_DETAIL_JSON_BYTES && !nests_deeper_than(value, MAX_DETAIL_DEPTH) {
+        let converted = proto_value(value);
+        if converted.encoded_len() <= MAX_DETAIL_JSON_BYTES {
+            return vec![(key.to_owned(), converted)];
+        }
     }
     vec![
         (
@@ -227,6 +257,43 @@ mod tests {
         assert!(!detail.contains_key("result"), "too large: left out");
         assert_eq!(detail["resultCut"].kind, Some(Kind::BoolValue(true)));
         assert!(payload.len() < 2 * MAX_DETAIL_JSON_BYTES);
+
+        // Small as JSON, five times larger encoded: cut too.
+        let wide = serde_json::json!(vec![0; 8_000]);
+        let (_, payload) = encode(&facts(Some(("result", &wide)))).unwrap();
+        assert!(
+            payload.len() < 2 * MAX_DETAIL_JSON_BYTES,
+            "{}",
+            payload.len()
+        );
+
+        // Deeply nested: cut, and the event still encodes and decodes.
+        let mut deep = serde_json::json!("leaf");
+        for _ in 0..60 {
+            deep = serde_json::json!({ "child": deep });
+        }
+        let (_, payload) = encode(&facts(Some(("result", &deep)))).unwrap();
+        let detail = WorkflowRunEvent::decode_validated(&payload)
+            .unwrap()
+            .detail
+            .unwrap()
+            .fields;
+        assert_eq!(detail["resultCut"].kind, Some(Kind::BoolValue(true)));
+        let mut nested = serde_json::json!("leaf");
+        for _ in 0..MAX_DETAIL_DEPTH {
+            nested = serde_json::json!({ "child": nested });
+        }
+        let (_, payload) = encode(&facts(Some(("result", &nested)))).unwrap();
+        let detail = WorkflowRunEvent::decode_validated(&payload)
+            .unwrap()
+            .detail
+            .unwrap()
+            .fields;
+        assert!(detail.contains_key("result"), "within the depth: carried");
+        assert!(
+            crate::routes::event_json(&payload).is_ok(),
+            "readable by get-job and SSE"
+        );
     }
 
     #[test]

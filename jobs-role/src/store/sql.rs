@@ -409,7 +409,7 @@ pub const EXISTING_JOBS: &str = "SELECT job_id FROM workflow_run WHERE job_id = 
 /// Returns each job's attempt and reason, for its event.
 pub const CANCEL_NOW: &str = "\
 UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_step = NULL,
-       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
+       pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = ANY($1) AND status IN ('QUEUED', 'WAITING')";
 
@@ -468,7 +468,7 @@ UPDATE workflow_run
                           ELSE (SELECT COALESCE(jsonb_agg(c.entry ORDER BY c.at), '[]'::jsonb)
                                   FROM jsonb_array_elements(checkpoints) WITH ORDINALITY AS c(entry, at)
                                  WHERE c.at <= $3::integer) END,
-       result = NULL, verdict = NULL, error = NULL, outstanding_step = NULL,
+       result = NULL, verdict = NULL, error = NULL, outstanding_step = NULL, pending_request = NULL,
        cancel_requested = false, cancel_reason = NULL,
        run_after = now(), finished_at = NULL, updated_at = now()
  WHERE job_id = ANY($1) AND status IN ('DEAD', 'FAILED', 'CANCELLED', 'COMPLETED')
@@ -491,7 +491,8 @@ UPDATE workflow_run w
    SET status = CASE WHEN w.on_timeout = 'dead' THEN 'DEAD' ELSE 'FAILED' END,
        error = 'TIMEOUT: step ''' || w.outstanding_step || ''' was not answered within '
                || w.wait_timeout_ms || ' ms',
-       outstanding_step = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
+       outstanding_step = NULL, pending_request = NULL,
+       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
   FROM (SELECT job_id, outstanding_step FROM workflow_run
          WHERE status = 'WAITING' AND wait_until < now()
