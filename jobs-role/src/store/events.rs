@@ -189,7 +189,18 @@ pub fn encode(facts: &EventFacts<'_>) -> Result<(Uuid, Vec<u8>), jobs_proto::Con
         }),
         occurred_at: Some(occurred_at),
     };
-    Ok((event_id, event.encode_validated()?))
+    // The validator transcodes the event and panics past its recursion limit. The
+    // detail's bounds keep events far from it; should anything still reach it, the
+    // event is refused (its write fails alone) instead of the panic ending the task
+    // that commits every claim's writes.
+    let encoded =
+        std::panic::catch_unwind(move || event.encode_validated()).unwrap_or_else(|_| {
+            Err(jobs_proto::ContractError::RulesUnusable {
+                message: "protomolt.jobs.v1.WorkflowRunEvent",
+                reason: "the validator panicked on this event (nested too deeply?)".into(),
+            })
+        })?;
+    Ok((event_id, encoded))
 }
 
 #[cfg(test)]
