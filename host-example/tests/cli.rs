@@ -482,3 +482,47 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     assert!(text(&human).contains("requests/0/7"), "{}", text(&human));
     node.stop().await;
 }
+
+#[tokio::test]
+async fn token_new_prints_a_token_a_node_accepts_by_its_sha256() {
+    let made = cli(
+        "http://127.0.0.1:1",
+        &["--json", "token", "new", "--name", "ci", "--scope", "*"],
+    )
+    .await;
+    assert_eq!(made.status.code(), Some(0), "{}", text(&made));
+    let made = &json_lines(&made)[0];
+    let token = made["token"].as_str().unwrap().to_owned();
+    let digest = made["tokenSha256"].as_str().unwrap().to_owned();
+    assert!(token.len() >= 60, "{token}");
+    assert_eq!(digest, registry_stub::auth::sha256_hex(&token));
+    let person = cli("http://127.0.0.1:1", &["token", "new"]).await;
+    assert!(
+        text(&person).contains("token_sha256 = \""),
+        "{}",
+        text(&person)
+    );
+
+    let db = TestDatabase::create().await;
+    let auth = registry_stub::auth::AuthConfig {
+        tokens: vec![registry_stub::auth::TokenConfig {
+            name: "ci".into(),
+            token: String::new(),
+            token_sha256: Some(digest),
+            scopes: vec!["*".into()],
+        }],
+    };
+    auth.check().unwrap();
+    let node = JobsNode::start_with_auth(test_config(&db.url, "idle", 0), Some(auth)).await;
+    let url = serve(&node).await;
+    let listed = cli(&url, &["--token", &token, "--json", "list"]).await;
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed));
+    let refused = cli(&url, &["--token", "pm_not-the-token-0123456789", "list"]).await;
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("unknown bearer token"),
+        "{}",
+        text(&refused)
+    );
+    node.stop().await;
+}

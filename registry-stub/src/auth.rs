@@ -7,6 +7,7 @@
 //! loopback addresses.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::action::{ActionError, Code};
 
@@ -28,8 +29,13 @@ pub struct TokenConfig {
     /// Who holds it (for logs).
     #[serde(default)]
     pub name: String,
-    /// The bearer token itself.
+    /// The bearer token itself; or leave it out and give `token_sha256`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token: String,
+    /// The SHA-256 of the token, 64 hex digits, so the config never holds the token
+    /// (`protomolt token new` prints a new token and its digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sha256: Option<String>,
     /// Scopes it grants; `*` grants all.
     pub scopes: Vec<String>,
 }
@@ -45,18 +51,32 @@ impl std::fmt::Debug for TokenConfig {
 }
 
 impl AuthConfig {
-    /// Checks the config: at least one token, none blank, none shorter than 16
-    /// characters.
+    /// Checks the config: at least one token; each gives either `token` (at least 16
+    /// characters) or `token_sha256` (64 hex digits), not both.
     pub fn check(&self) -> Result<(), String> {
         if self.tokens.is_empty() {
             return Err("[auth] needs at least one token under [[auth.tokens]]".into());
         }
         for (i, token) in self.tokens.iter().enumerate() {
-            if token.token.trim().chars().count() < 16 {
-                return Err(format!(
-                    "[auth] token #{} is shorter than 16 characters; use a long random token",
-                    i + 1
-                ));
+            let n = i + 1;
+            match (&token.token_sha256, token.token.is_empty()) {
+                (Some(_), false) => {
+                    return Err(format!(
+                        "[auth] token #{n} gives both token and token_sha256; keep token_sha256 only"
+                    ));
+                }
+                (Some(digest), true) if hex_digest(digest).is_none() => {
+                    return Err(format!(
+                        "[auth] token #{n}: token_sha256 must be 64 hex digits (protomolt token new prints one)"
+                    ));
+                }
+                (Some(_), true) => {}
+                (None, _) if token.token.trim().chars().count() < 16 => {
+                    return Err(format!(
+                        "[auth] token #{n} is shorter than 16 characters; use a long random token (protomolt token new)"
+                    ));
+                }
+                (None, _) => {}
             }
         }
         Ok(())
@@ -80,14 +100,28 @@ impl AuthConfig {
                     "the Authorization header must be 'Bearer <token>'",
                 )
             })?;
+        // Digests are compared, never the tokens: every comparison has the same length,
+        // so the time taken says nothing about a token's length or prefix.
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         self.tokens
             .iter()
-            .find(|t| constant_time_eq(t.token.as_bytes(), presented.as_bytes()))
+            .find(|t| {
+                t.digest()
+                    .is_some_and(|digest| constant_time_eq(&digest, &presented))
+            })
             .ok_or_else(|| ActionError::new(Code::Unauthenticated, "unknown bearer token"))
     }
 }
 
 impl TokenConfig {
+    /// The SHA-256 of the token: `token_sha256` decoded, or the digest of `token`.
+    fn digest(&self) -> Option<[u8; 32]> {
+        match &self.token_sha256 {
+            Some(hex) => hex_digest(hex),
+            None => Some(Sha256::digest(self.token.as_bytes()).into()),
+        }
+    }
+
     /// Checks that the token grants `scope`.
     pub fn authorize(&self, scope: &str, verb: &str) -> Result<(), ActionError> {
         if self.scopes.iter().any(|s| s == scope || s == "*") {
@@ -99,6 +133,28 @@ impl TokenConfig {
             ))
         }
     }
+}
+
+/// The SHA-256 of `text`, as `token_sha256` writes it: 64 lower-case hex digits.
+pub fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// 64 hex digits (either case) as the 32 bytes they spell.
+fn hex_digest(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim().as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).ok()?;
+        digest[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(digest)
 }
 
 /// Compares without an early exit, so response times do not leak how much matched.
@@ -115,6 +171,7 @@ mod tests {
             tokens: vec![TokenConfig {
                 name: "ops".into(),
                 token: "0123456789abcdef-ops".into(),
+                token_sha256: None,
                 scopes: vec!["jobs:read".into()],
             }],
         }
@@ -150,6 +207,39 @@ mod tests {
             !format!("{token:?}").contains("0123456789abcdef"),
             "secrets stay out of logs"
         );
+    }
+
+    #[test]
+    fn a_token_given_by_its_sha256_is_accepted_and_the_config_never_holds_it() {
+        let mut auth = config();
+        auth.tokens[0].token = String::new();
+        auth.tokens[0].token_sha256 = Some(sha256_hex("0123456789abcdef-ops").to_uppercase());
+        assert!(auth.check().is_ok());
+        let token = auth
+            .authenticate(Some("Bearer 0123456789abcdef-ops"))
+            .unwrap();
+        assert_eq!(token.name, "ops");
+        assert_eq!(
+            auth.authenticate(Some("Bearer 0123456789abcdef-opz"))
+                .unwrap_err()
+                .code,
+            Code::Unauthenticated
+        );
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+
+        let mut both = auth.clone();
+        both.tokens[0].token = "0123456789abcdef-ops".into();
+        assert!(
+            both.check()
+                .unwrap_err()
+                .contains("both token and token_sha256")
+        );
+        let mut malformed = auth;
+        malformed.tokens[0].token_sha256 = Some("abc".into());
+        assert!(malformed.check().unwrap_err().contains("64 hex digits"));
     }
 
     #[test]

@@ -35,11 +35,13 @@ fn auth() -> AuthConfig {
             TokenConfig {
                 name: "runner".into(),
                 token: RUNNER_TOKEN.into(),
+                token_sha256: None,
                 scopes: vec!["workflow:run".into()],
             },
             TokenConfig {
                 name: "reader".into(),
                 token: READER_TOKEN.into(),
+                token_sha256: None,
                 scopes: vec!["registry:read".into()],
             },
         ],

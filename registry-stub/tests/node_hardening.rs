@@ -128,6 +128,7 @@ fn auth() -> AuthConfig {
         tokens: vec![TokenConfig {
             name: "ops".into(),
             token: TOKEN.into(),
+            token_sha256: None,
             scopes: vec!["registry:read".into()],
         }],
     }

@@ -84,11 +84,13 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
             TokenConfig {
                 name: "prometheus".into(),
                 token: token.into(),
+                token_sha256: None,
                 scopes: vec!["metrics:read".into()],
             },
             TokenConfig {
                 name: "operator".into(),
                 token: "operator-token-0123456789".into(),
+                token_sha256: None,
                 scopes: vec!["*".into()],
             },
         ],

@@ -372,11 +372,13 @@ async fn health_answers_without_a_token_and_readiness_follows_the_database() {
             TokenConfig {
                 name: "reader".into(),
                 token: "reader-token-0123456789".into(),
+                token_sha256: None,
                 scopes: vec!["jobs:read".into()],
             },
             TokenConfig {
                 name: "submitter".into(),
                 token: "submitter-token-0123456789".into(),
+                token_sha256: None,
                 scopes: vec!["workflow:run".into()],
             },
         ],

@@ -178,6 +178,9 @@ enum Command {
     /// The contract's .proto files.
     #[command(subcommand)]
     Proto(Proto),
+    /// Bearer tokens for a node's [auth].
+    #[command(subcommand)]
+    Token(Token),
     /// Whether the node is ready (its database, its broker).
     Health,
     /// Print shell completions.
@@ -219,6 +222,20 @@ enum Workflows {
         /// Set (or replace) the skeleton's inputType.
         #[arg(long)]
         input_type: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Token {
+    /// Print a new random token (give it to its holder) and the [[auth.tokens]]
+    /// entry that accepts it by its SHA-256, so the node's config never holds it.
+    New {
+        /// Who holds it (for the node's logs).
+        #[arg(long, default_value = "client")]
+        name: String,
+        /// The scopes it grants (repeat; `*` grants every verb).
+        #[arg(long = "scope", default_values_t = ["jobs:read".to_owned()])]
+        scopes: Vec<String>,
     },
 }
 
@@ -479,6 +496,26 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                 for path in &written {
                     say!("wrote {}", dir.join(path).display());
                 }
+            }
+            Ok(0)
+        }
+        Command::Token(Token::New { name, scopes }) => {
+            // Two v4 UUIDs: 244 random bits from the operating system's generator.
+            let token = format!(
+                "pm_{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
+            let digest = registry_stub::auth::sha256_hex(&token);
+            if out.json {
+                out.json_line(&json!({ "name": name, "token": token, "tokenSha256": digest, "scopes": scopes }));
+            } else {
+                say!("token (give it to {name}; it is shown once): {token}");
+                say!("");
+                say!("[[auth.tokens]]");
+                say!("name = {}", json!(name));
+                say!("token_sha256 = \"{digest}\"");
+                say!("scopes = {}", json!(scopes));
             }
             Ok(0)
         }
