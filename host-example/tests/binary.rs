@@ -303,6 +303,29 @@ fn check_config_prints_toml_with_the_secrets_masked() {
 /// Kills the node if a test fails before it exits.
 struct Running(std::process::Child);
 
+/// `protomolt-node --config CONFIG run` in `dir`, its logs (at `rust_log`, colour
+/// left to the node) on a pipe; the node is killed when the first value drops.
+fn run_with_piped_logs(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+    rust_log: &str,
+) -> (Running, std::process::ChildStderr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
+        .current_dir(dir)
+        .env("RUST_LOG", rust_log)
+        .env_remove("NO_COLOR")
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP")
+        .arg("--config")
+        .arg(config)
+        .arg("run")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let logs = child.stderr.take().unwrap();
+    (Running(child), logs)
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -426,20 +449,7 @@ fn logs_written_to_a_pipe_carry_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("node.toml");
     std::fs::write(&config, "[node]\nbind = \"127.0.0.1:0\"\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
-        .current_dir(dir.path())
-        .env("RUST_LOG", "info")
-        .env_remove("NO_COLOR")
-        .env_remove("DATABASE_URL")
-        .env_remove("KAFKA_BOOTSTRAP")
-        .arg("--config")
-        .arg(&config)
-        .arg("run")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let logs = child.stderr.take().unwrap();
-    let _node = Running(child);
+    let (_node, logs) = run_with_piped_logs(dir.path(), &config, "info");
     let (lines, log) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in BufReader::new(logs).lines().map_while(Result::ok) {
@@ -484,19 +494,7 @@ async fn a_missing_events_topic_is_named_with_how_to_create_it_not_called_an_out
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
-        .current_dir(dir.path())
-        .env("RUST_LOG", "warn")
-        .env_remove("DATABASE_URL")
-        .env_remove("KAFKA_BOOTSTRAP")
-        .arg("--config")
-        .arg(&config)
-        .arg("run")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let logs = child.stderr.take().unwrap();
-    let _node = Running(child);
+    let (_node, logs) = run_with_piped_logs(dir.path(), &config, "warn");
     let expected = format!(
         "topic '{typo}' does not exist on {bootstrap}: create it (`tansu topic create {typo}"
     );

@@ -352,20 +352,24 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
         ],
     });
     std::fs::write(&skeleton, skeleton_json.to_string()).unwrap();
-    let built = cli(
-        &url,
-        &[
-            "workflow",
-            "build",
-            "--proto",
-            proto.to_str().unwrap(),
-            "--skeleton",
-            skeleton.to_str().unwrap(),
-            "--input-type",
-            "jobs.test.Text",
-        ],
-    )
-    .await;
+    let build = || {
+        let args = [
+            "workflow".to_owned(),
+            "build".to_owned(),
+            "--proto".to_owned(),
+            proto.display().to_string(),
+            "--skeleton".to_owned(),
+            skeleton.display().to_string(),
+            "--input-type".to_owned(),
+            "jobs.test.Text".to_owned(),
+        ];
+        let url = url.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli(&url, &args).await
+        }
+    };
+    let built = build().await;
     assert_eq!(built.status.code(), Some(0), "{}", text(&built));
     let envelope = &json_lines(&built)[0];
     assert!(envelope["schema"]["descriptorSetBase64"].is_string());
@@ -377,20 +381,7 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     let mut broken = skeleton_json.clone();
     broken["steps"][1]["rules"] = json!(["idz = tokenize.ids"]);
     std::fs::write(&skeleton, broken.to_string()).unwrap();
-    let refused = cli(
-        &url,
-        &[
-            "workflow",
-            "build",
-            "--proto",
-            proto.to_str().unwrap(),
-            "--skeleton",
-            skeleton.to_str().unwrap(),
-            "--input-type",
-            "jobs.test.Text",
-        ],
-    )
-    .await;
+    let refused = build().await;
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
     assert!(
         text(&refused).contains("$.steps[1].rules[0] (step 'approve')"),

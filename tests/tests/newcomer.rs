@@ -19,12 +19,18 @@ async fn row_count(db: &TestDatabase) -> i64 {
         .get(0)
 }
 
-/// The finding at `path`, or a panic naming every finding.
-fn finding<'a>(answer: &'a Value, path: &str) -> &'a Value {
-    answer["details"]
+/// The first entry of the array `value[list]` whose `key` is `wanted`, or a panic
+/// showing `value`.
+fn entry<'a>(value: &'a Value, list: &str, key: &str, wanted: &str) -> &'a Value {
+    value[list]
         .as_array()
-        .and_then(|details| details.iter().find(|d| d["path"] == path))
-        .unwrap_or_else(|| panic!("no finding at {path}: {answer:#}"))
+        .and_then(|entries| entries.iter().find(|e| e[key] == wanted))
+        .unwrap_or_else(|| panic!("no {list} entry with {key} {wanted}: {value:#}"))
+}
+
+/// The finding at `path`.
+fn finding<'a>(answer: &'a Value, path: &str) -> &'a Value {
+    entry(answer, "details", "path", path)
 }
 
 #[tokio::test]
@@ -272,10 +278,7 @@ fn approval_by_types(target: &str) -> Value {
 
 /// The job's event of `kind`, as get-job lists it.
 fn event<'a>(job: &'a Value, kind: &str) -> &'a Value {
-    job["events"]
-        .as_array()
-        .and_then(|events| events.iter().find(|e| e["type"] == kind))
-        .unwrap_or_else(|| panic!("no {kind} event: {job:#}"))
+    entry(job, "events", "type", kind)
 }
 
 #[tokio::test]
