@@ -134,6 +134,18 @@ impl HostConfig {
         if self.registry.max_response_bytes == 0 {
             return Err("invalid config: registry.max_response_bytes must be at least 1".into());
         }
+        for host in &self.node.allowed_hosts {
+            let plain = !host.trim().is_empty()
+                && !host.contains("://")
+                && !host.contains('/')
+                && !host.chars().any(|c| c.is_whitespace() || c.is_control());
+            if !plain {
+                return Err(format!(
+                    "invalid config: node.allowed_hosts entry '{}' must be a host name or host:port, as a browser sends it in Host (jobs.internal or jobs.internal:8443)",
+                    host.escape_debug()
+                ));
+            }
+        }
         check_bind(self.node.bind, self.auth.as_ref())
     }
 }

@@ -185,16 +185,14 @@ pub async fn run(mut config: HostConfig, once: bool) -> Result<(), String> {
     }
     println!("Try:");
     println!("  curl -s {url}/v1/actions | head -c 600; echo");
-    println!("  curl -s -XPOST {url}/v1/actions/list-workflows");
+    println!("  curl -s {url}/v1/actions/list-workflows --json '{{}}'");
     println!(
-        "  curl -s -XPOST {url}/v1/actions/run-workflow -d '{{\"workflowName\":\"embed-text\",\"input\":{{\"text\":\"hi\"}}}}'"
+        "  curl -s {url}/v1/actions/run-workflow --json '{{\"workflowName\":\"embed-text\",\"input\":{{\"text\":\"hi\"}}}}'"
     );
     println!(
-        "  curl -s -XPOST {url}/v1/actions/run-workflow -d '{{\"workflowName\":\"review-text\",\"input\":{{\"text\":\"hi\"}}}}'"
+        "  curl -s {url}/v1/actions/run-workflow --json '{{\"workflowName\":\"review-text\",\"input\":{{\"text\":\"hi\"}}}}'"
     );
-    println!(
-        "  curl -s -XPOST {url}/v1/actions/parse-text -d '{{\"text\":\"split these words\"}}'"
-    );
+    println!("  curl -s {url}/v1/actions/parse-text --json '{{\"text\":\"split these words\"}}'");
     node.serve(listener, shutdown_signal(), config.node.shutdown_grace())
         .await
         .map_err(|e| format!("serving: {e}"))

@@ -32,7 +32,9 @@ fn roles(config: &HostConfig) -> Vec<Arc<dyn Role>> {
 /// The node the config describes, its roles not mounted yet.
 fn node(config: &HostConfig) -> Node {
     roles(config).into_iter().fold(
-        Node::new().with_auth(config.auth.clone()),
+        Node::new()
+            .with_auth(config.auth.clone())
+            .with_hosts(config.node.host_policy()),
         Node::shared_role,
     )
 }

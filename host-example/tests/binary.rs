@@ -521,3 +521,103 @@ async fn a_missing_events_topic_is_named_with_how_to_create_it_not_called_an_out
         "a missing topic is not an outage: {seen:#?}"
     );
 }
+
+/// One HTTP/1.1 request over a fresh connection: the status line's code and the whole
+/// answer.
+fn http_call(addr: &str, verb: &str, headers: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let request = format!(
+        "POST /v1/actions/{verb} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+#[test]
+fn a_token_given_by_its_digest_works_and_no_secret_reaches_the_log() {
+    use std::io::{BufRead, BufReader};
+    use std::time::Duration;
+
+    let token = "pm_clear-token-never-logged-0123456789";
+    let wrong = "pm_wrong-token-never-logged-0123456789";
+    let digest = registry_stub::auth::sha256_hex(token);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nbind = \"127.0.0.1:0\"\n\
+             [auth]\n[[auth.tokens]]\nname = \"digest-reader\"\ntoken_sha256 = \"{digest}\"\n\
+             scopes = [\"registry:read\"]\nrequests_per_minute = 2\n"
+        ),
+    )
+    .unwrap();
+    // Every level, every crate: whatever logs a header would show it.
+    let (node, logs) = run_with_piped_logs(dir.path(), &config, "trace");
+    let (lines, log) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(logs).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let addr = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the node logs that it serves");
+        seen.push(line.clone());
+        if line.contains("serving POST")
+            && let Some(addr) = line.split("addr=").nth(1)
+        {
+            break addr.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let (status, answer) = http_call(&addr, "list-workflows", &bearer, "{}");
+    assert_eq!(status, 200, "the digest accepts the token: {answer}");
+    let (status, answer) = http_call(
+        &addr,
+        "list-workflows",
+        &format!("Authorization: Bearer {wrong}\r\n"),
+        "{}",
+    );
+    assert_eq!(status, 401, "{answer}");
+    let (status, answer) = http_call(&addr, "put-workflow", &bearer, "{}");
+    assert_eq!(status, 403, "the token lacks registry:write: {answer}");
+    let (status, answer) = http_call(&addr, "list-workflows", &bearer, "{}");
+    assert_eq!(
+        status, 429,
+        "the third authenticated request in a minute: {answer}"
+    );
+    assert!(answer.contains("retry-after: "), "{answer}");
+    drop(node);
+    seen.extend(log.iter());
+
+    let logged = seen.join("\n");
+    assert!(!logged.contains(token), "the token was logged");
+    assert!(!logged.contains(wrong), "a presented token was logged");
+    assert!(!logged.contains(&digest), "the digest was logged");
+    let refusals: Vec<&String> = seen
+        .iter()
+        .filter(|line| line.contains("request refused") || line.contains("budget exhausted"))
+        .collect();
+    assert_eq!(refusals.len(), 3, "one line per refusal: {refusals:#?}");
+    assert!(
+        refusals[0].contains("(none)") && refusals[0].contains("unauthenticated"),
+        "an unknown token is logged without its secret: {}",
+        refusals[0]
+    );
+    for refusal in &refusals[1..] {
+        assert!(refusal.contains("digest-reader"), "{refusal}");
+    }
+}

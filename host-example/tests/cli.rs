@@ -501,6 +501,8 @@ async fn token_new_prints_a_token_a_node_accepts_by_its_sha256() {
             token: String::new(),
             token_sha256: Some(digest),
             scopes: vec!["*".into()],
+            requests_per_minute: None,
+            max_body_bytes: None,
         }],
     };
     auth.check().unwrap();

@@ -23,6 +23,11 @@ pub enum Code {
     NotFound,
     /// 405: a verb is called with a method other than `POST`.
     MethodNotAllowed,
+    /// 415: a body that is not declared `application/json`.
+    UnsupportedMediaType,
+    /// 429: the token is over one of its budgets (`Retry-After` says when to retry
+    /// when it is the request rate).
+    ResourceExhausted,
     /// 503: the verb is mounted but cannot serve (for example, not configured).
     Unavailable,
     /// 500: something broke; the message never carries internals.
@@ -38,6 +43,8 @@ impl Code {
             Code::PermissionDenied => "permission_denied",
             Code::NotFound => "not_found",
             Code::MethodNotAllowed => "method_not_allowed",
+            Code::UnsupportedMediaType => "unsupported_media_type",
+            Code::ResourceExhausted => "resource_exhausted",
             Code::Unavailable => "unavailable",
             Code::Internal => "internal",
         }
@@ -51,6 +58,8 @@ impl Code {
             Code::PermissionDenied => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Code::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -38,6 +38,15 @@ pub struct TokenConfig {
     pub token_sha256: Option<String>,
     /// Scopes it grants; `*` grants all.
     pub scopes: Vec<String>,
+    /// At most this many requests a minute (a bucket of this many, refilled
+    /// continuously); more answer 429 `resource_exhausted` with `Retry-After`. Unset:
+    /// no limit. Each node keeps its own count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// The largest request body this token may send, in bytes (never more than the
+    /// route's 8 MiB); a larger one answers 429 `resource_exhausted`. Unset: 8 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<usize>,
 }
 
 impl std::fmt::Debug for TokenConfig {
@@ -46,6 +55,8 @@ impl std::fmt::Debug for TokenConfig {
         f.debug_struct("TokenConfig")
             .field("name", &self.name)
             .field("scopes", &self.scopes)
+            .field("requests_per_minute", &self.requests_per_minute)
+            .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
 }
@@ -77,6 +88,16 @@ impl AuthConfig {
                     ));
                 }
                 (None, _) => {}
+            }
+            if token.requests_per_minute == Some(0) {
+                return Err(format!(
+                    "[auth] token #{n}: requests_per_minute must be at least 1 (leave it out for no limit)"
+                ));
+            }
+            if token.max_body_bytes == Some(0) {
+                return Err(format!(
+                    "[auth] token #{n}: max_body_bytes must be at least 1 (leave it out for the route's 8 MiB)"
+                ));
             }
         }
         Ok(())
@@ -173,6 +194,8 @@ mod tests {
                 token: "0123456789abcdef-ops".into(),
                 token_sha256: None,
                 scopes: vec!["jobs:read".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             }],
         }
     }

@@ -23,6 +23,12 @@ pub struct NodeSection {
     pub roles: Vec<String>,
     /// How long running work may take to finish after SIGINT/SIGTERM.
     pub shutdown_grace_ms: u64,
+    /// Further names the node is reached by, as `host` (any port) or `host:port`
+    /// (`["jobs.internal:8443"]`): a request whose `Host` or `Origin` names neither a
+    /// loopback address (on a loopback bind) nor one of these is refused, so a web page
+    /// cannot reach the node by rebinding its own name. On a non-loopback bind an empty
+    /// list leaves `Host` unchecked. See [`crate::gate`].
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for NodeSection {
@@ -31,11 +37,17 @@ impl Default for NodeSection {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             roles: vec!["registry".into()],
             shutdown_grace_ms: 30_000,
+            allowed_hosts: Vec::new(),
         }
     }
 }
 
 impl NodeSection {
+    /// The `Host` and `Origin` values the node answers.
+    pub fn host_policy(&self) -> crate::gate::HostPolicy {
+        crate::gate::HostPolicy::for_bind(self.bind, self.allowed_hosts.clone())
+    }
+
     /// The shutdown grace as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)

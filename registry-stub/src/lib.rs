@@ -15,7 +15,8 @@
 //! synchronous `run-workflow`.
 //!
 //! ```text
-//! POST /v1/actions/{verb} ─► auth (bearer token, scope) ─► JSON ─► request message
+//! POST /v1/actions/{verb} ─► gate (Host, Origin, JSON, bearer token, budgets) ─► scope
+//!        ─► JSON ─► request message
 //!        ─► buf.validate rules ─► the verb's handler ─► JSON answer | {code, message}
 //! GET  /v1/actions        ─► the catalog: name, description, scope, JSON Schemas
 //! ```
@@ -26,6 +27,7 @@
 //! | [`node`]       | the `Role` trait, mounting, ordering, serving and shutdown       |
 //! | [`route`]      | the shared actions route (axum)                                  |
 //! | [`auth`]       | bearer tokens and scopes                                         |
+//! | [`gate`]       | what a request passes first: Host/Origin, JSON, token, budgets   |
 //! | [`config`]     | the node's typed configuration and the bind policy               |
 //! | [`forms`]      | a protobuf message described for a human form (the console)      |
 //! | [`health`]     | `/healthz` and `/readyz`, with the roles' readiness checks       |
@@ -42,6 +44,7 @@ pub mod action;
 pub mod auth;
 pub mod config;
 pub mod forms;
+pub mod gate;
 pub mod health;
 pub mod metrics;
 pub mod node;

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 use crate::auth::AuthConfig;
+use crate::gate::{Gate, HostPolicy};
 use crate::health::{ReadinessCheck, health_routes};
 use crate::metrics::{HttpMetrics, metrics_router};
 use crate::repository::WorkflowRepository;
@@ -227,16 +228,36 @@ impl MountContext {
 }
 
 /// A node under construction: roles and authentication.
-#[derive(Default)]
 pub struct Node {
     roles: Vec<Arc<dyn Role>>,
     auth: Option<AuthConfig>,
+    hosts: HostPolicy,
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Node {
-    /// An empty node.
+    /// An empty node, answering loopback names only (see [`Node::with_hosts`]).
     pub fn new() -> Self {
-        Self::default()
+        Node {
+            roles: Vec::new(),
+            auth: None,
+            hosts: HostPolicy {
+                loopback: true,
+                allowed_hosts: Vec::new(),
+            },
+        }
+    }
+
+    /// The `Host` and `Origin` values the node answers (by default, a loopback node's:
+    /// `localhost`, `127.0.0.0/8` and `[::1]`).
+    pub fn with_hosts(mut self, hosts: HostPolicy) -> Self {
+        self.hosts = hosts;
+        self
     }
 
     /// Requires bearer tokens on the actions route.
@@ -287,20 +308,20 @@ impl Node {
                 .map(|(_, action)| action)
                 .collect(),
         );
-        let auth = self.auth.map(Arc::new);
+        let gate = Arc::new(Gate::new(self.auth, self.hosts));
         let http = HttpMetrics::register(&mut ctx.metrics);
-        let mut router = actions_router(Arc::new(catalog), auth.clone(), http);
+        let mut router = actions_router(Arc::new(catalog), gate.clone(), http);
         // Layers apply to the routes a router has when they are added, so each group
         // is wrapped before it is merged and the actions route keeps its own checks.
         let protected = ctx.routes.into_iter().fold(Router::new(), Router::merge);
-        router = router.merge(protected_routes(protected, auth.clone()));
+        router = router.merge(protected_routes(protected, gate.clone()));
         for (scope, routes) in ctx.scoped_routes {
-            router = router.merge(scoped_routes(routes, auth.clone(), &scope));
+            router = router.merge(scoped_routes(routes, gate.clone(), &scope));
         }
         router = router.merge(public_routes(health_routes(ctx.readiness)));
         router = router.merge(scoped_routes(
             metrics_router(Arc::new(ctx.metrics)),
-            auth.clone(),
+            gate.clone(),
             "metrics:read",
         ));
         let public = ctx

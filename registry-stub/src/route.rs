@@ -10,9 +10,11 @@
 //! parses the body as the verb's request message and checks its rules, and maps every
 //! error to `{"code", "message"}` with its HTTP status, in this one place.
 //!
-//! Routes a role contributes get the same protection ([`protected_routes`]): a valid
-//! bearer token when `[auth]` is on, and the same body limit; [`scoped_routes`] also
-//! need the token to grant a scope, as a verb does. Routes a role marks public
+//! Every request but a public one passes the [`Gate`] first: the browser checks
+//! (`Host`, `Origin`, a JSON `Content-Type`), the bearer token when `[auth]` is on,
+//! and the token's budgets. Routes a role contributes get the same protection
+//! ([`protected_routes`]) and the same body limit; [`scoped_routes`] also need the
+//! token to grant a scope, as a verb does. Routes a role marks public
 //! ([`public_routes`], for example a health check) get only the body limit.
 
 use std::collections::BTreeMap;
@@ -22,7 +24,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::body::{Body, HttpBody};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
@@ -30,7 +32,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::action::{Action, ActionError, Code};
-use crate::auth::AuthConfig;
+use crate::gate::{Caller, Gate, guard};
 use crate::metrics::HttpMetrics;
 use crate::schema::json_schema;
 use tracing::Instrument;
@@ -78,17 +80,13 @@ impl Catalog {
 #[derive(Clone)]
 struct RouteState {
     catalog: Arc<Catalog>,
-    auth: Option<Arc<AuthConfig>>,
+    gate: Arc<Gate>,
     metrics: HttpMetrics,
 }
 
-/// The actions route over `catalog`, requiring tokens when `auth` is set and counting
-/// calls in `metrics`.
-pub fn actions_router(
-    catalog: Arc<Catalog>,
-    auth: Option<Arc<AuthConfig>>,
-    metrics: HttpMetrics,
-) -> Router {
+/// The actions route over `catalog`, behind `gate` (each verb's scope is checked here,
+/// once the verb is known), counting calls in `metrics`.
+pub fn actions_router(catalog: Arc<Catalog>, gate: Arc<Gate>, metrics: HttpMetrics) -> Router {
     Router::new()
         .route("/v1/actions", get(list_actions))
         .route(
@@ -96,43 +94,26 @@ pub fn actions_router(
             post(call_action).fallback(verb_method_not_allowed),
         )
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // The last layer added runs first: the gate answers before the body is read.
+        .layer(from_fn_with_state((gate.clone(), None), guard))
         .with_state(RouteState {
             catalog,
-            auth,
+            gate,
             metrics,
         })
 }
 
-/// `routes` behind the body limit and, when `auth` is set, a valid bearer token (any
-/// accepted token: contributed routes declare no scope). Refusals use the route's
-/// error model.
-pub fn protected_routes(routes: Router, auth: Option<Arc<AuthConfig>>) -> Router {
-    // The last layer added runs first: the token is checked before the body is read.
-    public_routes(routes).layer(from_fn_with_state(auth, require_token))
+/// `routes` behind the body limit and the [`Gate`]: the browser checks, and when
+/// `[auth]` is on any accepted token (contributed routes declare no scope) within its
+/// budgets. Refusals use the route's error model.
+pub fn protected_routes(routes: Router, gate: Arc<Gate>) -> Router {
+    public_routes(routes).layer(from_fn_with_state((gate, None), guard))
 }
 
-/// `routes` behind the body limit and, when `auth` is set, a bearer token granting
-/// `scope`. Refusals use the route's error model.
-pub fn scoped_routes(routes: Router, auth: Option<Arc<AuthConfig>>, scope: &str) -> Router {
-    let required = (auth, Arc::<str>::from(scope));
-    public_routes(routes).layer(from_fn_with_state(required, require_scope))
-}
-
-async fn require_scope(
-    State((auth, scope)): State<(Option<Arc<AuthConfig>>, Arc<str>)>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if let Some(auth) = &auth {
-        let what = format!("{} {}", request.method(), request.uri().path());
-        let granted = auth
-            .authenticate(authorization(request.headers()))
-            .and_then(|token| token.authorize(&scope, &what));
-        if let Err(error) = granted {
-            return error_response(&error);
-        }
-    }
-    next.run(request).await
+/// As [`protected_routes`], and the token must grant `scope`.
+pub fn scoped_routes(routes: Router, gate: Arc<Gate>, scope: &str) -> Router {
+    let required = (gate, Some(Arc::<str>::from(scope)));
+    public_routes(routes).layer(from_fn_with_state(required, guard))
 }
 
 /// `routes` behind the body limit only: no token is asked for.
@@ -140,19 +121,6 @@ pub fn public_routes(routes: Router) -> Router {
     routes
         .layer(from_fn(limit_body))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-}
-
-async fn require_token(
-    State(auth): State<Option<Arc<AuthConfig>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if let Some(auth) = &auth
-        && let Err(error) = auth.authenticate(authorization(request.headers()))
-    {
-        return error_response(&error);
-    }
-    next.run(request).await
 }
 
 /// Refuses a body declared larger than [`MAX_BODY_BYTES`] before reading it, and caps
@@ -177,28 +145,19 @@ async fn limit_body(request: Request, next: Next) -> Response {
     next.run(Request::from_parts(parts, body)).await
 }
 
-fn error_response(error: &ActionError) -> Response {
+/// An error in the route's model: its status and `{"code", "message", "details"}`.
+pub(crate) fn error_response(error: &ActionError) -> Response {
     (error.code.status(), axum::Json(error.body())).into_response()
 }
 
-fn authorization(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-}
-
-async fn list_actions(State(state): State<RouteState>, headers: HeaderMap) -> Response {
-    if let Some(auth) = &state.auth
-        && let Err(error) = auth.authenticate(authorization(&headers))
-    {
-        return error_response(&error);
-    }
+async fn list_actions(State(state): State<RouteState>) -> Response {
     (StatusCode::OK, axum::Json(state.catalog.describe())).into_response()
 }
 
 async fn call_action(
     State(state): State<RouteState>,
     Path(verb): Path<String>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -219,7 +178,8 @@ async fn call_action(
     }
     let answer = match body {
         Ok(body) => {
-            dispatch(&state, &verb, &headers, &body)
+            let caller = caller.map_or(Caller(None), |Extension(caller)| caller);
+            dispatch(&state, &verb, caller, &body)
                 .instrument(span)
                 .await
         }
@@ -262,13 +222,9 @@ async fn verb_method_not_allowed(method: axum::http::Method, Path(verb): Path<St
 async fn dispatch(
     state: &RouteState,
     verb: &str,
-    headers: &HeaderMap,
+    caller: Caller,
     body: &[u8],
 ) -> Result<Value, ActionError> {
-    let token = match &state.auth {
-        Some(auth) => Some(auth.authenticate(authorization(headers))?),
-        None => None,
-    };
     let action = state.catalog.get(verb).ok_or_else(|| {
         let guess =
             workflow::suggest::did_you_mean(verb, state.catalog.actions.keys().map(String::as_str))
@@ -279,8 +235,10 @@ async fn dispatch(
             format!("unknown verb '{verb}': {guess}GET /v1/actions lists the verbs"),
         )
     })?;
-    if let Some(token) = token {
-        token.authorize(&action.scope, verb)?;
+    if let Some(token) = state.gate.token(caller) {
+        token.authorize(&action.scope, verb).inspect_err(|error| {
+            tracing::warn!(token = token.name.as_str(), code = error.code.as_str(), what = verb, reason = %error.message, "request refused");
+        })?;
     }
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})

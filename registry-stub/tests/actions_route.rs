@@ -37,12 +37,16 @@ fn auth() -> AuthConfig {
                 token: RUNNER_TOKEN.into(),
                 token_sha256: None,
                 scopes: vec!["workflow:run".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
             TokenConfig {
                 name: "reader".into(),
                 token: READER_TOKEN.into(),
                 token_sha256: None,
                 scopes: vec!["registry:read".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
         ],
     }

@@ -130,12 +130,14 @@ fn auth() -> AuthConfig {
             token: TOKEN.into(),
             token_sha256: None,
             scopes: vec!["registry:read".into()],
+            requests_per_minute: None,
+            max_body_bytes: None,
         }],
     }
 }
 
 fn echo(body: impl Into<Body>, token: Option<&str>) -> Request<Body> {
-    let mut request = Request::post("/probe/echo");
+    let mut request = Request::post("/probe/echo").header("content-type", "application/json");
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }

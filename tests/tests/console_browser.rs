@@ -541,12 +541,16 @@ async fn with_auth_the_page_asks_for_a_token_and_a_reader_cannot_complete_a_step
                 token: "reader-token-0123456789".into(),
                 token_sha256: None,
                 scopes: vec!["jobs:read".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
             TokenConfig {
                 name: "submitter".into(),
                 token: "submitter-token-0123456789".into(),
                 token_sha256: None,
                 scopes: vec!["*".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
         ],
     };

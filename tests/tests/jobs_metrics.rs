@@ -86,12 +86,16 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
                 token: token.into(),
                 token_sha256: None,
                 scopes: vec!["metrics:read".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
             TokenConfig {
                 name: "operator".into(),
                 token: "operator-token-0123456789".into(),
                 token_sha256: None,
                 scopes: vec!["*".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
         ],
     };
@@ -282,6 +286,7 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
     // Invented verbs never become labels.
     for i in 0..5 {
         let request = Request::post(format!("/v1/actions/made-up-{i}"))
+            .header("content-type", "application/json")
             .header("authorization", "Bearer operator-token-0123456789")
             .body(Body::from("{}"))
             .unwrap();

@@ -374,12 +374,16 @@ async fn health_answers_without_a_token_and_readiness_follows_the_database() {
                 token: "reader-token-0123456789".into(),
                 token_sha256: None,
                 scopes: vec!["jobs:read".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
             TokenConfig {
                 name: "submitter".into(),
                 token: "submitter-token-0123456789".into(),
                 token_sha256: None,
                 scopes: vec!["workflow:run".into()],
+                requests_per_minute: None,
+                max_body_bytes: None,
             },
         ],
     };
