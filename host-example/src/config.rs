@@ -34,7 +34,7 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
 use registry_stub::auth::AuthConfig;
-use registry_stub::config::{NodeSection, RegistrySection, check_bind};
+use registry_stub::config::{NodeSection, RegistrySection, WorkflowSection, check_bind};
 use serde::{Deserialize, Serialize};
 use workflow::suggest::did_you_mean;
 
@@ -52,6 +52,7 @@ pub struct HostConfig {
     pub parse: ParseConfig,
     pub jobs: JobsConfig,
     pub telemetry: TelemetrySection,
+    pub workflow: WorkflowSection,
 }
 
 /// `[telemetry]`: traces, off unless an endpoint is set.
@@ -134,6 +135,10 @@ impl HostConfig {
         if self.registry.max_response_bytes == 0 {
             return Err("invalid config: registry.max_response_bytes must be at least 1".into());
         }
+        self.workflow
+            .outbound
+            .compile()
+            .map_err(|e| format!("invalid config: {e}"))?;
         for host in &self.node.allowed_hosts {
             let plain = !host.trim().is_empty()
                 && !host.contains("://")

@@ -62,6 +62,27 @@ fn invalid_configs_fail_with_one_line() {
     );
     assert!(stderr(&output).contains("unknown role 'nope'"));
 
+    for (config, expected) in [
+        (
+            "[workflow.outbound]\nallow = [\"api.internal\"]\n",
+            "invalid config: workflow.outbound.allow[0]: 'api.internal' has no port",
+        ),
+        (
+            "[workflow.outbound]\ndeny_addresses = [\"metadata\"]\n",
+            "workflow.outbound.deny_addresses[0]: 'metadata' is not an IP address or a CIDR range",
+        ),
+        (
+            "[node]\nallowed_hosts = [\"http://jobs.internal\"]\n",
+            "node.allowed_hosts entry 'http://jobs.internal' must be a host name or host:port",
+        ),
+    ] {
+        let output = node(&["check-config"], Some(config), &[]);
+        assert_eq!(output.status.code(), Some(2), "{config}");
+        let err = stderr(&output);
+        assert!(err.contains(expected), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+
     let output = node(
         &["check-config"],
         None,

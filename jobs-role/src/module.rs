@@ -158,6 +158,7 @@ impl Role for JobsModule {
             .unwrap_or_else(|| Arc::new(Runner::new()));
         let (submitter, committing) =
             Submitter::new(store.clone(), workflows, self.config.max_attempts_default)
+                .with_outbound(runner.outbound())
                 .with_group_commit(ctx.shutdown_token());
         ctx.spawn_task("submission-commits", committing);
         let watchers = Watchers::new(store.clone(), self.config.max_watchers);

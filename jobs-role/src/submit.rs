@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use workflow::compile::{MessageError, RULES_TIME_LIMIT, encode_json};
+use workflow::outbound::OutboundPolicy;
 use workflow::{CompiledWorkflow, Findings};
 
 use crate::batch::{BatchQueue, batch_loop};
@@ -207,6 +208,8 @@ pub struct Submitter {
     /// Group commit of single submissions, once [`Submitter::with_group_commit`] set
     /// it up; each submission in its own transaction before.
     inserts: Option<BatchQueue<NewJob, Inserted>>,
+    /// What a new job's steps may call; a workflow breaking it is refused.
+    outbound: Arc<OutboundPolicy>,
 }
 
 impl Submitter {
@@ -222,7 +225,15 @@ impl Submitter {
             max_attempts_default,
             compiled: Arc::default(),
             inserts: None,
+            outbound: Arc::new(OutboundPolicy::unrestricted()),
         }
+    }
+
+    /// Refuses a workflow whose steps break `policy` (the node's `[workflow.outbound]`,
+    /// shared with its engine), with a finding per step and rule.
+    pub fn with_outbound(mut self, policy: Arc<OutboundPolicy>) -> Self {
+        self.outbound = policy;
+        self
     }
 
     /// The same submitter with its single submissions group-committed: concurrent
@@ -391,7 +402,8 @@ impl Submitter {
             .map_err(Uncompiled::Findings)?;
         // A new job is held to the checks a job's snapshot is not (it compiles again
         // in every worker that claims it, whatever checks were added since).
-        let strict = compiled.workflow.strict_findings();
+        let mut strict = compiled.workflow.strict_findings();
+        strict.extend(self.outbound.findings(&compiled.workflow));
         if strict.is_empty() {
             Ok(compiled)
         } else {

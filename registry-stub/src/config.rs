@@ -210,6 +210,16 @@ impl RegistrySection {
     }
 }
 
+/// The `[workflow]` section: what the engine's steps may call.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkflowSection {
+    /// `[workflow.outbound]`: the outbound call policy ([`workflow::outbound`]). By
+    /// default loopback targets only (`localhost`, `127.0.0.0/8`, `[::1]`, any port),
+    /// TLS required elsewhere.
+    pub outbound: workflow::outbound::OutboundRules,
+}
+
 /// Refuses a bind that would expose an unauthenticated node beyond this machine.
 pub fn check_bind(bind: SocketAddr, auth: Option<&AuthConfig>) -> Result<(), String> {
     match auth {

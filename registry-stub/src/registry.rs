@@ -18,6 +18,8 @@ use prost_reflect::{DescriptorPool, MessageDescriptor};
 use serde_json::{Value, json};
 use workflow::{Checkpoint, CompiledWorkflow, Findings, RunError, Runner};
 
+use workflow::outbound::OutboundPolicy;
+
 use crate::action::{Action, ActionError, ActionRequest, ActionResult};
 use crate::config::{RegistryConfig, RegistrySection, RunLimits, TlsSection};
 use crate::node::{MountContext, MountError, Role};
@@ -33,6 +35,7 @@ pub struct RegistryRole {
     limits: RunLimits,
     max_response_bytes: usize,
     tls: Vec<TlsSection>,
+    outbound: OutboundPolicy,
 }
 
 impl RegistryRole {
@@ -44,7 +47,17 @@ impl RegistryRole {
             limits: RunLimits::default(),
             max_response_bytes: workflow::runner::DEFAULT_MAX_RESPONSE_BYTES,
             tls: Vec::new(),
+            outbound: OutboundPolicy::unrestricted(),
         }
+    }
+
+    /// What the node's workflows may call (`[workflow.outbound]`): `put-workflow`,
+    /// `run-workflow` and roles' contributions are refused with a finding per broken
+    /// rule, and the shared engine checks every call against it (jobs included).
+    /// Without it, nothing is refused.
+    pub fn with_outbound(mut self, policy: OutboundPolicy) -> Self {
+        self.outbound = policy;
+        self
     }
 
     /// A registry configured by a whole `[registry]` section.
@@ -116,13 +129,16 @@ impl Role for RegistryRole {
             .map_err(MountError)?;
         let message = |name: &str| surface_message(&pool, &format!("protomolt.registry.v1.{name}"));
         let repository = Arc::new(
-            FileWorkflowRepository::open(&self.config.workflows_dir)
-                .await
-                .map_err(|e| {
-                    MountError(format!(
-                        "opening the workflows directory (registry.workflows_dir): {e}"
-                    ))
-                })?,
+            FileWorkflowRepository::open_with(
+                &self.config.workflows_dir,
+                Arc::new(self.outbound.clone()),
+            )
+            .await
+            .map_err(|e| {
+                MountError(format!(
+                    "opening the workflows directory (registry.workflows_dir): {e}"
+                ))
+            })?,
         );
         let mut tls = Vec::with_capacity(self.tls.len());
         for (index, entry) in self.tls.iter().enumerate() {
@@ -131,6 +147,7 @@ impl Role for RegistryRole {
         let runner = Arc::new(
             Runner::new()
                 .with_max_response_bytes(self.max_response_bytes)
+                .with_outbound(self.outbound.clone())
                 .with_tls_targets(tls),
         );
         ctx.provide::<Arc<dyn WorkflowRepository>>(repository.clone());
@@ -266,6 +283,10 @@ async fn run_workflow(
         .await
         .map_err(ActionError::internal)?
         .map_err(|f| findings_error(&f))?;
+    let breaches = runner.outbound().findings(&compiled);
+    if !breaches.is_empty() {
+        return Err(findings_error(&Findings(breaches)));
+    }
     let input = compiled
         .parse_input_within(
             request.get("input").unwrap_or(&json!({})),

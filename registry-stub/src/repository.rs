@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
+use workflow::outbound::OutboundPolicy;
 use workflow::{CompiledWorkflow, Findings};
 
 /// Where a stored workflow comes from.
@@ -120,8 +121,17 @@ pub fn check_name(name: &str) -> Result<(), RepositoryError> {
 
 /// Compiles a workflow to store it: as a new workflow
 /// ([`CompiledWorkflow::compile_new`]) for a put or a role's contribution.
-fn compile_named(envelope: &Value) -> Result<(String, usize), RepositoryError> {
+/// The outbound policy is one of the checks: a workflow calling what it forbids is
+/// not stored.
+fn compile_named(
+    envelope: &Value,
+    outbound: &OutboundPolicy,
+) -> Result<(String, usize), RepositoryError> {
     let compiled = CompiledWorkflow::compile_new(envelope)?;
+    let breaches = outbound.findings(&compiled);
+    if !breaches.is_empty() {
+        return Err(Findings(breaches).into());
+    }
     check_name(&compiled.name)?;
     Ok((compiled.name.clone(), compiled.steps.len()))
 }
@@ -129,10 +139,18 @@ fn compile_named(envelope: &Value) -> Result<(String, usize), RepositoryError> {
 /// Compiles a file stored before: it needs only to run, so a check added since
 /// ([`CompiledWorkflow::strict_findings`]) is a warning, not a reason to stop serving
 /// it (submissions by its name are still held to it).
-fn compile_loaded(envelope: &Value, path: &Path) -> Result<(String, usize), RepositoryError> {
+fn compile_loaded(
+    envelope: &Value,
+    path: &Path,
+    outbound: &OutboundPolicy,
+) -> Result<(String, usize), RepositoryError> {
     let compiled = CompiledWorkflow::compile(envelope)?;
     check_name(&compiled.name)?;
-    for finding in compiled.strict_findings() {
+    for finding in compiled
+        .strict_findings()
+        .into_iter()
+        .chain(outbound.findings(&compiled))
+    {
         tracing::warn!(path = %path.display(), %finding, "a stored workflow fails a check new workflows must pass; new jobs of it are refused until it is fixed");
     }
     Ok((compiled.name.clone(), compiled.steps.len()))
@@ -150,12 +168,25 @@ pub struct FileWorkflowRepository {
     /// mid-put (a client disconnecting, a timeout) cannot leave the write done and the
     /// served copy stale.
     writer: Arc<std::sync::Mutex<()>>,
+    /// What a stored or contributed workflow may call.
+    outbound: Arc<OutboundPolicy>,
 }
 
 impl FileWorkflowRepository {
     /// Opens (creating when missing) `dir` and loads every `NAME.json` in it. A file
-    /// that is not a valid workflow is skipped with a warning, not fatal.
+    /// that is not a valid workflow is skipped with a warning, not fatal. No outbound
+    /// policy: see [`FileWorkflowRepository::open_with`].
     pub async fn open(dir: &Path) -> Result<FileWorkflowRepository, RepositoryError> {
+        Self::open_with(dir, Arc::new(OutboundPolicy::unrestricted())).await
+    }
+
+    /// As [`FileWorkflowRepository::open`], holding every put and contribution to
+    /// `outbound` (a stored file that breaks it still loads, with a warning: its jobs
+    /// fail at the step the policy forbids, and new submissions of it are refused).
+    pub async fn open_with(
+        dir: &Path,
+        outbound: Arc<OutboundPolicy>,
+    ) -> Result<FileWorkflowRepository, RepositoryError> {
         let io = |action, source| RepositoryError::Io {
             action,
             path: dir.to_owned(),
@@ -180,7 +211,8 @@ impl FileWorkflowRepository {
             let loaded = async {
                 let bytes = tokio::fs::read(&path).await.map_err(|e| e.to_string())?;
                 let envelope: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-                let (name, steps) = compile_loaded(&envelope, &path).map_err(|e| e.to_string())?;
+                let (name, steps) =
+                    compile_loaded(&envelope, &path, &outbound).map_err(|e| e.to_string())?;
                 if name != stem {
                     return Err(format!("its workflow is named '{name}', not '{stem}'"));
                 }
@@ -204,6 +236,7 @@ impl FileWorkflowRepository {
             dir: dir.to_owned(),
             entries: Arc::new(RwLock::new(entries)),
             writer: Arc::new(std::sync::Mutex::new(())),
+            outbound,
         })
     }
 
@@ -211,7 +244,7 @@ impl FileWorkflowRepository {
     /// and whether it was new. When it returns `Ok`, the file is on disk (fsynced,
     /// directory included) and the same version is served.
     pub async fn put(&self, envelope: Value) -> Result<(String, bool), RepositoryError> {
-        let (name, steps) = compile_named(&envelope)?;
+        let (name, steps) = compile_named(&envelope, &self.outbound)?;
         let path = self.dir.join(format!("{name}.json"));
         let bytes = serde_json::to_vec_pretty(&envelope).map_err(|e| RepositoryError::Io {
             action: "encoding",
@@ -315,7 +348,7 @@ impl WorkflowRepository for FileWorkflowRepository {
     }
 
     fn contribute(&self, role: &str, envelope: Value) -> Result<String, RepositoryError> {
-        let (name, steps) = compile_named(&envelope)?;
+        let (name, steps) = compile_named(&envelope, &self.outbound)?;
         let stored = StoredWorkflow {
             name: name.clone(),
             envelope,

@@ -53,13 +53,31 @@ impl JobsNode {
         config: JobsConfig,
         auth: Option<registry_stub::auth::AuthConfig>,
     ) -> JobsNode {
+        Self::start_with(
+            config,
+            auth,
+            workflow::outbound::OutboundPolicy::unrestricted(),
+        )
+        .await
+    }
+
+    /// Mounts and starts a node with `config`, the tokens of `auth`, and the outbound
+    /// call policy `outbound`.
+    pub async fn start_with(
+        config: JobsConfig,
+        auth: Option<registry_stub::auth::AuthConfig>,
+        outbound: workflow::outbound::OutboundPolicy,
+    ) -> JobsNode {
         let workflows = tempfile::tempdir().expect("temp dir");
         let url = config.database_url.clone().expect("a database");
         let node = Node::new()
             .with_auth(auth)
-            .role(RegistryRole::new(RegistryConfig {
-                workflows_dir: workflows.path().to_owned(),
-            }))
+            .role(
+                RegistryRole::new(RegistryConfig {
+                    workflows_dir: workflows.path().to_owned(),
+                })
+                .with_outbound(outbound),
+            )
             .role(jobs_role::JobsModule::new(config))
             .mount()
             .await

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::uri::PathAndQuery;
@@ -20,6 +20,8 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
+
+use crate::outbound::OutboundPolicy;
 
 const DEADLINE_GRACE: Duration = Duration::from_millis(250);
 
@@ -123,6 +125,116 @@ pub enum CallError {
     Certificate(String),
     /// No answer within the deadline.
     Deadline(Duration),
+    /// The outbound policy refused the connection (every address the target's name
+    /// resolved to is forbidden); nothing was sent.
+    Refused(String),
+}
+
+/// Why a channel was not ready.
+enum Refusal {
+    /// The outbound policy refused every address.
+    Policy(String),
+    /// The connection or its handshake failed (the error chain).
+    NotReady(String),
+}
+
+/// The error [`PolicyConnector`] fails with when the policy refuses every address.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct OutboundRefused(String);
+
+/// The policy's refusal somewhere in `error`'s chain (tonic and hyper wrap it).
+fn refused_by_policy(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(refused) = error.downcast_ref::<OutboundRefused>() {
+            return Some(refused.0.clone());
+        }
+        // An io::Error's `source` skips the error it wraps: look inside it too.
+        if let Some(refused) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<OutboundRefused>())
+        {
+            return Some(refused.0.clone());
+        }
+        next = error.source();
+    }
+    None
+}
+
+/// Connects a channel the way the outbound policy allows: resolves the target's name
+/// here (not in the HTTP stack), drops every address the policy forbids, and connects
+/// to the first allowed one that answers. A name that resolves only into forbidden
+/// ranges fails with [`OutboundRefused`], before any connection is attempted.
+#[derive(Clone)]
+struct PolicyConnector {
+    policy: Arc<OutboundPolicy>,
+}
+
+impl tower::Service<http::Uri> for PolicyConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let invalid =
+                |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+            let host = uri
+                .host()
+                .ok_or_else(|| invalid(format!("'{uri}' names no host")))?
+                .to_owned();
+            let port = uri
+                .port_u16()
+                .unwrap_or(if uri.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                });
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
+            let addresses: Vec<std::net::SocketAddr> = match bare.parse::<std::net::IpAddr>() {
+                Ok(ip) => vec![std::net::SocketAddr::new(ip, port)],
+                Err(_) => tokio::net::lookup_host((bare, port)).await?.collect(),
+            };
+            let (allowed, refused): (Vec<_>, Vec<_>) = addresses
+                .into_iter()
+                .partition(|address| policy.allows_connection(&host, address.ip(), port));
+            if allowed.is_empty() {
+                let refused: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
+                return Err(std::io::Error::other(OutboundRefused(format!(
+                    "the outbound policy refuses '{host}:{port}': it resolves to {} only, which workflow.outbound does not allow (a name may not resolve into workflow.outbound.deny_addresses unless workflow.outbound.allow lists the address); no connection was made",
+                    if refused.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        refused.join(", ")
+                    }
+                ))));
+            }
+            let mut failure = None;
+            for address in allowed {
+                match tokio::net::TcpStream::connect(address).await {
+                    Ok(stream) => {
+                        stream.set_nodelay(true)?;
+                        return Ok(hyper_util::rt::TokioIo::new(stream));
+                    }
+                    Err(e) => failure = Some(e),
+                }
+            }
+            Err(failure
+                .unwrap_or_else(|| invalid(format!("no address to connect to for '{host}'"))))
+        })
+    }
 }
 
 /// Encodes any message, decodes the method's output type.
@@ -214,7 +326,7 @@ impl TlsTarget {
 /// `*` matches any run of bytes; everything else matches itself. Greedy with one
 /// backtrack point (the last `*`), so the cost is at most pattern × text, never
 /// exponential in the number of stars: targets come from workflow authors.
-fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+pub(crate) fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
@@ -241,6 +353,7 @@ fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
 pub struct GrpcClient {
     channels: Mutex<LruCache<(String, bool), Channel>>,
     tls: Vec<TlsTarget>,
+    outbound: Arc<OutboundPolicy>,
 }
 
 impl Default for GrpcClient {
@@ -248,6 +361,7 @@ impl Default for GrpcClient {
         GrpcClient {
             channels: Mutex::new(LruCache::new(MAX_CHANNELS, CHANNEL_IDLE)),
             tls: Vec::new(),
+            outbound: Arc::new(OutboundPolicy::unrestricted()),
         }
     }
 }
@@ -264,6 +378,13 @@ impl GrpcClient {
             tls,
             ..GrpcClient::default()
         }
+    }
+
+    /// Connects only where `policy` allows: each address a target's name resolves to
+    /// is checked before it is connected to (see [`crate::outbound`]).
+    pub fn with_outbound(mut self, policy: Arc<OutboundPolicy>) -> Self {
+        self.outbound = policy;
+        self
     }
 
     fn channel(&self, target: &str, tls: bool) -> Result<Channel, CallError> {
@@ -304,7 +425,12 @@ impl GrpcClient {
                 .tls_config(config)
                 .map_err(|e| unavailable(format!("TLS set-up for '{target}': {e}")))?;
         }
-        Ok(endpoint.connect_lazy())
+        if self.outbound.is_unrestricted() {
+            return Ok(endpoint.connect_lazy());
+        }
+        Ok(endpoint.connect_with_connector_lazy(PolicyConnector {
+            policy: self.outbound.clone(),
+        }))
     }
 
     /// Makes `call` with `request`.
@@ -351,7 +477,12 @@ impl GrpcClient {
             let mut grpc =
                 tonic::client::Grpc::new(channel).max_decoding_message_size(max_response_bytes);
             // Not ready: the connection (or its TLS handshake) failed; no server spoke.
-            grpc.ready().await.map_err(|e| Err(error_chain(&e)))?;
+            grpc.ready().await.map_err(|e| {
+                Err(match refused_by_policy(&e) {
+                    Some(refused) => Refusal::Policy(refused),
+                    None => Refusal::NotReady(error_chain(&e)),
+                })
+            })?;
             grpc.unary(request, path, codec).await.map_err(Ok)
         };
         // Only what this side made from a failed connection can be a certificate
@@ -359,10 +490,11 @@ impl GrpcClient {
         let certificate = |chain: &str| tls && is_certificate_failure(chain);
         match tokio::time::timeout(deadline, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(Err(not_ready))) if certificate(&not_ready) => {
+            Ok(Err(Err(Refusal::Policy(refused)))) => Err(CallError::Refused(refused)),
+            Ok(Err(Err(Refusal::NotReady(not_ready)))) if certificate(&not_ready) => {
                 Err(CallError::Certificate(not_ready))
             }
-            Ok(Err(Err(not_ready))) => Err(CallError::Status {
+            Ok(Err(Err(Refusal::NotReady(not_ready)))) => Err(CallError::Status {
                 code: Code::Unavailable,
                 message: format!("target not ready: {not_ready}"),
                 transport: true,
@@ -370,6 +502,9 @@ impl GrpcClient {
             // A status the target sent has no source; one tonic made from a failed
             // connection (reset, closed mid-call) carries the transport error.
             Ok(Err(Ok(status))) => {
+                if let Some(refused) = refused_by_policy(&status) {
+                    return Err(CallError::Refused(refused));
+                }
                 let transport = std::error::Error::source(&status).is_some();
                 if transport && certificate(&error_chain(&status)) {
                     return Err(CallError::Certificate(error_chain(&status)));

@@ -27,6 +27,7 @@
 //! | [`scope`]      | what a running segment can read: the input and earlier responses       |
 //! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
 //! | [`grpc`]       | dynamic unary calls over tonic; a bounded LRU cache of channels        |
+//! | [`outbound`]   | the outbound call policy: allowed targets, TLS, DNS answers, ceilings |
 //! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
@@ -43,6 +44,7 @@ pub mod failure;
 pub mod gate;
 pub mod grpc;
 pub mod offload;
+pub mod outbound;
 pub mod rules;
 pub mod ruleset;
 pub mod runner;

@@ -12,6 +12,7 @@
 //! failure.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -24,6 +25,7 @@ use crate::compile::{CompiledStep, CompiledWorkflow, RULES_TIME_LIMIT, encode_js
 use crate::failure::{FailureKind, StepFailure};
 use crate::gate::GATE_TIME_LIMIT;
 use crate::grpc::{Call, CallError, GrpcClient};
+use crate::outbound::OutboundPolicy;
 use crate::rules::apply_rule;
 use crate::scope::Scope;
 
@@ -137,6 +139,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 pub struct Runner {
     grpc: GrpcClient,
     max_response_bytes: usize,
+    outbound: Arc<OutboundPolicy>,
 }
 
 impl Default for Runner {
@@ -144,6 +147,7 @@ impl Default for Runner {
         Runner {
             grpc: GrpcClient::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            outbound: Arc::new(OutboundPolicy::unrestricted()),
         }
     }
 }
@@ -165,8 +169,23 @@ impl Runner {
     /// TLS steps reach the targets each entry matches with its CA bundle and client
     /// certificate (the first match applies; the public roots otherwise).
     pub fn with_tls_targets(mut self, tls: Vec<crate::grpc::TlsTarget>) -> Self {
-        self.grpc = GrpcClient::with_tls(tls);
+        self.grpc = GrpcClient::with_tls(tls).with_outbound(self.outbound.clone());
         self
+    }
+
+    /// Calls only what `policy` allows: before each call a step is checked against it
+    /// (a step it forbids fails with a `WORKFLOW` failure, not retried, and nothing is
+    /// sent), and connections go only to the addresses it allows.
+    pub fn with_outbound(mut self, policy: OutboundPolicy) -> Self {
+        self.outbound = Arc::new(policy);
+        self.grpc = std::mem::take(&mut self.grpc).with_outbound(self.outbound.clone());
+        self
+    }
+
+    /// The outbound policy, for the checks made when a workflow is accepted
+    /// ([`OutboundPolicy::findings`]).
+    pub fn outbound(&self) -> Arc<OutboundPolicy> {
+        self.outbound.clone()
     }
 
     /// Accepts step responses up to `bytes` (a step's `maxResponseBytes` overrides
@@ -215,7 +234,7 @@ impl Runner {
         sink: &mut S,
         metadata: &dyn CallMetadata,
     ) -> Result<SegmentOutcome, SegmentError> {
-        let segment_end = Instant::now() + workflow.deadline;
+        let segment_end = Instant::now() + self.outbound.segment_limit(workflow.deadline);
         let mut scope = Scope::new(input.clone());
         let mut steps = Vec::with_capacity(workflow.steps.len());
         for replayed in prior {
@@ -359,15 +378,33 @@ impl Runner {
             .method
             .as_ref()
             .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a method".into()))?;
+        // A job accepted under an older policy must not call what the current one
+        // forbids: it fails here, loud and not retried, before anything is sent.
+        let breaches = self.outbound.step_findings(workflow, step);
+        if !breaches.is_empty() {
+            let listed: Vec<String> = breaches.iter().map(|f| f.message.clone()).collect();
+            return Err(fail(
+                FailureKind::Workflow,
+                format!(
+                    "the outbound policy forbids this call: {}",
+                    listed.join("; ")
+                ),
+            ));
+        }
         let request =
             build_request(step, scope)?.unwrap_or_else(|| DynamicMessage::new(method.input()));
+        self.outbound
+            .check_request_size(prost::Message::encoded_len(&request))
+            .map_err(|e| fail(FailureKind::Workflow, e))?;
         let remaining = time_left(workflow, &step.name, segment_end)?;
         let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
         let target = step
             .target
             .as_deref()
             .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a target".into()))?;
-        let limit = step.max_response_bytes.unwrap_or(self.max_response_bytes);
+        let limit = self
+            .outbound
+            .response_limit(step.max_response_bytes.unwrap_or(self.max_response_bytes));
         let headers = metadata.for_step(step);
         let call = Call {
             target,
@@ -417,6 +454,7 @@ impl Runner {
                         "the TLS handshake with '{target}' failed over certificates: {reason}: check the CA bundle and client certificate configured for this target ([[registry.tls]])"
                     ),
                 ),
+                CallError::Refused(reason) => fail(FailureKind::Workflow, reason),
                 CallError::Deadline(waited) => fail(
                     FailureKind::Deadline,
                     deadline_message(waited, step.deadline, remaining),
