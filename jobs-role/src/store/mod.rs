@@ -33,6 +33,7 @@ mod reads;
 mod retries;
 pub mod sql;
 mod submissions;
+pub mod tls;
 mod watching;
 mod writes;
 
@@ -54,11 +55,11 @@ pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
 
 use std::time::Duration;
 
-use deadpool_postgres::{Pool, Runtime, Timeouts};
+use deadpool_postgres::{Pool, Runtime};
 use jobs_proto::v1::workflow_run_event::Type;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use crate::status::{JobStatus, UnknownStatus};
@@ -239,11 +240,21 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The stream a listener's connection runs over (TLS or not, as `sslmode` says).
+pub type ListenerStream =
+    <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+        tokio_postgres::Socket,
+    >>::Stream;
+
 /// The jobs store over a connection pool.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    database_url: String,
+    /// How to open a connection of its own (the listener's), as the pool does.
+    connect: (
+        tokio_postgres::Config,
+        tokio_postgres_rustls::MakeRustlsConnect,
+    ),
     /// Connections operator acts may hold while they wait in a row's lock queue (a
     /// quarter of the pool), so waiting acts never starve the workers.
     waiting_acts: std::sync::Arc<tokio::sync::Semaphore>,
@@ -253,17 +264,21 @@ impl Store {
     /// Builds the pool and applies the migrations. Waiting for a connection is
     /// bounded by [`POOL_WAIT`], and so is opening one.
     pub async fn connect(database_url: &str, max_connections: usize) -> Result<Store, StoreError> {
-        let mut config = deadpool_postgres::Config::new();
-        config.url = Some(database_url.to_owned());
-        let mut pool = deadpool_postgres::PoolConfig::new(max_connections);
-        pool.timeouts = Timeouts {
-            wait: Some(POOL_WAIT),
-            create: Some(POOL_WAIT),
-            recycle: Some(POOL_WAIT),
-        };
-        config.pool = Some(pool);
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1), NoTls)
+        let (config, tls) = tls::connect_options(database_url).map_err(StoreError::Config)?;
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            tls.clone(),
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(max_connections)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(POOL_WAIT))
+            .recycle_timeout(Some(POOL_WAIT))
+            .build()
             .map_err(|e| StoreError::Config(e.to_string()))?;
         let mut client = pool.get().await.map_err(|error| StoreError::Connect {
             target: connection_target(database_url),
@@ -272,7 +287,7 @@ impl Store {
         migrate(&mut client).await?;
         Ok(Store {
             pool,
-            database_url: database_url.to_owned(),
+            connect: (config, tls),
             waiting_acts: std::sync::Arc::new(tokio::sync::Semaphore::new(
                 (max_connections / 4).max(1),
             )),
@@ -317,11 +332,12 @@ impl Store {
     ) -> Result<
         (
             Client,
-            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+            tokio_postgres::Connection<tokio_postgres::Socket, ListenerStream>,
         ),
         StoreError,
     > {
-        let (client, connection) = tokio_postgres::connect(&self.database_url, NoTls).await?;
+        let (config, tls) = &self.connect;
+        let (client, connection) = config.connect(tls.clone()).await?;
         Ok((client, connection))
     }
 }
@@ -510,7 +526,10 @@ pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// Where a database URL points, without its password: `host:port/database as user`.
 pub fn connection_target(database_url: &str) -> String {
-    let Ok(config) = database_url.parse::<tokio_postgres::Config>() else {
+    let Ok(config) = tls::take_tls_keys(database_url)
+        .0
+        .parse::<tokio_postgres::Config>()
+    else {
         return "the configured jobs.database_url (it does not parse)".to_owned();
     };
     let hosts: Vec<String> = config

@@ -1,0 +1,195 @@
+//! A PostgreSQL cluster of a test's own: `initdb` and `pg_ctl` into a temporary
+//! directory, on a free port of 127.0.0.1, optionally serving TLS with a certificate
+//! from a CA the test made. Stopped (immediately) when dropped.
+//!
+//! `initdb` refuses to run as root; as root (CI containers), the cluster runs as the
+//! `postgres` user, as `./dev` does for its own local cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+/// A test CA and one server certificate it signed.
+pub struct TestPki {
+    /// The CA certificate (PEM): what a client trusts.
+    pub ca_pem: String,
+    /// The server's certificate (PEM).
+    pub cert_pem: String,
+    /// The server's private key (PEM).
+    pub key_pem: String,
+}
+
+impl TestPki {
+    /// A new CA, and a server certificate for `names` (DNS names or IP addresses).
+    pub fn new(names: &[&str]) -> TestPki {
+        let ca_key = KeyPair::generate().expect("a CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_pem = ca.self_signed(&ca_key).expect("the CA certificate").pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().expect("a server key");
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let cert = CertificateParams::new(names)
+            .expect("server params")
+            .signed_by(&key, &issuer)
+            .expect("the server certificate");
+        TestPki {
+            ca_pem,
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}
+
+/// A running cluster; see the module docs.
+pub struct PgCluster {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+/// The directory holding `initdb` and `pg_ctl`.
+fn pg_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("pg_ctl").is_file() && dir.join("initdb").is_file() {
+                return dir;
+            }
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("bin"))
+                .filter(|bin| bin.join("pg_ctl").is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!("no PostgreSQL server binaries (initdb, pg_ctl): ./dev up installs what the tests need, or apt-get install postgresql")
+    })
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// `program args…`, as the `postgres` user when this process is root.
+fn as_owner(program: &Path) -> Command {
+    if running_as_root() {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Gives `path` to the `postgres` user when this process is root.
+fn give_to_owner(path: &Path) {
+    if running_as_root() {
+        let status = Command::new("chown")
+            .args(["-R", "postgres"])
+            .arg(path)
+            .status()
+            .expect("chown runs");
+        assert!(status.success(), "chown -R postgres {}", path.display());
+    }
+}
+
+fn run(mut command: Command, what: &str) {
+    let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl PgCluster {
+    /// Creates and starts a cluster (trust authentication for `postgres`), serving TLS
+    /// with `pki`'s server certificate when given.
+    pub fn start(pki: Option<&TestPki>) -> PgCluster {
+        let bin = pg_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("protomolt-pg-")
+            .tempdir()
+            .expect("a temporary directory");
+        let data = dir.path().join("data");
+        give_to_owner(dir.path());
+        let mut initdb = as_owner(&bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "--no-sync"]);
+        run(initdb, "initdb");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut settings = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\nfsync = off\n",
+            dir.path().display()
+        );
+        if let Some(pki) = pki {
+            std::fs::write(data.join("server.crt"), &pki.cert_pem).expect("the certificate");
+            let key = data.join("server.key");
+            std::fs::write(&key, &pki.key_pem).expect("the key");
+            // PostgreSQL refuses a key others can read.
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("key permissions");
+            settings
+                .push_str("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+        }
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("postgresql.conf");
+        text.push_str(&settings);
+        std::fs::write(&conf, text).expect("postgresql.conf written");
+        give_to_owner(dir.path());
+        let mut start = as_owner(&bin.join("pg_ctl"));
+        start
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.path().join("server.log"))
+            .args(["-w", "start"]);
+        run(start, "pg_ctl start");
+        PgCluster { dir, bin, port }
+    }
+
+    /// A URL to `database` as `postgres`, with `params` (`sslmode=require`, …).
+    pub fn url(&self, params: &str) -> String {
+        let query = if params.is_empty() {
+            String::new()
+        } else {
+            format!("?{params}")
+        };
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres{query}",
+            self.port
+        )
+    }
+
+    /// The cluster's directory (readable by the test; the CA file can go here).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let mut stop = as_owner(&self.bin.join("pg_ctl"));
+        stop.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"]);
+        let _ = stop.output();
+    }
+}
