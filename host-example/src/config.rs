@@ -859,7 +859,7 @@ mod tests {
         let err = load_file("[zzz]\n").unwrap_err();
         assert_eq!(
             err,
-            "invalid config: unknown section [zzz] (in FILE); the sections are node, auth, registry, parse, jobs, telemetry"
+            "invalid config: unknown section [zzz] (in FILE); the sections are node, auth, registry, parse, jobs, telemetry, workflow"
         );
     }
 

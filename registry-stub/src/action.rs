@@ -261,6 +261,9 @@ impl Action {
                 field => format!("{field}: {e} (the body does not match {request})"),
             })
         })?;
+        if let Some(error) = list_over_its_limit(&message, "", 0) {
+            return Err(error);
+        }
         let violations =
             workflow::failure::violations_of(&self.request, self.validator.validate(&message))
                 .map_err(|e| {
@@ -277,6 +280,7 @@ impl Action {
         }
         let details: Vec<Value> = violations
             .iter()
+            .take(MAX_LISTED_VIOLATIONS)
             .map(|v| json!({ "field": json_path(&self.request, &v.field_path), "rule": v.rule_id, "message": v.message }))
             .collect();
         let listed: Vec<String> = details
@@ -288,13 +292,75 @@ impl Action {
                 )
             })
             .collect();
+        let more = match violations.len().saturating_sub(MAX_LISTED_VIOLATIONS) {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
         Err(ActionError::invalid(format!(
-            "invalid {} request: {}",
+            "invalid {} request: {}{more}",
             self.name,
             listed.join("; ")
         ))
         .with_details(details))
     }
+}
+
+/// The most violations one answer lists (the count of the rest is given).
+const MAX_LISTED_VIOLATIONS: usize = 50;
+
+/// A list longer than its field's `max_items`, in the request or the messages it
+/// holds: the validator checks every item of a list before, or besides, its length,
+/// so a million ids would each be checked and each listed. The length is checked
+/// first, in time proportional to the number of fields.
+fn list_over_its_limit(
+    message: &DynamicMessage,
+    prefix: &str,
+    depth: usize,
+) -> Option<ActionError> {
+    use prost_protovalidate_types::{FieldConstraintsExt, field_rules};
+    use prost_reflect::Value as Field;
+    // Request messages are shallow; what lies deeper (Structs) declares no rules.
+    if depth > 4
+        || message
+            .descriptor()
+            .full_name()
+            .starts_with("google.protobuf.")
+    {
+        return None;
+    }
+    for (field, value) in message.fields() {
+        let path = format!("{prefix}{}", field.json_name());
+        if let Field::List(items) = value {
+            let limit = match field.field_constraints() {
+                Ok(Some(rules)) => match rules.r#type {
+                    Some(field_rules::Type::Repeated(repeated)) => repeated.max_items,
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(limit) = limit
+                && items.len() as u64 > limit
+            {
+                return Some(ActionError::invalid(format!(
+                    "{path}: at most {limit} items, not {}",
+                    items.len()
+                )));
+            }
+            for (i, item) in items.iter().enumerate() {
+                if let Field::Message(inner) = item
+                    && let Some(error) =
+                        list_over_its_limit(inner, &format!("{path}[{i}]."), depth + 1)
+                {
+                    return Some(error);
+                }
+            }
+        } else if let Field::Message(inner) = value
+            && let Some(error) = list_over_its_limit(inner, &format!("{path}."), depth + 1)
+        {
+            return Some(error);
+        }
+    }
+    None
 }
 
 /// The canonical form of a parsed body: every set field under its JSON name; scalar

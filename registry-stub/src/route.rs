@@ -243,8 +243,31 @@ async fn dispatch(
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ActionError::invalid(format!("the body is not valid JSON: {e}")))?
+        parse_body(body)?
     };
     action.call(body).await
+}
+
+/// The body as JSON; a body that does not parse is refused naming where (the path of
+/// the field, shortened, as well as the line and column), so that a value nested past
+/// the parser's depth limit names the field that holds it.
+fn parse_body(body: &[u8]) -> Result<Value, ActionError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value: Value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let mut shown: String = path.chars().take(60).collect();
+        if shown.len() < path.len() {
+            shown.push('…');
+        }
+        let inner = e.into_inner();
+        if shown.is_empty() || shown == "." {
+            ActionError::invalid(format!("the body is not valid JSON: {inner}"))
+        } else {
+            ActionError::invalid(format!("the body is not valid JSON at {shown}: {inner}"))
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| ActionError::invalid(format!("the body is not valid JSON: {e}")))?;
+    Ok(value)
 }

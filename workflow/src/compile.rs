@@ -1057,6 +1057,11 @@ fn check_declared_rules(
             validated.push(root(response_type.clone()));
         }
     }
+    // The validator recurses over the types: a chain too deep for it is refused
+    // before it is built.
+    if !ruleset::check_nesting(findings, &read) {
+        return;
+    }
     let unrunnable = ruleset::check_bounds(findings, &read);
     ruleset::check_usable(findings, validator, &validated, &unrunnable);
 }
@@ -1088,7 +1093,17 @@ fn schema_pool(draft: &mut Draft<'_>, root: &Map<String, Value>) -> Option<Descr
         }
     };
     match DescriptorPool::decode(bytes.as_slice()) {
-        Ok(pool) => Some(pool),
+        Ok(pool) => match import_cycle(&pool) {
+            None => Some(pool),
+            Some(cycle) => {
+                draft.find(
+                    None,
+                    "$.schema.descriptorSetBase64",
+                    format!("its files import each other in a cycle ({}), which protoc refuses: build the set from .proto files that compile", cycle.join(" → ")),
+                );
+                None
+            }
+        },
         Err(e) => {
             draft.find(
                 None,
@@ -1098,6 +1113,59 @@ fn schema_pool(draft: &mut Draft<'_>, root: &Map<String, Value>) -> Option<Descr
             None
         }
     }
+}
+
+/// A cycle of imports among the pool's files, as the chain of file names, found
+/// without recursion (the set is user input).
+fn import_cycle(pool: &DescriptorPool) -> Option<Vec<String>> {
+    let imports: std::collections::HashMap<String, Vec<String>> = pool
+        .files()
+        .map(|file| {
+            let names = file.dependencies().map(|d| d.name().to_owned()).collect();
+            (file.name().to_owned(), names)
+        })
+        .collect();
+    // 0: unseen, 1: on the current chain, 2: done.
+    let mut state: std::collections::HashMap<&str, u8> = std::collections::HashMap::new();
+    // In name order, so the cycle reported is the same every time.
+    let mut starts: Vec<&String> = imports.keys().collect();
+    starts.sort();
+    for start in starts {
+        if state.get(start.as_str()).copied().unwrap_or(0) != 0 {
+            continue;
+        }
+        let mut chain: Vec<(&str, usize)> = vec![(start.as_str(), 0)];
+        state.insert(start.as_str(), 1);
+        while let Some((file, next)) = chain.last().copied() {
+            let deps = imports.get(file).map(Vec::as_slice).unwrap_or_default();
+            match deps.get(next) {
+                Some(dep) => {
+                    if let Some(top) = chain.last_mut() {
+                        top.1 += 1;
+                    }
+                    match state.get(dep.as_str()).copied().unwrap_or(0) {
+                        1 => {
+                            let from = chain.iter().position(|(f, _)| *f == dep).unwrap_or(0);
+                            let mut cycle: Vec<String> =
+                                chain[from..].iter().map(|(f, _)| (*f).to_owned()).collect();
+                            cycle.push(dep.clone());
+                            return Some(cycle);
+                        }
+                        0 if imports.contains_key(dep) => {
+                            state.insert(dep.as_str(), 1);
+                            chain.push((dep.as_str(), 0));
+                        }
+                        _ => {}
+                    }
+                }
+                None => {
+                    state.insert(file, 2);
+                    chain.pop();
+                }
+            }
+        }
+    }
+    None
 }
 
 fn resolve_message(

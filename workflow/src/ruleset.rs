@@ -24,6 +24,11 @@
 //! the empty message (an unguarded `this.items[0]`) is reported too: it would error
 //! on some real message as well.
 //!
+//! Before either, the nesting of message types is bounded ([`MAX_TYPE_NESTING`]): the
+//! validator builds its evaluators by recursion over the fields' types, so a chain of
+//! thousands of types, each holding the next, would overflow the thread's stack and
+//! take the node down.
+//!
 //! Not covered: CEL in predefined rule extensions, and field rules on presence
 //! fields, which the default instance leaves unset and so never evaluates.
 
@@ -162,6 +167,78 @@ pub(crate) fn check_bounds(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> U
         }
     }
     unrunnable
+}
+
+/// The deepest chain of message-typed fields a workflow's types may have (a type
+/// already on the chain, a recursive type, ends it). Protobuf's own parsers stop
+/// decoding at 100 levels of nesting; real schemas stay far below this.
+pub const MAX_TYPE_NESTING: usize = 64;
+
+/// The longest chain of message-typed fields from `root`, itself counted, computed
+/// without recursion (the descriptor set is user input). A field whose type is already
+/// on the chain (a recursive type) ends the chain there, as it ends the validator's.
+pub(crate) fn nesting_depth(
+    root: &MessageDescriptor,
+    depths: &mut HashMap<String, usize>,
+) -> usize {
+    enum Visit {
+        Enter(MessageDescriptor),
+        Leave(MessageDescriptor),
+    }
+    let mut on_chain = HashSet::new();
+    let mut stack = vec![Visit::Enter(root.clone())];
+    while let Some(visit) = stack.pop() {
+        match visit {
+            Visit::Enter(message) => {
+                let name = message.full_name();
+                if depths.contains_key(name) || on_chain.contains(name) {
+                    continue;
+                }
+                on_chain.insert(name.to_owned());
+                stack.push(Visit::Leave(message.clone()));
+                for field in message.fields() {
+                    if let Some(inner) = field.kind().as_message() {
+                        stack.push(Visit::Enter(inner.clone()));
+                    }
+                }
+            }
+            Visit::Leave(message) => {
+                let deepest_field = message
+                    .fields()
+                    .filter_map(|field| {
+                        let inner = field.kind().as_message()?.full_name().to_owned();
+                        depths.get(&inner).copied()
+                    })
+                    .max()
+                    .unwrap_or(0);
+                on_chain.remove(message.full_name());
+                depths.insert(message.full_name().to_owned(), deepest_field + 1);
+            }
+        }
+    }
+    depths.get(root.full_name()).copied().unwrap_or(1)
+}
+
+/// A finding for every root whose types nest deeper than [`MAX_TYPE_NESTING`]; true
+/// when there is none (and the rules may be checked).
+pub(crate) fn check_nesting(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> bool {
+    let mut depths = HashMap::new();
+    let mut shallow = true;
+    for root in roots {
+        let depth = nesting_depth(&root.message, &mut depths);
+        if depth > MAX_TYPE_NESTING {
+            shallow = false;
+            findings.push(Finding {
+                step: root.step.clone(),
+                path: root.path.clone(),
+                message: format!(
+                    "type {} nests message types {depth} deep (a field holding a message holding a message …); at most {MAX_TYPE_NESTING} levels are accepted",
+                    root.message.full_name()
+                ),
+            });
+        }
+    }
+    shallow
 }
 
 /// Validates a default instance of every type reachable from `roots` (except those

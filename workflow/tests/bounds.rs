@@ -732,3 +732,48 @@ fn a_rule_nesting_maps_over_a_long_literal_is_a_finding_where_all_is_not() {
     let alls = judged_message("Alls", &format!("this.marks.all(a, {list}.all(b, b > 0))"));
     compile(&validated(&alls, "jobs.test.Text", "Alls"));
 }
+
+/// `count` message types, each holding the next: `Chain0 { Chain1 next = 1; } …`.
+fn type_chain(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            if i + 1 < count {
+                format!(
+                    "message Chain{i} {{ Chain{} next = 1; string name = 2; }}\n",
+                    i + 1
+                )
+            } else {
+                format!("message Chain{i} {{ string name = 2; }}\n")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn types_nested_thousands_deep_are_a_finding_not_a_stack_overflow() {
+    // The validator recurses over field types: 5,000 levels overflowed a 2 MiB stack
+    // before the nesting was bounded.
+    let deep = gated(
+        &type_chain(5_000),
+        "jobs.test.Chain0",
+        "true",
+        "127.0.0.1:1",
+    );
+    let found = findings(&deep);
+    assert!(
+        found.iter().any(|f| f.path == "$.inputType"
+            && f.message
+                .contains("jobs.test.Chain0 nests message types 5000 deep")
+            && f.message.contains("at most 64 levels")),
+        "{found:?}"
+    );
+    // At the bound, and through recursive types (whose chains end where they repeat),
+    // a workflow compiles.
+    compile(&gated(
+        &type_chain(workflow::ruleset::MAX_TYPE_NESTING),
+        "jobs.test.Chain0",
+        "true",
+        "127.0.0.1:1",
+    ));
+    compile(&gated("", "jobs.test.A", "true", "127.0.0.1:1"));
+}
