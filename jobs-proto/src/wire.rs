@@ -9,6 +9,12 @@
 //! Consumers of either form call [`unframe`]: a protobuf message never starts with a
 //! `0` byte (field number 0 does not exist), so the first byte tells the forms apart.
 
+use prost::Message as _;
+use prost_types::value::Kind;
+use serde_json::Value;
+
+use crate::v1::WorkflowRunRequest;
+
 /// The contract's `.proto` source, with its `buf.validate` annotations.
 pub const CONTRACT_PROTO: &str = include_str!("../../proto/protomolt/jobs/v1/jobs.proto");
 
@@ -132,6 +138,111 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
         }
     }
     None
+}
+
+/// A request record read as far as it can be without a database: the job it names,
+/// the request, and its input as JSON. Whether the request keeps its `buf.validate`
+/// rules ([`crate::WireMessage::validate`]) and names a stored workflow is the
+/// consumer's to decide (those become FAILED jobs; a [`RecordRefusal`] has no job).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    /// The request's `job_id`, a uuid.
+    pub job_id: uuid::Uuid,
+    /// The decoded request.
+    pub request: WorkflowRunRequest,
+    /// `input` as JSON (an empty object when absent).
+    pub input: Value,
+}
+
+/// Why a request record cannot become a job row at all (it is dead-lettered).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordRefusal {
+    /// The record has no value.
+    #[error("the record has no value: expected a WorkflowRunRequest")]
+    NoValue,
+    /// The value is JSON, the common mistake of a new producer.
+    #[error("{JSON_RECORD_HINT}")]
+    Json,
+    /// The value is neither framing of a `WorkflowRunRequest`.
+    #[error("not a WorkflowRunRequest: {0}")]
+    NotARequest(String),
+    /// The `job_id` is not a uuid, so no row can hold the request.
+    #[error("no usable job_id ('{0}' is not a uuid): no job row can hold it")]
+    NoJobId(String),
+}
+
+/// Reads a record's value from the requests topic, in either framing (plain or
+/// Confluent); a hostile value is a [`RecordRefusal`], never a panic (fuzzed by
+/// `fuzz/fuzz_targets/request_record.rs`).
+pub fn read_request_record(value: Option<&[u8]>) -> Result<RequestRecord, RecordRefusal> {
+    let bytes = value.ok_or(RecordRefusal::NoValue)?;
+    if looks_like_json(bytes) {
+        return Err(RecordRefusal::Json);
+    }
+    let (_, payload) = unframe(bytes).map_err(|e| RecordRefusal::NotARequest(e.to_string()))?;
+    let request = WorkflowRunRequest::decode(payload)
+        .map_err(|e| RecordRefusal::NotARequest(e.to_string()))?;
+    let job_id = uuid::Uuid::parse_str(&request.job_id)
+        .map_err(|_| RecordRefusal::NoJobId(cut(&request.job_id)))?;
+    let input = request
+        .input
+        .as_ref()
+        .map_or_else(|| Value::Object(Default::default()), struct_json);
+    Ok(RequestRecord {
+        job_id,
+        request,
+        input,
+    })
+}
+
+/// At most 80 characters of `text`, for a reason that quotes it.
+fn cut(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+/// A `google.protobuf.Struct` as JSON.
+pub fn struct_json(value: &prost_types::Struct) -> Value {
+    Value::Object(
+        value
+            .fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn value_json(value: &prost_types::Value) -> Value {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        // Struct numbers are doubles; whole ones become JSON integers so they parse
+        // into integer fields.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 => {
+            Value::from(*n as i64)
+        }
+        Some(Kind::NumberValue(n)) => {
+            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
+        }
+        Some(Kind::StringValue(s)) => Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StructValue(s)) => struct_json(s),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
+    }
+}
+
+/// The dead-letter reason of a request record whose value is JSON.
+pub const JSON_RECORD_HINT: &str = "the record's value is JSON, but a request record is the binary protobuf encoding of jobs.v1.WorkflowRunRequest (job_id, workflow_name, input), optionally in the Confluent wire format: produce request.SerializeToString() (Python), encode_to_vec() (Rust) or the equivalent; `protomolt proto export DIR` writes the .proto files";
+
+/// True when a record's value is a JSON object. A binary WorkflowRunRequest can
+/// never start with `{`: that byte is a group tag of field 15, which the message
+/// does not have; a value with leading whitespace counts only when all of it parses.
+fn looks_like_json(bytes: &[u8]) -> bool {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') if bytes.first() == Some(&b'{') => true,
+        Some(b'{') => {
+            serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| v.is_object())
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -24,9 +24,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use jobs_proto::WireMessage;
-use jobs_proto::v1::WorkflowRunRequest;
-use prost::Message as _;
-use prost_types::value::Kind;
+use jobs_proto::wire::{RequestRecord, read_request_record};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
@@ -296,32 +294,14 @@ impl RequestHandler {
 
     /// A job or a FAILED row; conflicts and data errors are the caller's to dead-letter.
     async fn record_as_job(&self, record: &OwnedMessage) -> Result<Disposition, StoreError> {
-        let reject = |error: String| self.reject(record, error);
-        let Some(bytes) = record.payload() else {
-            return reject("the record has no value: expected a WorkflowRunRequest".into()).await;
+        let RequestRecord {
+            job_id,
+            request,
+            input,
+        } = match read_request_record(record.payload()) {
+            Ok(read) => read,
+            Err(refusal) => return self.reject(record, refusal.to_string()).await,
         };
-        if looks_like_json(bytes) {
-            return reject(JSON_RECORD_HINT.into()).await;
-        }
-        let payload = match jobs_proto::wire::unframe(bytes) {
-            Ok((_, payload)) => payload,
-            Err(e) => return reject(format!("not a WorkflowRunRequest: {e}")).await,
-        };
-        let request = match WorkflowRunRequest::decode(payload) {
-            Ok(request) => request,
-            Err(e) => return reject(format!("not a WorkflowRunRequest: {e}")).await,
-        };
-        let Ok(job_id) = Uuid::parse_str(&request.job_id) else {
-            return reject(format!(
-                "no usable job_id ('{}' is not a uuid): no job row can hold it",
-                cut(&request.job_id)
-            ))
-            .await;
-        };
-        let input = request
-            .input
-            .as_ref()
-            .map_or_else(|| Value::Object(Default::default()), struct_json);
         let where_from = format!(
             "request at {}/{}/{}",
             record.topic(),
@@ -370,11 +350,12 @@ impl RequestHandler {
                 self.failed_row(job_id, &request.workflow_name, definition, input, error)
                     .await
             }
-            Err(SubmitError::Unstorable(path)) => reject(format!(
-                "{}: holds a NUL character (\\u0000), which PostgreSQL cannot store ({where_from})",
-                path
-            ))
-            .await,
+            Err(SubmitError::Unstorable(path)) => {
+                let error = format!(
+                    "{path}: holds a NUL character (\\u0000), which PostgreSQL cannot store ({where_from})"
+                );
+                self.reject(record, error).await
+            }
             Err(SubmitError::Store(e)) => Err(e),
         }
     }
@@ -421,54 +402,5 @@ fn log_disposition(record: &OwnedMessage, disposition: &Disposition) {
         Disposition::Rejected { error } => {
             tracing::warn!(%error, partition, offset, "request dead-lettered to workflow_run_request_rejects")
         }
-    }
-}
-
-fn cut(text: &str) -> String {
-    text.chars().take(80).collect()
-}
-
-/// A `google.protobuf.Struct` as JSON.
-pub fn struct_json(value: &prost_types::Struct) -> Value {
-    Value::Object(
-        value
-            .fields
-            .iter()
-            .map(|(k, v)| (k.clone(), value_json(v)))
-            .collect(),
-    )
-}
-
-fn value_json(value: &prost_types::Value) -> Value {
-    match &value.kind {
-        None | Some(Kind::NullValue(_)) => Value::Null,
-        // Struct numbers are doubles; whole ones become JSON integers so they parse
-        // into integer fields.
-        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 => {
-            Value::from(*n as i64)
-        }
-        Some(Kind::NumberValue(n)) => {
-            serde_json::Number::from_f64(*n).map_or(Value::Null, Value::Number)
-        }
-        Some(Kind::StringValue(s)) => Value::String(s.clone()),
-        Some(Kind::BoolValue(b)) => Value::Bool(*b),
-        Some(Kind::StructValue(s)) => struct_json(s),
-        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
-    }
-}
-
-/// The dead-letter reason of a request record whose value is JSON.
-const JSON_RECORD_HINT: &str = "the record's value is JSON, but a request record is the binary protobuf encoding of jobs.v1.WorkflowRunRequest (job_id, workflow_name, input), optionally in the Confluent wire format: produce request.SerializeToString() (Python), encode_to_vec() (Rust) or the equivalent; `protomolt proto export DIR` writes the .proto files";
-
-/// True when a record's value is a JSON object. A binary WorkflowRunRequest can
-/// never start with `{`: that byte is a group tag of field 15, which the message
-/// does not have; a value with leading whitespace counts only when all of it parses.
-fn looks_like_json(bytes: &[u8]) -> bool {
-    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') if bytes.first() == Some(&b'{') => true,
-        Some(b'{') => {
-            serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| v.is_object())
-        }
-        _ => false,
     }
 }

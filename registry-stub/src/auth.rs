@@ -99,6 +99,15 @@ impl AuthConfig {
                     "[auth] token #{n}: max_body_bytes must be at least 1 (leave it out for the route's 8 MiB)"
                 ));
             }
+            if token
+                .max_body_bytes
+                .is_some_and(|n| n > crate::route::MAX_BODY_BYTES)
+            {
+                return Err(format!(
+                    "[auth] token #{n}: max_body_bytes may be at most {} (the route's own limit; leave it out for that)",
+                    crate::route::MAX_BODY_BYTES
+                ));
+            }
         }
         Ok(())
     }
@@ -272,5 +281,11 @@ mod tests {
         weak.tokens[0].token = "short".into();
         assert!(weak.check().unwrap_err().contains("shorter than 16"));
         assert!(config().check().is_ok());
+        for (bytes, needle) in [(0, "at least 1"), (9 * 1024 * 1024, "at most 8388608")] {
+            let mut budget = config();
+            budget.tokens[0].max_body_bytes = Some(bytes);
+            let error = budget.check().unwrap_err();
+            assert!(error.contains(needle), "{error}");
+        }
     }
 }

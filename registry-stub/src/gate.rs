@@ -23,6 +23,7 @@
 //! A hand-rolled token bucket rather than a rate-limiting crate: one bucket per
 //! configured token, with no keys to evict, is a dozen lines.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -61,12 +62,21 @@ impl HostPolicy {
     /// node.
     fn knows(&self, authority: &str) -> bool {
         let authority = authority.trim().to_ascii_lowercase();
-        let (host, _port) = split_authority(&authority);
-        let listed = self.allowed_hosts.iter().any(|allowed| {
+        let (host, port) = split_authority(&authority);
+        if port.is_some_and(|port| port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit())) {
+            return false;
+        }
+        self.lists(&authority) || (self.loopback && is_loopback_name(host))
+    }
+
+    /// Whether `allowed_hosts` names `authority` (lower case): as it is, or its host
+    /// listed without a port.
+    fn lists(&self, authority: &str) -> bool {
+        let (host, _) = split_authority(authority);
+        self.allowed_hosts.iter().any(|allowed| {
             let allowed = allowed.trim().to_ascii_lowercase();
             allowed == authority || allowed == host
-        });
-        listed || (self.loopback && is_loopback_name(host))
+        })
     }
 
     /// Refuses a foreign `Host` or `Origin` (403, naming `node.allowed_hosts`).
@@ -94,9 +104,12 @@ impl HostPolicy {
             .strip_prefix("http://")
             .or_else(|| origin.strip_prefix("https://"))
             .filter(|rest| !rest.is_empty() && !rest.contains('/'));
+        // The page's origin must be this very node (the `Host` it was reached by, port
+        // included) or listed: another port of localhost is another site, such as a
+        // development server the operator has open.
         let same_site = authority.is_some_and(|authority| {
-            host.is_some_and(|host| host.eq_ignore_ascii_case(authority))
-                || (checks_host && self.knows(authority))
+            host.is_some_and(|host| host.trim().eq_ignore_ascii_case(authority))
+                || self.lists(&authority.to_ascii_lowercase())
         });
         if same_site {
             Ok(())
@@ -217,6 +230,7 @@ pub struct Gate {
     /// One per token of `auth`, in the same order; `None` where the token sets no rate.
     buckets: Vec<Option<Mutex<Bucket>>>,
     hosts: HostPolicy,
+    refusals: RefusalLog,
 }
 
 impl Gate {
@@ -236,6 +250,7 @@ impl Gate {
             auth,
             buckets,
             hosts,
+            refusals: RefusalLog::default(),
         }
     }
 
@@ -266,6 +281,27 @@ impl Gate {
         Ok(Caller(Some(index)))
     }
 
+    /// Logs a refusal of `caller` (by the token's name, never the secret): the first
+    /// of its kind (token and code) at once, then once a minute with the count since.
+    /// `what` is cut to 200 characters, control characters escaped.
+    pub fn log_refusal(&self, caller: Caller, what: &str, error: &ActionError) {
+        let Some(refusals) = self
+            .refusals
+            .due((caller.0, error.code.as_str()), Instant::now())
+        else {
+            return;
+        };
+        let token = self.token(caller).map_or("(none)", |t| t.name.as_str());
+        tracing::warn!(
+            token,
+            code = error.code.as_str(),
+            refusals,
+            what = %printable(what),
+            reason = %error.message,
+            "request refused"
+        );
+    }
+
     /// Takes one request from the caller's budget; over it, the error and the seconds
     /// to wait.
     fn spend(&self, caller: Caller, what: &str) -> Result<(), (ActionError, u64)> {
@@ -291,7 +327,7 @@ impl Gate {
                 token,
                 refusals,
                 per_minute,
-                what,
+                what = %printable(what),
                 "request budget exhausted; refusing with 429"
             );
         }
@@ -416,8 +452,25 @@ async fn bound_body(
     let (parts, body) = request.into_parts();
     match axum::body::to_bytes(body, limit.min(MAX_BODY_BYTES)).await {
         Ok(bytes) => Ok(Request::from_parts(parts, Body::from(bytes))),
-        Err(_) => Err(over(format!("more than {limit}"))),
+        Err(error) if is_over_limit(&error) => Err(over(format!("more than {limit}"))),
+        // The connection broke or the body was malformed: not a budget matter.
+        Err(error) => Err(ActionError::new(
+            Code::InvalidArgument,
+            format!("the request body could not be read: {error}"),
+        )),
     }
+}
+
+/// Whether reading a body stopped at its length limit (rather than failing).
+fn is_over_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Logs a refused request with the token's name when one was recognized: never the
@@ -428,15 +481,54 @@ fn log_refusal(gate: &Gate, request: &Request, what: &str, error: &ActionError) 
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        auth.authenticate(header).ok().map(|t| t.name.as_str())
+        let token = auth.authenticate(header).ok()?;
+        auth.tokens.iter().position(|t| std::ptr::eq(t, token))
     });
-    tracing::warn!(
-        token = token.unwrap_or("(none)"),
-        code = error.code.as_str(),
-        what,
-        reason = %error.message,
-        "request refused"
-    );
+    gate.log_refusal(Caller(token), what, error);
+}
+
+/// How often refusals of one kind are logged: the first at once, then one line a
+/// minute with the count since, so a storm of bad requests cannot flood the log.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Refusals by token and error code, for [`Gate::log_refusal`]. The keys are bounded
+/// by the configured tokens times the codes: nothing a caller sends adds one.
+#[derive(Default)]
+struct RefusalLog {
+    by_kind: Mutex<HashMap<(Option<usize>, &'static str), Refusals>>,
+}
+
+struct Refusals {
+    logged_at: Instant,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    /// The number of refusals to report now (this one included), or `None` while
+    /// this kind was logged less than [`REFUSAL_LOG_INTERVAL`] ago.
+    fn due(&self, key: (Option<usize>, &'static str), now: Instant) -> Option<u64> {
+        // A few steps under the lock; a poisoned lock still holds usable counts.
+        let mut by_kind = self
+            .by_kind
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(refusals) = by_kind.get_mut(&key) else {
+            by_kind.insert(
+                key,
+                Refusals {
+                    logged_at: now,
+                    unlogged: 0,
+                },
+            );
+            return Some(1);
+        };
+        refusals.unlogged += 1;
+        if now.saturating_duration_since(refusals.logged_at) < REFUSAL_LOG_INTERVAL {
+            return None;
+        }
+        refusals.logged_at = now;
+        Some(std::mem::take(&mut refusals.unlogged))
+    }
 }
 
 #[cfg(test)]
@@ -476,6 +568,8 @@ mod tests {
             "jobs.internal:80",
             "127.0.0.1.evil.example",
             "[::2]:8080",
+            "localhost:80a",
+            "localhost:",
             "",
         ] {
             let error = policy.check(&headers(&[("host", host)])).unwrap_err();
@@ -495,8 +589,12 @@ mod tests {
         };
         assert!(ok("http://127.0.0.1:8080"));
         assert!(
-            ok("http://localhost:8080"),
-            "another loopback name of this node"
+            !ok("http://localhost:3000"),
+            "another port of localhost is another site (a development server, say)"
+        );
+        assert!(
+            !ok("http://localhost:8080"),
+            "the page's origin is not the name this request was sent to"
         );
         assert!(!ok("https://evil.example"));
         assert!(!ok("null"));
@@ -586,5 +684,23 @@ mod tests {
             Some(2),
             "a minute later, the refusals since are counted"
         );
+    }
+
+    #[test]
+    fn a_kind_of_refusal_is_logged_at_once_then_once_a_minute_with_its_count() {
+        let log = RefusalLog::default();
+        let start = Instant::now();
+        let kind = (Some(0), "unauthenticated");
+        assert_eq!(log.due(kind, start), Some(1));
+        for second in 1..=30 {
+            assert_eq!(log.due(kind, start + Duration::from_secs(second)), None);
+        }
+        assert_eq!(
+            log.due((None, "unauthenticated"), start),
+            Some(1),
+            "another token's refusals are their own kind"
+        );
+        assert_eq!(log.due(kind, start + Duration::from_secs(60)), Some(31));
+        assert_eq!(log.due(kind, start + Duration::from_secs(61)), None);
     }
 }

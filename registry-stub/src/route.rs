@@ -236,9 +236,9 @@ async fn dispatch(
         )
     })?;
     if let Some(token) = state.gate.token(caller) {
-        token.authorize(&action.scope, verb).inspect_err(|error| {
-            tracing::warn!(token = token.name.as_str(), code = error.code.as_str(), what = verb, reason = %error.message, "request refused");
-        })?;
+        token
+            .authorize(&action.scope, verb)
+            .inspect_err(|error| state.gate.log_refusal(caller, verb, error))?;
     }
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -251,7 +251,7 @@ async fn dispatch(
 /// The body as JSON; a body that does not parse is refused naming where (the path of
 /// the field, shortened, as well as the line and column), so that a value nested past
 /// the parser's depth limit names the field that holds it.
-fn parse_body(body: &[u8]) -> Result<Value, ActionError> {
+pub fn parse_body(body: &[u8]) -> Result<Value, ActionError> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value: Value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();

@@ -104,7 +104,8 @@ async fn every_sslmode_reaches_a_cluster_serving_a_test_ca_s_certificate() {
 }
 
 #[tokio::test]
-async fn a_cluster_without_tls_refuses_sslmode_require_in_one_clear_error() {
+async fn a_cluster_without_tls_refuses_sslmode_require_in_one_clear_error_and_its_socket_connects()
+{
     let cluster = tokio::task::spawn_blocking(|| PgCluster::start(None))
         .await
         .unwrap();
@@ -113,6 +114,30 @@ async fn a_cluster_without_tls_refuses_sslmode_require_in_one_clear_error() {
         Ok(false),
         "prefer falls back"
     );
+    // Through the cluster's Unix socket, a connection string naming no TCP host: every
+    // mode but verify-full (which has no name to check) connects.
+    let socket = format!(
+        "host={} port={} user=postgres dbname=postgres",
+        cluster.dir().display(),
+        cluster.port
+    );
+    for mode in ["", " sslmode=disable", " sslmode=prefer"] {
+        assert_eq!(
+            encrypted(&format!("{socket}{mode}")).await,
+            Ok(false),
+            "over the Unix socket,{mode}"
+        );
+    }
+    let store = Store::connect(&socket, 2).await;
+    assert!(
+        store.is_ok(),
+        "the store over the socket: {:?}",
+        store.err()
+    );
+    let refused = connect_options(&format!("{socket} sslmode=verify-full"))
+        .err()
+        .unwrap_or_default();
+    assert!(refused.contains("names none (a Unix socket"), "{refused}");
     let error = match Store::connect(&cluster.url("sslmode=require"), 2).await {
         Ok(_) => panic!("require must not fall back to plain text"),
         Err(error) => error.to_string(),

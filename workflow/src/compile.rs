@@ -279,7 +279,9 @@ impl CompiledWorkflow {
 
     /// The checks a new workflow must pass beyond what running it needs: every `when`
     /// gate type-checks against its roots ([`crate::typecheck`]: fields that exist, a
-    /// boolean result) and every target is `host:port`.
+    /// boolean result), every target is `host:port`, and the workflow's name holds no
+    /// invisible formatting character (a right-to-left override shows a name other
+    /// than the one stored).
     ///
     /// They are kept apart from [`CompiledWorkflow::compile`] on purpose: a job's
     /// snapshot is compiled again by every worker that claims it, and a job accepted
@@ -288,6 +290,16 @@ impl CompiledWorkflow {
     /// are held to them.
     pub fn strict_findings(&self) -> Vec<Finding> {
         let mut findings = Vec::new();
+        if let Some(c) = self.name.chars().find(|c| is_invisible_format(*c)) {
+            findings.push(Finding {
+                step: None,
+                path: "$.name".into(),
+                message: format!(
+                    "the workflow name holds the invisible formatting character U+{:04X}, which makes it display as another name: remove it",
+                    u32::from(c)
+                ),
+            });
+        }
         for (index, step) in self.steps.iter().enumerate() {
             let finding = |path: &str, message: String| Finding {
                 step: Some(step.name.clone()),
@@ -812,6 +824,17 @@ fn valid_name(name: &str) -> Result<(), String> {
         return Err("contains control characters".into());
     }
     Ok(())
+}
+
+/// Unicode's invisible formatting characters (general category Cf): bidirectional
+/// overrides and isolates, zero-width characters, the byte-order mark, tags.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{AD}' | '\u{600}'..='\u{605}' | '\u{61C}' | '\u{6DD}' | '\u{70F}' | '\u{890}'..='\u{891}'
+        | '\u{8E2}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}' | '\u{1BCA0}'..='\u{1BCA3}'
+        | '\u{1D173}'..='\u{1D17A}' | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
 }
 
 /// The forms a step's `target` takes, for findings.

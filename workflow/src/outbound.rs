@@ -21,7 +21,9 @@
 //!   match an address entry; a target naming a host must match a name pattern.
 //! - `deny_addresses`: CIDR ranges a *name* may not resolve into, unless an address
 //!   entry of `allow` lists that address and port. By default loopback, link-local
-//!   (which holds cloud metadata services), unspecified, multicast and broadcast.
+//!   (which holds cloud metadata services), unspecified, multicast and broadcast, and
+//!   IPv6 addresses that carry one of those to a NAT64 or 6to4 translator; private
+//!   ranges are allowed on purpose ([`DENIED_BY_DEFAULT`] says why).
 //! - `require_tls`: a step without `"tls": true` must match a `plaintext` entry (same
 //!   syntax as `allow`; by default the loopback ones, for development).
 //! - `max_step_deadline_ms`, `max_segment_deadline_ms`: ceilings on a step's deadline
@@ -45,7 +47,12 @@ use crate::compile::{CompiledStep, CompiledWorkflow, Finding};
 pub const LOOPBACK: [&str; 3] = ["localhost:*", "127.0.0.0/8:*", "[::1]:*"];
 
 /// Ranges a name may not resolve into by default.
-pub const DENIED_BY_DEFAULT: [&str; 11] = [
+///
+/// Private ranges (`10.0.0.0/8`, `172.16.0.0/12`, `192.168.0.0/16`, `fc00::/7`) are not
+/// among them on purpose: the services steps call usually live there, named through a
+/// service mesh or cluster DNS. Where the node's network holds what no workflow may
+/// reach, add those ranges to `deny_addresses` and list the allowed ones by address.
+pub const DENIED_BY_DEFAULT: [&str; 12] = [
     "127.0.0.0/8",
     "::1/128",
     "0.0.0.0/8",
@@ -55,7 +62,9 @@ pub const DENIED_BY_DEFAULT: [&str; 11] = [
     "224.0.0.0/4",
     "ff00::/8",
     "255.255.255.255/32",
+    // Alibaba's and Azure's metadata services, and AWS's over IPv6.
     "100.100.100.200/32",
+    "168.63.129.16/32",
     "fd00:ec2::254/128",
 ];
 
@@ -475,7 +484,31 @@ impl OutboundPolicy {
         if named_by_address {
             return listed;
         }
-        listed || !self.deny.iter().any(|range| range.contains(&address))
+        let denied = |address: &IpAddr| self.deny.iter().any(|range| range.contains(address));
+        listed || !(denied(&address) || embedded_ipv4(address).is_some_and(|v4| denied(&v4)))
+    }
+}
+
+/// The IPv4 address an IPv6 address carries for a translator (NAT64's
+/// `64:ff9b::/96`, 6to4's `2002::/16`, the deprecated IPv4-compatible `::a.b.c.d`):
+/// `64:ff9b::a9fe:a9fe` reaches 169.254.169.254 through the gateway, so a name may not
+/// resolve to it where it may not resolve to that.
+fn embedded_ipv4(address: IpAddr) -> Option<IpAddr> {
+    let IpAddr::V6(v6) = address else {
+        return None;
+    };
+    let s = v6.segments();
+    let from = |high: u16, low: u16| {
+        let [a, b] = high.to_be_bytes();
+        let [c, d] = low.to_be_bytes();
+        Some(IpAddr::from([a, b, c, d]))
+    };
+    match s {
+        [0x64, 0xff9b, 0, 0, 0, 0, high, low] => from(high, low),
+        [0x2002, high, low, ..] => from(high, low),
+        // `::` and `::1` are IPv6's own unspecified and loopback addresses.
+        [0, 0, 0, 0, 0, 0, high, low] if (high, low) > (0, 1) => from(high, low),
+        _ => None,
     }
 }
 
@@ -555,6 +588,15 @@ mod tests {
             !p.allows_connection("evil.internal", mapped, 80),
             "IPv4-mapped loopback"
         );
+        for translated in ["64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "::127.0.0.1"] {
+            let address: IpAddr = translated.parse().unwrap();
+            assert!(
+                !p.allows_connection("evil.internal", address, 80),
+                "{translated} carries a denied IPv4 address"
+            );
+        }
+        let public_v4_via_nat64: IpAddr = "64:ff9b::5db8:d822".parse().unwrap();
+        assert!(p.allows_connection("db.internal", public_v4_via_nat64, 80));
         assert!(p.allows_connection("db.internal", private, 80));
         let dev = policy(&LOOPBACK);
         assert!(

@@ -169,70 +169,140 @@ pub(crate) fn check_bounds(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> U
     unrunnable
 }
 
-/// The deepest chain of message-typed fields a workflow's types may have (a type
-/// already on the chain, a recursive type, ends it). Protobuf's own parsers stop
-/// decoding at 100 levels of nesting; real schemas stay far below this.
+/// The deepest chain of message-typed fields a workflow's types may have. Protobuf's
+/// own parsers stop decoding at 100 levels of nesting; real schemas stay far below
+/// this.
 pub const MAX_TYPE_NESTING: usize = 64;
 
-/// The longest chain of message-typed fields from `root`, itself counted, computed
-/// without recursion (the descriptor set is user input). A field whose type is already
-/// on the chain (a recursive type) ends the chain there, as it ends the validator's.
-pub(crate) fn nesting_depth(
-    root: &MessageDescriptor,
-    depths: &mut HashMap<String, usize>,
-) -> usize {
-    enum Visit {
-        Enter(MessageDescriptor),
-        Leave(MessageDescriptor),
+/// An upper bound on how deep the validator recurses from each type reachable from
+/// `roots`, by full name, computed without recursion (the descriptor set is user
+/// input).
+///
+/// The validator builds a type's evaluator by building its fields' types first, and a
+/// type already being built ends that branch. So the chain it walks visits each type
+/// at most once, and within a set of mutually recursive types (a strongly connected
+/// component of the "field holds" graph) it may visit every member before it leaves.
+/// The bound is therefore the heaviest path over the components, each weighing its
+/// number of types. A plain chain weighs its length; a self-recursive type weighs one.
+/// Counting a recursive chain as ending where it repeats would be unsound: types that
+/// reach each other in a ring can be entered at one member and walked all the way
+/// round.
+pub(crate) fn nesting_bounds(roots: &[TypeRoot]) -> HashMap<String, usize> {
+    // The graph: every reachable type once, and the types its fields hold.
+    let mut index_of: HashMap<String, usize> = HashMap::new();
+    let mut types: Vec<MessageDescriptor> = Vec::new();
+    for root in roots {
+        if !index_of.contains_key(root.message.full_name()) {
+            index_of.insert(root.message.full_name().to_owned(), types.len());
+            types.push(root.message.clone());
+        }
     }
-    let mut on_chain = HashSet::new();
-    let mut stack = vec![Visit::Enter(root.clone())];
-    while let Some(visit) = stack.pop() {
-        match visit {
-            Visit::Enter(message) => {
-                let name = message.full_name();
-                if depths.contains_key(name) || on_chain.contains(name) {
-                    continue;
-                }
-                on_chain.insert(name.to_owned());
-                stack.push(Visit::Leave(message.clone()));
-                for field in message.fields() {
-                    if let Some(inner) = field.kind().as_message() {
-                        stack.push(Visit::Enter(inner.clone()));
+    let mut holds: Vec<Vec<usize>> = Vec::new();
+    let mut next = 0;
+    while next < types.len() {
+        let mut inner_types = Vec::new();
+        let message = types[next].clone();
+        for field in message.fields() {
+            if let Some(inner) = field.kind().as_message() {
+                let index = match index_of.get(inner.full_name()) {
+                    Some(index) => *index,
+                    None => {
+                        index_of.insert(inner.full_name().to_owned(), types.len());
+                        types.push(inner.clone());
+                        types.len() - 1
                     }
+                };
+                if !inner_types.contains(&index) {
+                    inner_types.push(index);
                 }
             }
-            Visit::Leave(message) => {
-                let deepest_field = message
-                    .fields()
-                    .filter_map(|field| {
-                        let inner = field.kind().as_message()?.full_name().to_owned();
-                        depths.get(&inner).copied()
-                    })
+        }
+        holds.push(inner_types);
+        next += 1;
+    }
+
+    // Tarjan's strongly connected components, with an explicit stack. Components are
+    // completed sinks first, so every component a type holds is weighed before it.
+    const UNSEEN: usize = usize::MAX;
+    let count = types.len();
+    let (mut order, mut low) = (vec![UNSEEN; count], vec![0; count]);
+    let mut component = vec![UNSEEN; count];
+    let (mut open, mut on_open) = (Vec::new(), vec![false; count]);
+    let mut weight_of_component: Vec<usize> = Vec::new();
+    let mut visited = 0;
+    for start in 0..count {
+        if order[start] != UNSEEN {
+            continue;
+        }
+        let mut walk: Vec<(usize, usize)> = vec![(start, 0)];
+        order[start] = visited;
+        low[start] = visited;
+        visited += 1;
+        open.push(start);
+        on_open[start] = true;
+        while let Some(&(at, edge)) = walk.last() {
+            if let Some(&inner) = holds[at].get(edge) {
+                if let Some(top) = walk.last_mut() {
+                    top.1 += 1;
+                }
+                if order[inner] == UNSEEN {
+                    order[inner] = visited;
+                    low[inner] = visited;
+                    visited += 1;
+                    open.push(inner);
+                    on_open[inner] = true;
+                    walk.push((inner, 0));
+                } else if on_open[inner] {
+                    low[at] = low[at].min(order[inner]);
+                }
+                continue;
+            }
+            walk.pop();
+            if let Some(&(parent, _)) = walk.last() {
+                low[parent] = low[parent].min(low[at]);
+            }
+            if low[at] == order[at] {
+                let id = weight_of_component.len();
+                let mut members = Vec::new();
+                while let Some(member) = open.pop() {
+                    on_open[member] = false;
+                    component[member] = id;
+                    members.push(member);
+                    if member == at {
+                        break;
+                    }
+                }
+                let heaviest_held = members
+                    .iter()
+                    .flat_map(|member| &holds[*member])
+                    .filter(|inner| component[**inner] != id)
+                    .map(|inner| weight_of_component[component[*inner]])
                     .max()
                     .unwrap_or(0);
-                on_chain.remove(message.full_name());
-                depths.insert(message.full_name().to_owned(), deepest_field + 1);
+                weight_of_component.push(members.len() + heaviest_held);
             }
         }
     }
-    depths.get(root.full_name()).copied().unwrap_or(1)
+    index_of
+        .into_iter()
+        .map(|(name, index)| (name, weight_of_component[component[index]]))
+        .collect()
 }
 
-/// A finding for every root whose types nest deeper than [`MAX_TYPE_NESTING`]; true
-/// when there is none (and the rules may be checked).
+/// A finding for every root whose types may nest deeper than [`MAX_TYPE_NESTING`];
+/// true when there is none (and the rules may be checked).
 pub(crate) fn check_nesting(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> bool {
-    let mut depths = HashMap::new();
+    let bounds = nesting_bounds(roots);
     let mut shallow = true;
     for root in roots {
-        let depth = nesting_depth(&root.message, &mut depths);
+        let depth = bounds.get(root.message.full_name()).copied().unwrap_or(1);
         if depth > MAX_TYPE_NESTING {
             shallow = false;
             findings.push(Finding {
                 step: root.step.clone(),
                 path: root.path.clone(),
                 message: format!(
-                    "type {} nests message types {depth} deep (a field holding a message holding a message …); at most {MAX_TYPE_NESTING} levels are accepted",
+                    "type {} nests message types {depth} deep (a field holding a message holding a message …, each set of types that hold each other counted by its size); at most {MAX_TYPE_NESTING} levels are accepted",
                     root.message.full_name()
                 ),
             });

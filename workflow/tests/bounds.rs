@@ -777,3 +777,71 @@ fn types_nested_thousands_deep_are_a_finding_not_a_stack_overflow() {
     ));
     compile(&gated("", "jobs.test.A", "true", "127.0.0.1:1"));
 }
+
+/// `pairs` pairs of types that hold each other, chained: `Hub { Ring1 first; }`,
+/// `Ring{i} { Ring{i+1}' next; Back{i} back; }`, `Back{i} { Ring{i} ring; }`. A chain
+/// counted as ending where a type repeats looks 3 deep from the hub, but the
+/// validator, entering each pair at its ring type, walks 2 × `pairs` + 1 levels.
+fn paired_rings(pairs: usize) -> String {
+    let mut proto = String::from("message Hub { Ring1 first = 1; string name = 2; }\n");
+    for i in 1..=pairs {
+        let next = if i < pairs {
+            format!("Back{} next = 1; ", i + 1)
+        } else {
+            String::new()
+        };
+        proto.push_str(&format!(
+            "message Ring{i} {{ {next}Back{i} back = 2; }}\nmessage Back{i} {{ Ring{i} ring = 1; }}\n"
+        ));
+    }
+    proto
+}
+
+/// `size` types in one ring, each holding the next and the last the first.
+fn one_ring(size: usize) -> String {
+    let mut proto = String::from("message Hub { Link0 first = 1; string name = 2; }\n");
+    for i in 0..size {
+        proto.push_str(&format!(
+            "message Link{i} {{ Link{} next = 1; }}\n",
+            (i + 1) % size
+        ));
+    }
+    proto
+}
+
+#[test]
+fn types_that_hold_each_other_count_every_member_toward_the_nesting_bound() {
+    // Found in review: bounding by "a chain ends where a type repeats" saw 3 levels
+    // here, while the validator's recursion went 2 × 2,000 deep and overflowed.
+    let found = findings(&gated(
+        &paired_rings(2_000),
+        "jobs.test.Hub",
+        "true",
+        "127.0.0.1:1",
+    ));
+    assert!(
+        found.iter().any(|f| f.path == "$.inputType"
+            && f.message
+                .contains("jobs.test.Hub nests message types 4001 deep")),
+        "{found:?}"
+    );
+    // A ring of 63 types under the hub is at the bound; one more is past it.
+    compile(&gated(
+        &one_ring(63),
+        "jobs.test.Hub",
+        "true",
+        "127.0.0.1:1",
+    ));
+    let found = findings(&gated(
+        &one_ring(64),
+        "jobs.test.Hub",
+        "true",
+        "127.0.0.1:1",
+    ));
+    assert!(
+        found.iter().any(|f| f
+            .message
+            .contains("jobs.test.Hub nests message types 65 deep")),
+        "{found:?}"
+    );
+}

@@ -633,3 +633,23 @@ fn a_jobs_snapshot_is_not_held_to_the_checks_of_a_new_workflow() {
     let findings = new_findings(&envelope);
     assert_eq!(findings.len(), 3, "two targets and the gate: {findings:?}");
 }
+
+#[test]
+fn a_new_workflow_name_with_an_invisible_formatting_character_is_a_finding() {
+    for name in ["embed\u{202e}txt.exe", "embed\u{200b}text", "\u{feff}embed"] {
+        let mut envelope = two_step_workflow(TARGET);
+        envelope["name"] = json!(name);
+        assert_finding(
+            &new_findings(&envelope),
+            None,
+            "$.name",
+            "invisible formatting character",
+        );
+    }
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["name"] = json!("émbed-текст");
+    assert!(
+        CompiledWorkflow::compile_new(&envelope).is_ok(),
+        "letters of any script are fine"
+    );
+}

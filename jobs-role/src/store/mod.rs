@@ -242,19 +242,14 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
 
 /// The stream a listener's connection runs over (TLS or not, as `sslmode` says).
 pub type ListenerStream =
-    <tokio_postgres_rustls::MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
-        tokio_postgres::Socket,
-    >>::Stream;
+    <tls::DatabaseTls as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream;
 
 /// The jobs store over a connection pool.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
     /// How to open a connection of its own (the listener's), as the pool does.
-    connect: (
-        tokio_postgres::Config,
-        tokio_postgres_rustls::MakeRustlsConnect,
-    ),
+    connect: (tokio_postgres::Config, tls::DatabaseTls),
     /// Connections operator acts may hold while they wait in a row's lock queue (a
     /// quarter of the pool), so waiting acts never starve the workers.
     waiting_acts: std::sync::Arc<tokio::sync::Semaphore>,

@@ -14,9 +14,15 @@
 //! home worth trusting). `require` without `sslrootcert` encrypts but, as in libpq,
 //! trusts whoever answers: use `verify-full` beyond a network you control.
 //!
+//! Two combinations are refused at start-up because they look safe and are not:
+//! `verify-ca` without an `sslrootcert` of one's own (any certificate a public
+//! authority signed, for any name, would pass), and `sslrootcert=system` with a mode
+//! weaker than `verify-full` (libpq 16's rule; with `sslmode` left out it means
+//! `verify-full`, as in libpq). `verify-full` needs a host name to check: a Unix
+//! socket or `hostaddr` alone is refused with it.
+//!
 //! tokio-postgres itself knows only `disable`, `prefer` and `require`, and no
 //! `sslrootcert`: both keys are taken out of the URL here and the rest is left to it.
-//! In a `key=value` connection string the two values must not be quoted.
 
 use std::sync::Arc;
 
@@ -26,7 +32,9 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use tokio_postgres::config::SslMode;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// How much of the server's certificate is checked.
@@ -44,31 +52,35 @@ enum Verification {
 /// says what is wrong with it and the fix.
 pub fn connect_options(
     database_url: &str,
-) -> Result<(tokio_postgres::Config, MakeRustlsConnect), String> {
+) -> Result<(tokio_postgres::Config, DatabaseTls), String> {
     let (rest, sslmode, sslrootcert) = take_tls_keys(database_url);
     let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e| format!("it is not a PostgreSQL URL or connection string: {e}"))?;
-    let has_roots = sslrootcert.as_deref().is_some_and(|r| r != "system");
+    let system_roots = sslrootcert.as_deref() == Some("system");
+    let own_roots = sslrootcert.is_some() && !system_roots;
+    // Without roots of one's own, chain-only checking would accept any certificate a
+    // public authority signed for any name: libpq 16 refuses `sslrootcert=system`
+    // with a mode weaker than verify-full for this reason, and so does verify-ca here.
     let (mode, verification) = match sslmode.as_deref() {
-        None | Some("prefer") => (
-            SslMode::Prefer,
-            if has_roots {
-                Verification::Chain
-            } else {
-                Verification::Nothing
-            },
-        ),
+        None if system_roots => (SslMode::Require, Verification::Full),
+        _ if system_roots && sslmode.as_deref() != Some("verify-full") => {
+            return Err(format!(
+                "sslrootcert=system trusts every public authority, which only protects a connection that checks the host's name too: use sslmode=verify-full (or leave sslmode out), not '{}'",
+                sslmode.as_deref().unwrap_or_default().escape_debug()
+            ));
+        }
+        Some("verify-ca") if !own_roots => {
+            return Err(
+                "sslmode=verify-ca checks the certificate's chain but not its name, which protects only with your own authority: add sslrootcert=<your CA's PEM file>, or use sslmode=verify-full"
+                    .to_owned(),
+            );
+        }
+        None | Some("prefer") if own_roots => (SslMode::Prefer, Verification::Chain),
+        None | Some("prefer") | Some("allow") => (SslMode::Prefer, Verification::Nothing),
         Some("disable") => (SslMode::Disable, Verification::Nothing),
-        Some("allow") => (SslMode::Prefer, Verification::Nothing),
-        Some("require") => (
-            SslMode::Require,
-            if has_roots {
-                Verification::Chain
-            } else {
-                Verification::Nothing
-            },
-        ),
+        Some("require") if own_roots => (SslMode::Require, Verification::Chain),
+        Some("require") => (SslMode::Require, Verification::Nothing),
         Some("verify-ca") => (SslMode::Require, Verification::Chain),
         Some("verify-full") => (SslMode::Require, Verification::Full),
         Some(other) => {
@@ -78,16 +90,54 @@ pub fn connect_options(
             ));
         }
     };
+    if verification == Verification::Full {
+        let named = |host: &Host| matches!(host, Host::Tcp(name) if !name.is_empty());
+        if config.get_hosts().is_empty() || !config.get_hosts().iter().all(named) {
+            return Err(
+                "sslmode=verify-full checks the certificate against the host's name, and this connection names none (a Unix socket, or hostaddr alone): add host=<the name on the server's certificate>"
+                    .to_owned(),
+            );
+        }
+    }
     config.ssl_mode(mode);
     let roots = trusted_roots(sslrootcert.as_deref())?;
     Ok((
         config,
-        MakeRustlsConnect::new(client_config(verification, roots)?),
+        DatabaseTls(MakeRustlsConnect::new(client_config(verification, roots)?)),
     ))
 }
 
+/// The TLS connector of the pool and the listener. It is rustls's, except that a
+/// connection naming no host (a Unix socket, or `hostaddr` alone) is given a
+/// placeholder name, as rustls needs one even when no TLS is negotiated; such a
+/// connection never checks a name ([`connect_options`] refuses verify-full for it).
+#[derive(Clone)]
+pub struct DatabaseTls(MakeRustlsConnect);
+
+/// A name for connections that give none; never checked.
+const UNNAMED_HOST: &str = "unnamed.invalid";
+
+impl<S> MakeTlsConnect<S> for DatabaseTls
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = <MakeRustlsConnect as MakeTlsConnect<S>>::Stream;
+    type TlsConnect = <MakeRustlsConnect as MakeTlsConnect<S>>::TlsConnect;
+    type Error = <MakeRustlsConnect as MakeTlsConnect<S>>::Error;
+
+    fn make_tls_connect(&mut self, hostname: &str) -> Result<Self::TlsConnect, Self::Error> {
+        let name = if hostname.is_empty() {
+            UNNAMED_HOST
+        } else {
+            hostname
+        };
+        MakeTlsConnect::<S>::make_tls_connect(&mut self.0, name)
+    }
+}
+
 /// `database_url` without `sslmode` and `sslrootcert`, and their values (URL query
-/// parameters, percent-decoded, or `key=value` words).
+/// parameters, percent-decoded, or `key=value` words, quoted or not). A connection
+/// string this cannot read is passed on whole, for tokio-postgres to name the problem.
 pub(super) fn take_tls_keys(database_url: &str) -> (String, Option<String>, Option<String>) {
     let (mut sslmode, mut sslrootcert) = (None, None);
     let mut take = |key: &str, value: String| match key {
@@ -122,16 +172,78 @@ pub(super) fn take_tls_keys(database_url: &str) -> (String, Option<String>, Opti
             None => database_url.to_owned(),
         }
     } else {
-        database_url
-            .split_whitespace()
-            .filter(|word| {
-                let (key, value) = word.split_once('=').unwrap_or((word, ""));
-                !take(key.trim(), value.trim().to_owned())
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+        match key_value_words(database_url) {
+            Some(words) => words
+                .into_iter()
+                .filter(|word| !take(&word.key, word.value.clone()))
+                .map(|word| format!("{}={}", word.key, word.written))
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => database_url.to_owned(),
+        }
     };
     (rest, sslmode, sslrootcert)
+}
+
+/// One `key = value` of a libpq connection string.
+struct KeyValue {
+    key: String,
+    /// The value, unquoted and unescaped.
+    value: String,
+    /// The value as written (quotes and escapes kept), to pass on unchanged.
+    written: String,
+}
+
+/// A libpq `key=value` connection string's words: spaces around `=` allowed, a value
+/// in single quotes may hold spaces, a backslash escapes the next character. None when
+/// it is not one.
+fn key_value_words(text: &str) -> Option<Vec<KeyValue>> {
+    let mut words = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    loop {
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let Some(&(key_start, _)) = chars.peek() else {
+            return Some(words);
+        };
+        let mut key_end = key_start;
+        while let Some((at, _)) = chars.next_if(|(_, c)| *c != '=' && !c.is_whitespace()) {
+            key_end = at + 1;
+        }
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        chars.next_if(|(_, c)| *c == '=')?;
+        while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
+        let (mut value, mut written) = (String::new(), String::new());
+        let quoted = chars.next_if(|(_, c)| *c == '\'').is_some();
+        if quoted {
+            written.push('\'');
+        }
+        loop {
+            match chars.next() {
+                None if quoted => return None,
+                None => break,
+                Some((_, c)) if !quoted && c.is_whitespace() => break,
+                Some((_, '\'')) if quoted => {
+                    written.push('\'');
+                    break;
+                }
+                Some((_, '\\')) => {
+                    let (_, escaped) = chars.next()?;
+                    written.push('\\');
+                    written.push(escaped);
+                    value.push(escaped);
+                }
+                Some((_, c)) => {
+                    written.push(c);
+                    value.push(c);
+                }
+            }
+        }
+        words.push(KeyValue {
+            key: text.get(key_start..key_end)?.to_owned(),
+            value,
+            written,
+        });
+    }
 }
 
 /// `%2F` and the like decoded; anything malformed left as it is.
@@ -315,6 +427,12 @@ mod tests {
         assert_eq!(rest, "host=db user=app dbname=jobs");
         assert_eq!(mode.as_deref(), Some("require"));
         assert_eq!(root, None);
+        let (rest, mode, root) = take_tls_keys(
+            "host=db password='it\\'s a secret' sslmode = 'verify-full' sslrootcert='/etc/my ca.pem'",
+        );
+        assert_eq!(rest, "host=db password='it\\'s a secret'");
+        assert_eq!(mode.as_deref(), Some("verify-full"));
+        assert_eq!(root.as_deref(), Some("/etc/my ca.pem"));
         let (rest, mode, _) = take_tls_keys("postgres://app@db/jobs");
         assert_eq!((rest.as_str(), mode), ("postgres://app@db/jobs", None));
     }
@@ -325,10 +443,15 @@ mod tests {
             ("postgres://a@h/d", SslMode::Prefer),
             ("postgres://a@h/d?sslmode=disable", SslMode::Disable),
             ("postgres://a@h/d?sslmode=require", SslMode::Require),
-            ("postgres://a@h/d?sslmode=verify-ca", SslMode::Require),
             (
                 "postgres://a@h/d?sslmode=verify-full&sslrootcert=system",
                 SslMode::Require,
+            ),
+            ("postgres://a@h/d?sslrootcert=system", SslMode::Require),
+            ("host=/var/run/postgresql dbname=d", SslMode::Prefer),
+            (
+                "host=/var/run/postgresql dbname=d sslmode=disable",
+                SslMode::Disable,
             ),
         ] {
             let (config, _) = connect_options(url).unwrap();
@@ -341,6 +464,27 @@ mod tests {
             error.contains("sslmode 'verify_full' is not one of"),
             "{error}"
         );
+        for (url, needle) in [
+            (
+                "postgres://a@h/d?sslmode=verify-ca",
+                "add sslrootcert=<your CA's PEM file>",
+            ),
+            (
+                "postgres://a@h/d?sslmode=require&sslrootcert=system",
+                "use sslmode=verify-full (or leave sslmode out), not 'require'",
+            ),
+            (
+                "host=/var/run/postgresql sslmode=verify-full",
+                "add host=<the name on the server's certificate>",
+            ),
+            (
+                "hostaddr=10.0.0.5 sslmode=verify-full",
+                "add host=<the name on the server's certificate>",
+            ),
+        ] {
+            let error = connect_options(url).err().unwrap();
+            assert!(error.contains(needle), "{url}: {error}");
+        }
         let error = connect_options("postgres://a@h/d?sslmode=require&sslrootcert=/no/such.pem")
             .err()
             .unwrap();
