@@ -33,6 +33,10 @@ const MAX_INPUT: usize = 256 * 1024;
 /// is a JSON envelope. Odd: the rest is a descriptor set, put into the template
 /// envelope (so the fuzzer reaches the descriptor decoder and the type checks).
 pub fn envelope(data: &[u8]) {
+    on_a_small_stack(|| envelope_here(data));
+}
+
+fn envelope_here(data: &[u8]) {
     let Some((&form, rest)) = data.split_first() else {
         return;
     };
@@ -58,6 +62,10 @@ pub fn envelope(data: &[u8]) {
 
 /// A step rule and a `when` gate, from the same text.
 pub fn rules(data: &[u8]) {
+    on_a_small_stack(|| rules_here(data));
+}
+
+fn rules_here(data: &[u8]) {
     let text = String::from_utf8_lossy(&data[..data.len().min(4096)]);
     let _ = workflow::rules::parse_rule(&text);
     let _ = workflow::gate::Gate::compile(&text);
@@ -65,6 +73,10 @@ pub fn rules(data: &[u8]) {
 
 /// A job's stored checkpoints, replayed against the embed-text workflow.
 pub fn checkpoints(data: &[u8]) {
+    on_a_small_stack(|| checkpoints_here(data));
+}
+
+fn checkpoints_here(data: &[u8]) {
     let Ok(stored) = serde_json::from_slice::<Value>(&data[..data.len().min(MAX_INPUT)]) else {
         return;
     };
@@ -73,6 +85,10 @@ pub fn checkpoints(data: &[u8]) {
 
 /// A record's value on the requests topic, then the request's own rules.
 pub fn request_record(data: &[u8]) {
+    on_a_small_stack(|| request_record_here(data));
+}
+
+fn request_record_here(data: &[u8]) {
     if let Ok(record) = jobs_proto::wire::read_request_record(Some(data)) {
         let _ = record.request.validate();
     }
@@ -80,12 +96,34 @@ pub fn request_record(data: &[u8]) {
 
 /// An actions-route body, then its decoding as each verb's request message.
 pub fn actions_body(data: &[u8]) {
+    on_a_small_stack(|| actions_body_here(data));
+}
+
+fn actions_body_here(data: &[u8]) {
     let Ok(body) = registry_stub::route::parse_body(&data[..data.len().min(MAX_INPUT)]) else {
         return;
     };
     for verb in verbs() {
         let _ = verb.parse(body.clone());
     }
+}
+
+/// The stack of the threads the node runs these on (tokio's workers and blocking
+/// pool): libFuzzer's main thread has 8 MiB, which would hide an overflow at 2 MiB.
+const PRODUCTION_STACK_BYTES: usize = 2 * 1024 * 1024;
+
+/// Runs `body` on a thread with [`PRODUCTION_STACK_BYTES`]; a panic there is
+/// re-raised here, so the fuzzer and the replay test see it.
+fn on_a_small_stack(body: impl FnOnce() + Send) {
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .stack_size(PRODUCTION_STACK_BYTES)
+            .spawn_scoped(scope, body)
+            .unwrap_or_else(|e| panic!("no thread for the target: {e}"));
+        if let Err(panic) = thread.join() {
+            std::panic::resume_unwind(panic);
+        }
+    });
 }
 
 fn template() -> Value {

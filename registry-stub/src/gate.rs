@@ -45,7 +45,9 @@ pub struct HostPolicy {
     /// `127.0.0.0/8`, `[::1]`, on any port) and `allowed_hosts` are answered.
     pub loopback: bool,
     /// Further names the node is reached by (`node.allowed_hosts`): `host` (any port)
-    /// or `host:port`. On a non-loopback bind, when empty, `Host` is not checked.
+    /// or `host:port` for `Host`; for `Origin` an entry must match exactly (`host`
+    /// stands for the scheme's default port). On a non-loopback bind, when empty,
+    /// `Host` is not checked.
     pub allowed_hosts: Vec<String>,
 }
 
@@ -105,11 +107,15 @@ impl HostPolicy {
             .or_else(|| origin.strip_prefix("https://"))
             .filter(|rest| !rest.is_empty() && !rest.contains('/'));
         // The page's origin must be this very node (the `Host` it was reached by, port
-        // included) or listed: another port of localhost is another site, such as a
-        // development server the operator has open.
+        // included) or listed exactly, port included: another port of localhost is
+        // another site, such as a development server the operator has open, and a
+        // listed host without a port vouches for `Host` only.
         let same_site = authority.is_some_and(|authority| {
             host.is_some_and(|host| host.trim().eq_ignore_ascii_case(authority))
-                || self.lists(&authority.to_ascii_lowercase())
+                || self
+                    .allowed_hosts
+                    .iter()
+                    .any(|allowed| allowed.trim().eq_ignore_ascii_case(authority))
         });
         if same_site {
             Ok(())
@@ -407,9 +413,12 @@ pub async fn guard(
         return response;
     }
     if let Some(limit) = gate.token(caller).and_then(|t| t.max_body_bytes) {
-        request = match bound_body(request, limit, gate.token(caller), &what).await {
+        request = match bound_body(request, limit, gate.token(caller)).await {
             Ok(request) => request,
-            Err(error) => return error_response(&error),
+            Err(error) => {
+                gate.log_refusal(caller, &what, &error);
+                return error_response(&error);
+            }
         };
     }
     request.extensions_mut().insert(caller);
@@ -421,16 +430,9 @@ async fn bound_body(
     request: Request,
     limit: usize,
     token: Option<&TokenConfig>,
-    what: &str,
 ) -> Result<Request, ActionError> {
     let name = token.map_or("", |t| t.name.as_str());
     let over = |size: String| {
-        tracing::warn!(
-            token = name,
-            limit,
-            what,
-            "request body over the token's budget; refusing with 429"
-        );
         ActionError::new(
             Code::ResourceExhausted,
             format!(
@@ -600,6 +602,22 @@ mod tests {
         assert!(!ok("null"));
         assert!(!ok("http://127.0.0.1:8080/path"));
         assert!(!ok("file://"));
+
+        let listed = HostPolicy::for_bind(
+            "127.0.0.1:8080".parse().unwrap(),
+            vec!["ops-box".into(), "console.internal:3000".into()],
+        );
+        let from = |origin: &str| {
+            listed
+                .check(&headers(&[("host", "127.0.0.1:8080"), ("origin", origin)]))
+                .is_ok()
+        };
+        assert!(from("https://ops-box"));
+        assert!(from("http://console.internal:3000"));
+        assert!(
+            !from("http://ops-box:5173"),
+            "a host listed without a port vouches for no other port's pages"
+        );
 
         let public = HostPolicy::for_bind("0.0.0.0:8080".parse().unwrap(), vec![]);
         assert!(

@@ -255,13 +255,40 @@ pub enum MessageError {
 
 impl CompiledWorkflow {
     /// Compiles and verifies an envelope, returning every finding when it is not runnable.
+    ///
+    /// It runs on a thread of its own with [`COMPILE_STACK_BYTES`] of stack, whatever
+    /// thread calls it: building the validator recurses over the workflow's types and,
+    /// at the bottom of that, the CEL parser recurses once per parenthesis of a rule
+    /// (parentheses add no AST depth, so the rule bounds let thousands through). On a
+    /// 2 MiB async or blocking-pool thread a chain of 64 types, each with a rule of 10
+    /// nested parentheses, overflowed the stack and aborted the node.
     pub fn compile(envelope: &Value) -> Result<CompiledWorkflow, Findings> {
-        let mut findings = Vec::new();
-        let compiled = compile_envelope(envelope, &mut findings);
-        match compiled {
-            Some(workflow) if findings.is_empty() => Ok(workflow),
-            _ => Err(Findings(findings)),
-        }
+        let compile_here = || {
+            let mut findings = Vec::new();
+            let compiled = compile_envelope(envelope, &mut findings);
+            match compiled {
+                Some(workflow) if findings.is_empty() => Ok(workflow),
+                _ => Err(Findings(findings)),
+            }
+        };
+        std::thread::scope(|scope| {
+            let spawned = std::thread::Builder::new()
+                .name("workflow-compile".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, compile_here);
+            match spawned {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(error) => Err(Findings(vec![Finding {
+                    step: None,
+                    path: "$".into(),
+                    message: format!(
+                        "the workflow could not be compiled now: no thread to compile it on ({error}); try again"
+                    ),
+                }])),
+            }
+        })
     }
 
     /// Compiles a workflow that is new to the engine (submitted, stored, run): the
@@ -836,6 +863,11 @@ fn is_invisible_format(c: char) -> bool {
         | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}' | '\u{1BCA0}'..='\u{1BCA3}'
         | '\u{1D173}'..='\u{1D17A}' | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
 }
+
+/// Stack for [`CompiledWorkflow::compile`]'s thread: as much as the CEL parser's own
+/// thread has ([`crate::gate`]), since the validator parses the same rules. Reserved,
+/// not used, unless a workflow is that deep.
+pub const COMPILE_STACK_BYTES: usize = 256 * 1024 * 1024;
 
 /// The forms a step's `target` takes, for findings.
 const TARGET_FORMS: &str = "a target is host:port, e.g. '127.0.0.1:50051', 'tokenizer.internal:443' or '[::1]:50051' (\"tls\": true for TLS)";

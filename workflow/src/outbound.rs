@@ -489,10 +489,12 @@ impl OutboundPolicy {
     }
 }
 
-/// The IPv4 address an IPv6 address carries for a translator (NAT64's
-/// `64:ff9b::/96`, 6to4's `2002::/16`, the deprecated IPv4-compatible `::a.b.c.d`):
-/// `64:ff9b::a9fe:a9fe` reaches 169.254.169.254 through the gateway, so a name may not
-/// resolve to it where it may not resolve to that.
+/// The IPv4 address an IPv6 address carries for a translator (NAT64's well-known
+/// `64:ff9b::/96`, SIIT's `::ffff:0:a.b.c.d`, 6to4's `2002::/16`, the deprecated
+/// IPv4-compatible `::a.b.c.d`): `64:ff9b::a9fe:a9fe` reaches 169.254.169.254 through
+/// the gateway, so a name may not resolve to it where it may not resolve to that. A
+/// network's own NAT64 prefix (`64:ff9b:1::/48` or any other) cannot be recognized:
+/// list it in `deny_addresses`, or the IPv6 forms of the ranges it must not reach.
 fn embedded_ipv4(address: IpAddr) -> Option<IpAddr> {
     let IpAddr::V6(v6) = address else {
         return None;
@@ -505,6 +507,8 @@ fn embedded_ipv4(address: IpAddr) -> Option<IpAddr> {
     };
     match s {
         [0x64, 0xff9b, 0, 0, 0, 0, high, low] => from(high, low),
+        // SIIT's IPv4-translated form.
+        [0, 0, 0, 0, 0xffff, 0, high, low] => from(high, low),
         [0x2002, high, low, ..] => from(high, low),
         // `::` and `::1` are IPv6's own unspecified and loopback addresses.
         [0, 0, 0, 0, 0, 0, high, low] if (high, low) > (0, 1) => from(high, low),
@@ -588,7 +592,12 @@ mod tests {
             !p.allows_connection("evil.internal", mapped, 80),
             "IPv4-mapped loopback"
         );
-        for translated in ["64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "::127.0.0.1"] {
+        for translated in [
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
+        ] {
             let address: IpAddr = translated.parse().unwrap();
             assert!(
                 !p.allows_connection("evil.internal", address, 80),

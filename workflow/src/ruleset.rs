@@ -311,6 +311,40 @@ pub(crate) fn check_nesting(findings: &mut Vec<Finding>, roots: &[TypeRoot]) -> 
     shallow
 }
 
+/// The types reachable from `roots` that hold, at any depth, a type with a rule out of
+/// bounds or unparsable (themselves included).
+fn holders_of_unrunnable(roots: &[TypeRoot], unrunnable: &Unrunnable) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut held_by: HashMap<String, Vec<String>> = HashMap::new();
+    for root in roots {
+        for message in reachable(&root.message, &mut seen) {
+            for field in message.fields() {
+                if let Some(inner) = field.kind().as_message() {
+                    held_by
+                        .entry(inner.full_name().to_owned())
+                        .or_default()
+                        .push(message.full_name().to_owned());
+                }
+            }
+        }
+    }
+    let mut holding: HashSet<String> = unrunnable
+        .out_of_bounds
+        .iter()
+        .chain(unrunnable.unparsable.keys())
+        .cloned()
+        .collect();
+    let mut queue: VecDeque<String> = holding.iter().cloned().collect();
+    while let Some(name) = queue.pop_front() {
+        for holder in held_by.get(&name).into_iter().flatten() {
+            if holding.insert(holder.clone()) {
+                queue.push_back(holder.clone());
+            }
+        }
+    }
+    holding
+}
+
 /// Validates a default instance of every type reachable from `roots` (except those
 /// out of bounds), so rules that cannot run are findings now, not failures later.
 pub(crate) fn check_usable(
@@ -319,10 +353,17 @@ pub(crate) fn check_usable(
     roots: &[TypeRoot],
     unrunnable: &Unrunnable,
 ) {
+    let holding_unrunnable = holders_of_unrunnable(roots, unrunnable);
     let mut seen = HashSet::new();
     for root in roots {
         for message in reachable(&root.message, &mut seen) {
-            if unrunnable.out_of_bounds.contains(message.full_name()) {
+            let name = message.full_name();
+            // Validating a type builds the evaluators of every type it holds, parsing
+            // their rules on this thread: never hand the validator a type that leads to
+            // a rule out of bounds. Those rules are findings already.
+            if unrunnable.out_of_bounds.contains(name)
+                || (holding_unrunnable.contains(name) && !unrunnable.unparsable.contains_key(name))
+            {
                 continue;
             }
             let problem = match unrunnable.unparsable.get(message.full_name()) {
@@ -338,6 +379,8 @@ pub(crate) fn check_usable(
                     }
                 }
             };
+            // A CEL error quotes the expression, up to 4,096 characters, more than once.
+            let problem = shortened(&problem, 600);
             let context = if message.full_name() == root.message.full_name() {
                 String::new()
             } else {
@@ -352,5 +395,17 @@ pub(crate) fn check_usable(
                 ),
             });
         }
+    }
+}
+
+/// `text` cut to `limit` characters, marked when cut.
+fn shortened(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((end, _)) => format!(
+            "{} … ({} characters in all)",
+            &text[..end],
+            text.chars().count()
+        ),
+        None => text.to_owned(),
     }
 }

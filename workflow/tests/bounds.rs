@@ -845,3 +845,80 @@ fn types_that_hold_each_other_count_every_member_toward_the_nesting_bound() {
         "{found:?}"
     );
 }
+
+/// Runs `f` on a thread with the 2 MiB stack of tokio's worker and blocking threads,
+/// where the engine compiles; a stack overflow there aborts the test binary.
+fn on_a_2_mib_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn_scoped(scope, f)
+            .unwrap()
+            .join()
+            .unwrap()
+    })
+}
+
+/// `Outer { Nested inner; }`, `Nested` with a message rule of `depth` nested
+/// parentheses around `true`, and the Judge returning `Outer`.
+fn held_rule_in_parentheses(depth: usize) -> String {
+    let expression = format!("{}true{}", "(".repeat(depth), ")".repeat(depth));
+    format!(
+        r#"
+        message Nested {{
+          option (buf.validate.message).cel = {{ id: "Nested.rule" expression: "{expression}" }};
+          int32 score = 1;
+        }}
+        message Outer {{ Nested inner = 1; }}
+        service Judge {{ rpc Outer(Text) returns (Outer); }}
+        "#
+    )
+}
+
+#[test]
+fn a_deep_rule_in_a_held_type_is_a_finding_not_a_stack_overflow() {
+    // Found in review: the held type's rule was skipped, but validating the type
+    // holding it built the held type's evaluator too, parsing the rule on the
+    // calling thread: 2,000 parentheses (unparsable) and 100,000 (out of bounds) both
+    // aborted the process.
+    for depth in [2_000, 100_000] {
+        let envelope = validated(&held_rule_in_parentheses(depth), "jobs.test.Text", "Outer");
+        let found = on_a_2_mib_thread(|| findings(&envelope));
+        assert!(
+            found
+                .iter()
+                .any(|f| f.step.as_deref() == Some("judge")
+                    && f.message.contains("jobs.test.Nested")),
+            "{depth}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn rules_within_bounds_on_types_nested_to_the_bound_compile_on_a_small_thread() {
+    // Found in review: parentheses add no AST depth, so a rule of 90 of them (the
+    // parser's own limit is 96) is within bounds; at the bottom of 64 nested types,
+    // building the validator on a 2 MiB thread overflowed (20 were enough in a debug
+    // build). Compiling runs on a thread of its own.
+    let depth = workflow::ruleset::MAX_TYPE_NESTING;
+    let expression = format!("{}true{}", "(".repeat(90), ")".repeat(90));
+    let chain: String = (0..depth)
+        .map(|i| {
+            let next = if i + 1 < depth {
+                format!("Chain{} next = 1; ", i + 1)
+            } else {
+                String::new()
+            };
+            format!(
+                "message Chain{i} {{ option (buf.validate.message).cel = {{ id: \"Chain{i}.rule\" expression: \"{expression}\" }}; {next}string name = 2; }}\n"
+            )
+        })
+        .collect();
+    let envelope = gated(&chain, "jobs.test.Chain0", "true", "127.0.0.1:1");
+    let compiled = on_a_2_mib_thread(|| CompiledWorkflow::compile(&envelope).map(|_| ()));
+    assert!(
+        compiled.is_ok(),
+        "{:?}",
+        compiled.err().map(|f| f.to_string())
+    );
+}

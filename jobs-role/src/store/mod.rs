@@ -521,9 +521,9 @@ pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// Where a database URL points, without its password: `host:port/database as user`.
 pub fn connection_target(database_url: &str) -> String {
-    let Ok(config) = tls::take_tls_keys(database_url)
-        .0
-        .parse::<tokio_postgres::Config>()
+    let Some(Ok(config)) = tls::take_tls_keys(database_url)
+        .ok()
+        .map(|(rest, _, _)| rest.parse::<tokio_postgres::Config>())
     else {
         return "the configured jobs.database_url (it does not parse)".to_owned();
     };

@@ -53,10 +53,19 @@ enum Verification {
 pub fn connect_options(
     database_url: &str,
 ) -> Result<(tokio_postgres::Config, DatabaseTls), String> {
-    let (rest, sslmode, sslrootcert) = take_tls_keys(database_url);
+    let (rest, sslmode, sslrootcert) = take_tls_keys(database_url)?;
     let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e| format!("it is not a PostgreSQL URL or connection string: {e}"))?;
+    // Whatever tokio-postgres reads as sslmode from what is left, this module did not
+    // see (a `?` or `@` in a password, an encoded key): it must not be silently
+    // overridden by this module's reading, which could turn `require` into `prefer`.
+    if config.get_ssl_mode() != SslMode::Prefer {
+        return Err(
+            "sslmode is given in a way this node reads differently from the PostgreSQL driver (a '?', '@' or '&' in the user name or password must be percent-encoded, and keys must be written plainly): write it as postgres://user:password@host/db?sslmode=verify-full"
+                .to_owned(),
+        );
+    }
     let system_roots = sslrootcert.as_deref() == Some("system");
     let own_roots = sslrootcert.is_some() && !system_roots;
     // Without roots of one's own, chain-only checking would accept any certificate a
@@ -136,9 +145,12 @@ where
 }
 
 /// `database_url` without `sslmode` and `sslrootcert`, and their values (URL query
-/// parameters, percent-decoded, or `key=value` words, quoted or not). A connection
-/// string this cannot read is passed on whole, for tokio-postgres to name the problem.
-pub(super) fn take_tls_keys(database_url: &str) -> (String, Option<String>, Option<String>) {
+/// parameters, keys and values percent-decoded, or `key=value` words, quoted or not).
+/// A `key=value` string this cannot read is refused rather than passed on: its
+/// `sslmode` would go unseen.
+pub(super) fn take_tls_keys(
+    database_url: &str,
+) -> Result<(String, Option<String>, Option<String>), String> {
     let (mut sslmode, mut sslrootcert) = (None, None);
     let mut take = |key: &str, value: String| match key {
         "sslmode" => {
@@ -154,13 +166,24 @@ pub(super) fn take_tls_keys(database_url: &str) -> (String, Option<String>, Opti
     let is_url =
         database_url.starts_with("postgres://") || database_url.starts_with("postgresql://");
     let rest = if is_url {
-        match database_url.split_once('?') {
-            Some((base, query)) => {
+        // The query starts after the user information (which ends at the last '@'
+        // before the path), as the driver reads it.
+        let authority_start = database_url.find("//").map_or(0, |i| i + 2);
+        let path_start = database_url[authority_start..]
+            .find('/')
+            .map_or(database_url.len(), |i| authority_start + i);
+        let host_start = database_url[authority_start..path_start]
+            .rfind('@')
+            .map_or(authority_start, |i| authority_start + i + 1);
+        let query_start = database_url[host_start..].find('?').map(|i| host_start + i);
+        match query_start {
+            Some(at) => {
+                let (base, query) = (&database_url[..at], &database_url[at + 1..]);
                 let kept: Vec<&str> = query
                     .split('&')
                     .filter(|pair| {
                         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-                        !take(key, percent_decode(value))
+                        !take(&percent_decode(key), percent_decode(value))
                     })
                     .collect();
                 if kept.is_empty() {
@@ -179,10 +202,15 @@ pub(super) fn take_tls_keys(database_url: &str) -> (String, Option<String>, Opti
                 .map(|word| format!("{}={}", word.key, word.written))
                 .collect::<Vec<_>>()
                 .join(" "),
-            None => database_url.to_owned(),
+            None => {
+                return Err(
+                    "it is neither a postgres:// URL nor a key=value connection string this node can read (an unclosed quote, or a trailing backslash?)"
+                        .to_owned(),
+                );
+            }
         }
     };
-    (rest, sslmode, sslrootcert)
+    Ok((rest, sslmode, sslrootcert))
 }
 
 /// One `key = value` of a libpq connection string.
@@ -206,8 +234,8 @@ fn key_value_words(text: &str) -> Option<Vec<KeyValue>> {
             return Some(words);
         };
         let mut key_end = key_start;
-        while let Some((at, _)) = chars.next_if(|(_, c)| *c != '=' && !c.is_whitespace()) {
-            key_end = at + 1;
+        while let Some((at, c)) = chars.next_if(|(_, c)| *c != '=' && !c.is_whitespace()) {
+            key_end = at + c.len_utf8();
         }
         while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
         chars.next_if(|(_, c)| *c == '=')?;
@@ -416,24 +444,27 @@ mod tests {
     fn the_tls_keys_are_taken_out_of_urls_and_connection_strings() {
         let (rest, mode, root) = take_tls_keys(
             "postgres://app@db.internal:5432/jobs?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem",
-        );
+        )
+        .unwrap();
         assert_eq!(
             rest,
             "postgres://app@db.internal:5432/jobs?application_name=x"
         );
         assert_eq!(mode.as_deref(), Some("verify-full"));
         assert_eq!(root.as_deref(), Some("/etc/ca.pem"));
-        let (rest, mode, root) = take_tls_keys("host=db user=app sslmode=require dbname=jobs");
+        let (rest, mode, root) =
+            take_tls_keys("host=db user=app sslmode=require dbname=jobs").unwrap();
         assert_eq!(rest, "host=db user=app dbname=jobs");
         assert_eq!(mode.as_deref(), Some("require"));
         assert_eq!(root, None);
         let (rest, mode, root) = take_tls_keys(
             "host=db password='it\\'s a secret' sslmode = 'verify-full' sslrootcert='/etc/my ca.pem'",
-        );
+        )
+        .unwrap();
         assert_eq!(rest, "host=db password='it\\'s a secret'");
         assert_eq!(mode.as_deref(), Some("verify-full"));
         assert_eq!(root.as_deref(), Some("/etc/my ca.pem"));
-        let (rest, mode, _) = take_tls_keys("postgres://app@db/jobs");
+        let (rest, mode, _) = take_tls_keys("postgres://app@db/jobs").unwrap();
         assert_eq!((rest.as_str(), mode), ("postgres://app@db/jobs", None));
     }
 
@@ -448,6 +479,10 @@ mod tests {
                 SslMode::Require,
             ),
             ("postgres://a@h/d?sslrootcert=system", SslMode::Require),
+            // An encoded key is read as the driver would read it.
+            ("postgres://a@h/d?ssl%6Dode=require", SslMode::Require),
+            // A '?' in the password (the driver reads user information first).
+            ("postgres://a:p?w@h/d?sslmode=require", SslMode::Require),
             ("host=/var/run/postgresql dbname=d", SslMode::Prefer),
             (
                 "host=/var/run/postgresql dbname=d sslmode=disable",
@@ -480,6 +515,13 @@ mod tests {
             (
                 "hostaddr=10.0.0.5 sslmode=verify-full",
                 "add host=<the name on the server's certificate>",
+            ),
+            // Found in review: read as `prefer`, it connected in plain text to a
+            // server without TLS (so did the '?' in a password and the encoded key
+            // above).
+            (
+                "host=db sslmode=require password=abc\\",
+                "a trailing backslash",
             ),
         ] {
             let error = connect_options(url).err().unwrap();
