@@ -17,8 +17,10 @@
 //!    a smaller body). Budgets are kept by each node for itself: a fleet of N nodes
 //!    behind a balancer admits up to N times a token's budget.
 //!
-//! Each refusal is logged with the token's name (never the secret); a caller that stays
-//! over budget is logged once a minute with a count, so a storm cannot flood the log.
+//! Each refusal is logged with the token's name (never the secret): the first of its
+//! kind (token and code) at once, then one line a minute with the count since, so a
+//! storm cannot flood the log ([`Gate::log_refusal`]; over-budget refusals keep their
+//! own count per bucket).
 //!
 //! A hand-rolled token bucket rather than a rate-limiting crate: one bucket per
 //! configured token, with no keys to evict, is a dozen lines.
