@@ -13,6 +13,7 @@
 pub mod browser;
 pub mod cluster;
 pub mod hostile;
+pub mod invariants;
 pub mod jobs;
 pub mod kafka;
 
