@@ -178,9 +178,41 @@ impl PgCluster {
         )
     }
 
+    /// Restarts the server the way an operator or a crash would: `fast` ends every
+    /// session cleanly first, `immediate` kills the server without a checkpoint (it
+    /// recovers from its WAL on start). Blocks until it accepts connections again.
+    pub fn restart(&self, mode: Shutdown) {
+        let mut restart = as_owner(&self.bin.join("pg_ctl"));
+        restart
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .arg("-l")
+            .arg(self.dir.path().join("server.log"))
+            .args(["-m", mode.as_pg_ctl(), "-w", "restart"]);
+        run(restart, "pg_ctl restart");
+    }
+
     /// The cluster's directory (readable by the test; the CA file can go here).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+/// How [`PgCluster::restart`] stops the server (`pg_ctl -m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Sessions are ended and a checkpoint written.
+    Fast,
+    /// The server is killed; it replays its WAL on start.
+    Immediate,
+}
+
+impl Shutdown {
+    fn as_pg_ctl(self) -> &'static str {
+        match self {
+            Shutdown::Fast => "fast",
+            Shutdown::Immediate => "immediate",
+        }
     }
 }
 
