@@ -63,27 +63,19 @@ impl fmt::Display for Report {
 /// Runs the checks; `expect_published` says whether a relay ran (without one, every
 /// row stays PENDING by design).
 pub async fn check(client: &Client, expect_published: bool) -> Report {
-    let mut report = Report::default();
-    for row in client
-        .query(
+    let mut report = Report {
+        jobs_by_status: counts(
+            client,
             "SELECT status, count(*) FROM workflow_run GROUP BY status",
-            &[],
         )
-        .await
-        .expect("jobs by status")
-    {
-        report.jobs_by_status.insert(row.get(0), row.get(1));
-    }
-    for row in client
-        .query(
+        .await,
+        outbox_by_status: counts(
+            client,
             "SELECT status, count(*) FROM workflow_run_events_outbox GROUP BY status",
-            &[],
         )
-        .await
-        .expect("outbox by status")
-    {
-        report.outbox_by_status.insert(row.get(0), row.get(1));
-    }
+        .await,
+        breaches: Vec::new(),
+    };
 
     for row in client
         .query(
@@ -145,6 +137,17 @@ pub async fn check(client: &Client, expect_published: bool) -> Report {
         }
     }
     report
+}
+
+/// The `(status, count)` rows `query` answers, as a map.
+async fn counts(client: &Client, query: &str) -> BTreeMap<String, i64> {
+    client
+        .query(query, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+        .into_iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
 }
 
 /// Why a job's checkpoint names break [`CHECKPOINTS`], if they do.

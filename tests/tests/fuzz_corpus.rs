@@ -11,9 +11,12 @@ use std::path::Path;
 #[allow(dead_code)]
 mod targets;
 
+/// A fuzz target's body.
+type Target = fn(&[u8]);
+
 /// Runs `target` over every file of `fuzz/corpus/<name>` and `fuzz/regressions/<name>`;
 /// the number of inputs replayed.
-fn replay(name: &str, target: fn(&[u8])) -> usize {
+fn replay(name: &str, target: Target) -> usize {
     let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     let mut replayed = 0;
     let mut failed = Vec::new();
@@ -36,26 +39,15 @@ fn replay(name: &str, target: fn(&[u8])) -> usize {
 }
 
 #[test]
-fn the_envelope_corpus_replays() {
-    assert!(replay("envelope", targets::envelope) > 0);
-}
-
-#[test]
-fn the_rules_corpus_replays() {
-    assert!(replay("rules", targets::rules) > 0);
-}
-
-#[test]
-fn the_checkpoints_corpus_replays() {
-    assert!(replay("checkpoints", targets::checkpoints) > 0);
-}
-
-#[test]
-fn the_request_record_corpus_replays() {
-    assert!(replay("request_record", targets::request_record) > 0);
-}
-
-#[test]
-fn the_actions_body_corpus_replays() {
-    assert!(replay("actions_body", targets::actions_body) > 0);
+fn every_target_s_saved_inputs_replay_without_a_panic() {
+    let targets: [(&str, Target); 5] = [
+        ("envelope", targets::envelope),
+        ("rules", targets::rules),
+        ("checkpoints", targets::checkpoints),
+        ("request_record", targets::request_record),
+        ("actions_body", targets::actions_body),
+    ];
+    for (name, target) in targets {
+        assert!(replay(name, target) > 0, "{name} has no saved inputs");
+    }
 }
