@@ -19,6 +19,12 @@
 //! committed) and it resumes when the database is back. A data error (PostgreSQL
 //! refusing a value) is never mistaken for an outage: the record is dead-lettered,
 //! so one hostile record cannot stall its partition.
+//!
+//! A consumer that holds partitions with records waiting past its committed offsets,
+//! yet receives nothing for [`STALL_AFTER`], rejoins its group (unsubscribes and
+//! subscribes again), logged at warn. The chaos run found consumers that, after
+//! broker restarts, kept their assignment and fetched nothing for minutes until a
+//! rebalance; a rejoin is that rebalance.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -67,6 +73,8 @@ pub enum Disposition {
 
 /// Reads the requests topic and hands each record to a [`RequestHandler`].
 pub struct RequestConsumer {
+    /// The requests topic (subscribed again on a rejoin).
+    topic: String,
     consumer: std::sync::Arc<StreamConsumer>,
     handler: RequestHandler,
     metrics: crate::metrics::JobsMetrics,
@@ -104,6 +112,7 @@ impl RequestConsumer {
             .create()?;
         consumer.subscribe(&[&config.requests_topic])?;
         Ok(RequestConsumer {
+            topic: config.requests_topic.clone(),
             consumer: std::sync::Arc::new(consumer),
             handler: RequestHandler::new(submitter),
             metrics: crate::metrics::JobsMetrics::default(),
@@ -140,9 +149,55 @@ impl RequestConsumer {
         self
     }
 
+    /// Whether an assigned partition has records past its committed offset (a blocking
+    /// round trip per partition: run it off the async threads).
+    fn holds_waiting_records(consumer: &StreamConsumer) -> bool {
+        let Ok(assigned) = consumer.assignment() else {
+            return false;
+        };
+        let Ok(committed) = consumer.committed_offsets(assigned, Duration::from_secs(5)) else {
+            return false;
+        };
+        committed.elements().iter().any(|entry| {
+            let Ok((low, high)) =
+                consumer.fetch_watermarks(entry.topic(), entry.partition(), Duration::from_secs(5))
+            else {
+                return false;
+            };
+            let next = match entry.offset() {
+                Offset::Offset(next) => next,
+                // Nothing committed yet: the group starts from the earliest record.
+                _ => low,
+            };
+            high > next
+        })
+    }
+
+    /// Rejoins the group when it [holds waiting records](Self::holds_waiting_records)
+    /// it is not receiving.
+    async fn rejoin_if_stalled(&self, topic: &str) {
+        let consumer = self.consumer.clone();
+        let stalled = tokio::task::spawn_blocking(move || Self::holds_waiting_records(&consumer))
+            .await
+            .unwrap_or(false);
+        if stalled {
+            tracing::warn!(
+                topic,
+                stalled_for_s = STALL_AFTER.as_secs(),
+                "the request consumer holds waiting records but receives none; rejoining its group"
+            );
+            self.consumer.unsubscribe();
+            if let Err(e) = self.consumer.subscribe(&[topic]) {
+                tracing::error!(error = %e, topic, "subscribing again failed; retrying at the next check");
+            }
+        }
+    }
+
     /// Consumes until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut last_lag_read = std::time::Instant::now() - LAG_READ_EVERY;
+        // The last record received, or the last stall check.
+        let mut last_progress = std::time::Instant::now();
         // The next offset to take, per partition taken from.
         let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
         loop {
@@ -152,12 +207,19 @@ impl RequestConsumer {
                     // Idle: the lag may have grown (or the last burst been taken).
                     last_lag_read = std::time::Instant::now();
                     self.read_lag(&consumed);
+                    if last_progress.elapsed() >= STALL_AFTER {
+                        last_progress = std::time::Instant::now();
+                        self.rejoin_if_stalled(&self.topic).await;
+                    }
                     continue;
                 }
                 () = shutdown.cancelled() => return,
             };
             let record = match received {
-                Ok(record) => record,
+                Ok(record) => {
+                    last_progress = std::time::Instant::now();
+                    record
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the requests topic failed; retrying");
                     tokio::select! {
@@ -247,6 +309,10 @@ impl RequestConsumer {
 
 /// How often the consumer reads how far behind the requests topic it is.
 const LAG_READ_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a consumer may receive nothing while records wait on its partitions
+/// before it rejoins its group.
+pub const STALL_AFTER: Duration = Duration::from_secs(30);
 
 impl RequestHandler {
     /// Turns one record into a job, a FAILED row or a reject. `Err` only when the

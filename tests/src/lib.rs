@@ -168,8 +168,13 @@ pub fn unique_topic(purpose: &str) -> String {
 /// Creates a topic through the admin API (the broker does not auto-create topics) and
 /// waits until its metadata shows every partition.
 pub async fn create_topic(name: &str, partitions: i32) {
+    create_topic_at(&kafka_bootstrap(), name, partitions).await;
+}
+
+/// [`create_topic`] on the broker at `bootstrap` (the chaos run's own broker).
+pub async fn create_topic_at(bootstrap: &str, name: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .create()
         .expect("admin client");
     let results = admin

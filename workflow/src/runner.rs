@@ -43,6 +43,15 @@ pub trait CheckpointSink: Send {
         &mut self,
         checkpoint: &Checkpoint,
     ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Asked just before each step call: an error stops the segment before the call,
+    /// as a failed [`record`](Self::record) does. The jobs worker refuses once its
+    /// claim may have lapsed by its own clock (a process frozen past its lease must
+    /// not call a step another node may have run since). Calls are allowed by default.
+    fn before_call(&mut self, step: &str) -> Result<(), SinkError> {
+        let _ = step;
+        Ok(())
+    }
 }
 
 /// gRPC metadata the caller attaches to each step call (the jobs worker sends the job
@@ -97,6 +106,15 @@ pub enum SegmentError {
         /// The step whose checkpoint was not recorded.
         step: String,
         /// The sink's error.
+        source: SinkError,
+    },
+    /// The sink refused a step call before it was made
+    /// ([`CheckpointSink::before_call`]); nothing was called.
+    #[error("step '{step}' was not called: {source}")]
+    NotCalled {
+        /// The step.
+        step: String,
+        /// The sink's reason.
         source: SinkError,
     },
 }
@@ -218,9 +236,14 @@ impl Runner {
             }),
             Ok(SegmentOutcome::Parked { .. }) => Err(RunError::WouldPark),
             Err(SegmentError::Failed(failure)) => Err(RunError::Failed(failure)),
-            Err(SegmentError::Checkpoint { step, source }) => Err(RunError::Failed(
-                StepFailure::at(&step, FailureKind::Workflow, source.to_string()),
-            )),
+            Err(
+                SegmentError::Checkpoint { step, source }
+                | SegmentError::NotCalled { step, source },
+            ) => Err(RunError::Failed(StepFailure::at(
+                &step,
+                FailureKind::Workflow,
+                source.to_string(),
+            ))),
         }
     }
 
@@ -276,6 +299,11 @@ impl Runner {
                     step = %step.name,
                     target = step.target.as_deref().unwrap_or_default()
                 );
+                sink.before_call(&step.name)
+                    .map_err(|source| SegmentError::NotCalled {
+                        step: step.name.clone(),
+                        source,
+                    })?;
                 self.run_step(workflow, step, &scope, segment_end, metadata)
                     .instrument(span)
                     .await?

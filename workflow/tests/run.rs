@@ -406,6 +406,50 @@ async fn a_failing_sink_stops_the_segment_before_the_next_step() {
 }
 
 #[tokio::test]
+async fn a_sink_refusing_a_call_stops_the_segment_before_the_call_is_made() {
+    /// Records the first checkpoint, then refuses every call (a claim that lapsed).
+    struct Lapsing {
+        recorded: usize,
+    }
+    impl CheckpointSink for Lapsing {
+        async fn record(&mut self, _checkpoint: &Checkpoint) -> Result<(), SinkError> {
+            self.recorded += 1;
+            Ok(())
+        }
+        fn before_call(&mut self, _step: &str) -> Result<(), SinkError> {
+            if self.recorded > 0 {
+                return Err("the claim may have lapsed".into());
+            }
+            Ok(())
+        }
+    }
+    let server = FixtureServer::start().await;
+    let wf = compile(&two_step_workflow(&server.target()));
+    let mut sink = Lapsing { recorded: 0 };
+    let err = Runner::new()
+        .run_segment(
+            &wf,
+            &input(&wf, "x", false),
+            Vec::new(),
+            &mut sink,
+            &NoMetadata,
+        )
+        .await
+        .expect_err("stops");
+    let SegmentError::NotCalled { step, source } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(step, "embed");
+    assert_eq!(source.to_string(), "the claim may have lapsed");
+    assert_eq!(server.stats.tokenize_calls(), 1);
+    assert_eq!(
+        server.stats.embed_calls(),
+        0,
+        "the refused step was never called"
+    );
+}
+
+#[tokio::test]
 async fn an_unreachable_target_is_unavailable() {
     // Bind and drop a listener to get a port nobody serves.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

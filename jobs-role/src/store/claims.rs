@@ -51,6 +51,9 @@ pub struct ClaimedJob {
     pub reruns: i32,
     /// The submitter's W3C trace context: the parent of the segment's span.
     pub trace_context: Option<String>,
+    /// When this process sent the claim, by its monotonic clock: the lease runs from
+    /// no earlier than this, so the worker can tell when it may have lapsed.
+    pub asked_at: std::time::Instant,
 }
 
 /// What a sweep did.
@@ -77,6 +80,7 @@ impl Store {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(sql::CLAIM_JOBS).await?;
+        let asked_at = std::time::Instant::now();
         let rows = client
             .query(&statement, &[&owner, &millis(lease), &limit])
             .await?;
@@ -97,6 +101,7 @@ impl Store {
                 releases: row.get("releases"),
                 reruns: row.get("reruns"),
                 trace_context: row.get("trace_context"),
+                asked_at,
             })
             .collect())
     }

@@ -30,6 +30,7 @@
 //! step may have done its side effect before its checkpoint landed.
 
 pub mod flusher;
+mod lease;
 mod limits;
 mod sweeper;
 
@@ -49,6 +50,7 @@ use workflow::{
 };
 
 pub use flusher::Flusher;
+pub use lease::LeaseClock;
 pub use limits::TargetLimits;
 pub use sweeper::sweep_loop;
 
@@ -413,9 +415,10 @@ impl Worker {
     async fn execute(&self, job: ClaimedJob, flusher: &Flusher) -> Result<(), StoreError> {
         let claim = &job.claim;
         let watch = self.watch_cancel(claim.job_id);
+        let clock = LeaseClock::new(job.asked_at, self.config.lease());
         let ran = tokio::select! {
-            ran = self.run_segment(&job, flusher) => ran,
-            end = self.keep_lease(claim, Some(&watch.cancel)) => {
+            ran = self.run_segment(&job, flusher, &clock) => ran,
+            end = self.keep_lease(claim, Some(&watch.cancel), &clock) => {
                 return match end {
                     LeaseEnd::Lost(lost) => Err(lost),
                     LeaseEnd::CancelRequested => self.cancel_now(flusher, claim).await,
@@ -431,7 +434,7 @@ impl Worker {
                 held,
             } => tokio::select! {
                 settled = self.settle(flusher, &job, &compiled, outcome, held) => settled,
-                end = self.keep_lease(claim, None) => Err(end.into_error(claim)),
+                end = self.keep_lease(claim, None, &clock) => Err(end.into_error(claim)),
             },
             Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
             Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
@@ -444,7 +447,7 @@ impl Worker {
     }
 
     /// Compiles, replays, waits for the permit and runs one segment.
-    async fn run_segment(&self, job: &ClaimedJob, flusher: &Flusher) -> Ran {
+    async fn run_segment(&self, job: &ClaimedJob, flusher: &Flusher, clock: &LeaseClock) -> Ran {
         let claim = &job.claim;
         let compiled = match self.compiled_workflow(job).await {
             Ok(compiled) => compiled,
@@ -476,6 +479,7 @@ impl Worker {
         let mut sink = StoreSink {
             flusher,
             claim,
+            clock,
             metrics: &self.metrics,
             last_step_ended: std::time::Instant::now(),
             next_step: prior.len(),
@@ -541,7 +545,12 @@ impl Worker {
     /// or read at a renewal). Without `cancel` (a settlement in flight) a requested
     /// cancel does not stop the renewals: the store refuses that settlement, and the
     /// job is settled CANCELLED then.
-    async fn keep_lease(&self, claim: &Claim, cancel: Option<&Notify>) -> LeaseEnd {
+    async fn keep_lease(
+        &self,
+        claim: &Claim,
+        cancel: Option<&Notify>,
+        clock: &LeaseClock,
+    ) -> LeaseEnd {
         let lease = self.config.lease();
         let every = (lease / 3).max(Duration::from_millis(10));
         let mut renewed = tokio::time::Instant::now();
@@ -563,8 +572,10 @@ impl Worker {
                 () = heard => tokio::time::sleep_until(renewed + CANCEL_CHECK_GAP).await,
             }
             renewed = tokio::time::Instant::now();
+            let sent_at = std::time::Instant::now();
             let renewal = self.store.renew_lease(claim, lease).await;
             if renewal.is_ok() {
+                clock.renewed(sent_at);
                 self.metrics.lease_renewals.inc();
             }
             match renewal {
@@ -684,6 +695,11 @@ impl Worker {
                 })
             }
             Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
+            // Refused only when the claim may have lapsed (StoreSink::before_call).
+            Err(SegmentError::NotCalled { step, source }) => {
+                tracing::warn!(job_id = %claim.job_id, %step, reason = %source, "the claim may have lapsed (this node stalled past its lease): the step is not called");
+                Decision::Lost(claim.lost())
+            }
             Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()
             {
                 Ok(store_error) if store_error.is_lost_claim() => Decision::Lost(*store_error),
@@ -894,6 +910,8 @@ enum Ran {
 struct StoreSink<'a> {
     flusher: &'a Flusher,
     claim: &'a Claim,
+    /// Whether the claim may have lapsed: checked before each step call.
+    clock: &'a LeaseClock,
     metrics: &'a JobsMetrics,
     /// When the previous step of the segment ended (or the segment started).
     last_step_ended: std::time::Instant,
@@ -905,6 +923,17 @@ struct StoreSink<'a> {
 }
 
 impl CheckpointSink for StoreSink<'_> {
+    /// A claim that may have lapsed (the node was stalled past its lease) calls
+    /// nothing more: another node may hold the job and have run this step already.
+    /// The segment ends as a lost claim; the sweeper requeues the job if no one else
+    /// took it.
+    fn before_call(&mut self, _step: &str) -> Result<(), SinkError> {
+        if self.clock.lapsed() {
+            return Err(Box::new(self.claim.lost()));
+        }
+        Ok(())
+    }
+
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
         let checkpoint = StepCheckpoint {
             step: checkpoint.name.clone(),

@@ -48,9 +48,9 @@ pub fn two_step_workflow(target: &str) -> Value {
     )
 }
 
-/// tokenize → review (external, validated) → embed (gated on ids), output
-/// `jobs.test.Embedding { source_text, vector, notes }`.
-pub fn three_step_workflow(target: &str) -> Value {
+/// The `review` step: `ReviewDesk/Review` of the input text, completed externally,
+/// its answer validated.
+pub fn review_step(target: &str) -> Value {
     let mut review = step(
         "review",
         target,
@@ -59,6 +59,13 @@ pub fn three_step_workflow(target: &str) -> Value {
     );
     review["completion"] = json!("external");
     review["validate"] = json!(true);
+    review
+}
+
+/// tokenize → review (external, validated) → embed (gated on ids), output
+/// `jobs.test.Embedding { source_text, vector, notes }`.
+pub fn three_step_workflow(target: &str) -> Value {
+    let review = review_step(target);
     let mut embed = step(
         "embed",
         target,

@@ -1,0 +1,325 @@
+//! The fleet under test, each piece a real process the fault driver can hurt: a
+//! PostgreSQL cluster of the run's own, a Tansu broker of its own (stopping it must
+//! not hurt anyone else's tests), and the `protomolt-node` processes.
+
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A free port on 127.0.0.1 (free when asked; kept for the process's restarts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits until something accepts connections on `port`, or panics naming `what`.
+fn wait_for_port(port: u16, what: &str, log: &Path) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} never listened on {addr}: see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`) to `pid` with the `kill` command.
+fn signal(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Opens `path` for appending (a process's log, kept across its restarts).
+fn log_file(path: &Path) -> std::fs::File {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Ends `child` gently (SIGTERM), or with SIGKILL after `patience`.
+fn terminate(child: &mut Child, patience: Duration) {
+    signal(child.id(), "CONT");
+    signal(child.id(), "TERM");
+    let deadline = Instant::now() + patience;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The run's Tansu broker, on a port kept across restarts.
+pub struct Broker {
+    bin: PathBuf,
+    dir: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Mutex<Option<Child>>,
+}
+
+impl Broker {
+    /// Starts a broker storing into `dir` (sqlite, so a restart keeps the records).
+    pub fn start(bin: PathBuf, dir: PathBuf) -> Broker {
+        std::fs::create_dir_all(&dir).expect("the broker's directory");
+        let broker = Broker {
+            bin,
+            dir,
+            port: free_port(),
+            child: Mutex::new(None),
+        };
+        broker.up();
+        broker
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process and waits until it listens.
+    pub fn up(&self) {
+        let listener = format!("tcp://127.0.0.1:{}", self.port);
+        let log = self.dir.join("broker.log");
+        let child = Command::new(&self.bin)
+            .current_dir(&self.dir)
+            .args(["broker", "--storage-engine", "sqlite://tansu.db"])
+            .args([
+                "--listener-url",
+                &listener,
+                "--advertised-listener-url",
+                &listener,
+            ])
+            .stdin(Stdio::null())
+            .stdout(log_file(&log))
+            .stderr(log_file(&log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.bin.display()));
+        *self.child.lock().expect("broker lock") = Some(child);
+        wait_for_port(self.port, "the broker", &log);
+    }
+
+    /// Stops the process: `kill -9`, a crash. (Tansu 0.6.0 stopped with SIGTERM while
+    /// produces are in flight closes its storage first and answers them with errors; the
+    /// next start then panics on the idempotent producer's state and stores nothing
+    /// more. A crash loses only uncommitted work, which the clients retry.)
+    pub fn down(&self) {
+        if let Some(mut child) = self.child.lock().expect("broker lock").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// One `protomolt-node` process, restartable on its own port and config.
+pub struct Node {
+    /// `n1`, `n2`, ...: also its worker id.
+    pub name: String,
+    /// Its HTTP port on 127.0.0.1.
+    pub port: u16,
+    bin: PathBuf,
+    config: PathBuf,
+    /// Its log (stdout and stderr, across restarts).
+    pub log: PathBuf,
+    child: Mutex<Option<Child>>,
+}
+
+impl Node {
+    /// A node named `name` configured by `config_toml` (written to `dir`), not started.
+    pub fn new(name: &str, port: u16, bin: &Path, dir: &Path, config_toml: &str) -> Node {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, config_toml).expect("the node's config");
+        Node {
+            name: name.to_owned(),
+            port,
+            bin: bin.to_owned(),
+            config,
+            log: dir.join(format!("{name}.log")),
+            child: Mutex::new(None),
+        }
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process and waits until it listens.
+    pub fn up(&self) {
+        let child = Command::new(&self.bin)
+            .env("RUST_LOG", "warn")
+            .env_remove("DATABASE_URL")
+            .env_remove("KAFKA_BOOTSTRAP")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("run")
+            .stdin(Stdio::null())
+            .stdout(log_file(&self.log))
+            .stderr(log_file(&self.log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.bin.display()));
+        *self.child.lock().expect("node lock") = Some(child);
+        wait_for_port(self.port, &self.name, &self.log);
+    }
+
+    /// `kill -9`: the process dies mid-whatever.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().expect("node lock").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes (`STOP`) or thaws (`CONT`) the process: a node that stalls past its
+    /// lease and then goes on as if nothing happened.
+    pub fn signal(&self, name: &str) {
+        if let Some(child) = self.child.lock().expect("node lock").as_ref() {
+            signal(child.id(), name);
+        }
+    }
+
+    /// Stops the process gently (its shutdown path), as at the end of the run.
+    pub fn down(&self) {
+        if let Some(mut child) = self.child.lock().expect("node lock").take() {
+            terminate(&mut child, Duration::from_secs(30));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.lock().map(|mut c| c.take()).unwrap_or(None) {
+            signal(child.id(), "CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The `[node]`, `[registry]` and `[jobs]` of a chaos node: a short lease so a
+/// stopped node loses it within the run, quick sweeps, backoffs and relay polls.
+pub fn node_config(
+    name: &str,
+    port: u16,
+    workflows_dir: &Path,
+    database_url: &str,
+    bootstrap: &str,
+    topics: &Topics,
+    lease_ms: u64,
+) -> String {
+    format!(
+        r#"[node]
+bind = "127.0.0.1:{port}"
+roles = ["registry", "jobs"]
+shutdown_grace_ms = 5000
+
+[registry]
+workflows_dir = "{workflows}"
+
+[jobs]
+database_url = "{database_url}"
+worker_id = "{name}"
+max_in_flight = 16
+max_concurrent_per_target = 16
+lease_ms = {lease_ms}
+sweep_interval_ms = 500
+poll_interval_ms = 500
+backoff_base_ms = 200
+max_attempts_default = 5
+shutdown_grace_ms = 2000
+kafka_bootstrap = "{bootstrap}"
+events_topic = "{events}"
+requests_topic = "{requests}"
+consumer_group = "chaos-requests-{name}"
+relay_poll_interval_ms = 100
+relay_backoff_base_ms = 50
+relay_backoff_max_ms = 1000
+
+# A message outlives any broker restart of the run: one that timed out with its
+# request in flight would make librdkafka bump the idempotent producer's epoch, which
+# Tansu 0.6.0 does not implement (a `todo!()` that stops its storage for good).
+[jobs.kafka_options]
+"message.timeout.ms" = "300000"
+"reconnect.backoff.max.ms" = "1000"
+"#,
+        workflows = workflows_dir.display(),
+        events = topics.events,
+        requests = topics.requests,
+    )
+}
+
+/// The run's two topics.
+#[derive(Debug, Clone)]
+pub struct Topics {
+    /// Where the relays publish.
+    pub events: String,
+    /// Where half the submissions are produced.
+    pub requests: String,
+}
+
+/// The `protomolt-node` to run: `explicit`, or the one beside this binary, built first
+/// when this run was started by `cargo run` (so a long run never tests a stale node).
+pub fn node_binary(explicit: Option<PathBuf>) -> PathBuf {
+    if let Some(path) = explicit {
+        assert!(path.is_file(), "no node binary at {}", path.display());
+        return path;
+    }
+    let me = std::env::current_exe().expect("this binary's path");
+    let dir = me.parent().expect("this binary's directory");
+    let beside = dir.join("protomolt-node");
+    if let Ok(cargo) = std::env::var("CARGO") {
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "host-example", "--bin", "protomolt-node"]);
+        if dir.file_name().is_some_and(|name| name == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo build runs");
+        assert!(status.success(), "building protomolt-node failed");
+    }
+    assert!(
+        beside.is_file(),
+        "no protomolt-node beside {}: build it (cargo build -p host-example --bin protomolt-node, --release for a release run) or pass --node-bin",
+        me.display()
+    );
+    beside
+}
+
+/// The Tansu broker `./dev up` installed: `explicit`, `$PROTOMOLT_TANSU_ROOT/bin/tansu`,
+/// or the set-up script's default place.
+pub fn tansu_binary(explicit: Option<PathBuf>) -> PathBuf {
+    let path = explicit.unwrap_or_else(|| {
+        let root = std::env::var_os("PROTOMOLT_TANSU_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let home = std::env::var_os("HOME").unwrap_or_default();
+                PathBuf::from(home).join(".cache/protomolt/tansu-0.6.0")
+            });
+        root.join("bin/tansu")
+    });
+    assert!(
+        path.is_file(),
+        "no Tansu broker at {}: run ./dev up (it builds the pinned broker) or pass --tansu",
+        path.display()
+    );
+    path
+}
