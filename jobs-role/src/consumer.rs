@@ -196,7 +196,7 @@ impl RequestConsumer {
     /// Consumes until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut last_lag_read = std::time::Instant::now() - LAG_READ_EVERY;
-        // The last record received, or the last stall check.
+        // The last record handled, or the last stall check.
         let mut last_progress = std::time::Instant::now();
         // The next offset to take, per partition taken from.
         let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
@@ -216,10 +216,7 @@ impl RequestConsumer {
                 () = shutdown.cancelled() => return,
             };
             let record = match received {
-                Ok(record) => {
-                    last_progress = std::time::Instant::now();
-                    record
-                }
+                Ok(record) => record,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the requests topic failed; retrying");
                     tokio::select! {
@@ -285,6 +282,9 @@ impl RequestConsumer {
                     }
                 }
             }
+            // Handling it may have waited out a database outage: the stall clock
+            // starts again from here, not from when the record arrived.
+            last_progress = std::time::Instant::now();
             consumed.insert(
                 (record.topic().to_owned(), record.partition()),
                 record.offset() + 1,
