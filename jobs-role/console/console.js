@@ -485,8 +485,13 @@ function followJobEvents(jobId, handlers) {
       if (stopped) return;
       const err = errorFromResponse(response.status, payload);
       if (response.status === 401) askForToken(err.message);
-      if (response.status >= 500) retryLater(errorText(err) + '; reconnecting');
-      else handlers.onState('error', errorText(err));
+      if (response.status >= 500 || response.status === 429) retryLater(errorText(err) + '; reconnecting');
+      else if (lastId && response.status === 400) {
+        // The last event seen is unknown to the node: follow the job from its start
+        // (events already shown are recognised by id) rather than stop for good.
+        lastId = '';
+        retryLater(errorText(err) + '; following the job from its first event');
+      } else handlers.onState('error', errorText(err));
       return;
     }
     handlers.onState('live', 'Live');
@@ -494,6 +499,12 @@ function followJobEvents(jobId, handlers) {
     // job's stream goes on past its earlier terminal events); any other end is a drop.
     let endedOnTerminal = false;
     const parser = createSseParser((message) => {
+      // The event this page saw last was pruned by retention: what follows is the
+      // rest of the job's story.
+      if (message.event === 'resumed') {
+        handlers.onState('live', 'Live (the events before were pruned by retention)');
+        return;
+      }
       let event;
       try {
         event = parseLossless(message.data);
@@ -1538,7 +1549,9 @@ function renderFleetView(main, params, query) {
       el('dl', null, countItem('Completed', { 'data-last-hour': 'COMPLETED' }), countItem('Failed', { 'data-last-hour': 'FAILED' }),
         countItem('Dead', { 'data-last-hour': 'DEAD' }), countItem('Cancelled', { 'data-last-hour': 'CANCELLED' }))),
     el('div', { class: 'count-group' }, el('h3', { text: 'Outbox' }),
-      el('dl', null, countItem('Pending', { 'data-outbox': 'pending' }), countItem('Held', { 'data-outbox': 'held' }), countItem('Failed', { 'data-outbox': 'failed' }))));
+      el('dl', null, countItem('Pending', { 'data-outbox': 'pending' }), countItem('Held', { 'data-outbox': 'held' }), countItem('Failed', { 'data-outbox': 'failed' })),
+      el('button', { type: 'button', id: 'redrive-all', text: 'Redrive failed events', hidden: true }),
+      el('p', { id: 'redrive-outcome', class: 'outcome', 'aria-live': 'polite' })));
   const waitingBox = el('div', { class: 'waiting-by-step' });
   const readAt = el('p', { class: 'muted read-at' });
 
@@ -1604,6 +1617,7 @@ function renderFleetView(main, params, query) {
       setAll('data-count', fleet.live);
       setAll('data-last-hour', fleet.lastHour);
       setAll('data-outbox', fleet.outbox);
+      byId('redrive-all').hidden = !(fleet.outbox && fleet.outbox.failed > 0);
       const oldest = fleet.oldestQueuedSeconds;
       byId('oldest-queued').textContent = typeof oldest === 'number' ? humanizeAge(oldest) : '—';
       drawWaitingBySteps(fleet.waitingBySteps || []);
@@ -1798,6 +1812,19 @@ function renderFleetView(main, params, query) {
   });
   bulkCancel.addEventListener('click', () => bulkAct('cancel'));
   bulkRetry.addEventListener('click', () => bulkAct('retry'));
+  byId('redrive-all').addEventListener('click', async (clicked) => {
+    const button = clicked.currentTarget;
+    button.disabled = true;
+    try {
+      const answer = await callVerb('redrive-events', { all: true, limit: 10000 }, abort.signal);
+      byId('redrive-outcome').textContent = 'Redrove ' + answer.events + ' events of ' + answer.jobs + ' jobs' + (answer.more ? '; more remain: press again' : '');
+    } catch (err) {
+      if (isAbort(err)) return;
+      byId('redrive-outcome').textContent = errorText(err);
+    }
+    button.disabled = false;
+    refreshCounts();
+  });
 
   /** Filters and paging live in the hash so a reload keeps them; the router calls update() back. */
   function navigateFleet(next) {
@@ -1890,6 +1917,8 @@ function renderJobView(main, params) {
   const retryFrom = el('select', { id: 'retry-from-step' }, el('option', { value: '', text: 'keep every checkpoint' }));
   const retryReason = el('input', { id: 'retry-reason', type: 'text', maxlength: '500', autocomplete: 'off' });
   const retryButton = el('button', { type: 'button', id: 'retry-job', text: 'Retry job', disabled: true });
+  const redriveButton = el('button', { type: 'button', id: 'redrive-events', text: 'Redrive events', disabled: true });
+  const redriveNote = el('span', { id: 'redrive-note', class: 'muted' });
   const actionOutcome = el('p', { id: 'action-outcome', class: 'outcome', 'aria-live': 'polite' });
   const actions = el('section', { class: 'job-actions', 'aria-labelledby': 'actions-heading' },
     el('h2', { id: 'actions-heading', text: 'Actions' }),
@@ -1898,6 +1927,7 @@ function renderJobView(main, params) {
     el('div', { class: 'action-row' },
       el('div', { class: 'filter' }, el('label', { for: 'retry-from-step', text: 'Retry from step' }), retryFrom),
       el('div', { class: 'filter' }, el('label', { for: 'retry-reason', text: 'Reason for retrying (optional)' }), retryReason), retryButton),
+    el('div', { class: 'action-row' }, redriveButton, redriveNote),
     actionOutcome);
   const reviewSlot = el('div', { class: 'review-slot' });
   const timeline = el('ol', { id: 'timeline', class: 'timeline' });
@@ -2048,6 +2078,12 @@ function renderJobView(main, params) {
     const status = state.job ? state.job.status : '';
     cancelButton.disabled = !CANCELLABLE.has(status);
     retryButton.disabled = !(RETRYABLE.has(status) || (status === 'COMPLETED' && retryFrom.value !== ''));
+    // Dead-lettered events (and those held behind them) are published again by a
+    // redrive, in order.
+    const stuck = state.job && Array.isArray(state.job.events)
+      ? state.job.events.filter((e) => e.status === 'FAILED' || e.status === 'HELD').length : 0;
+    redriveButton.disabled = stuck === 0;
+    redriveNote.textContent = stuck === 0 ? '' : stuck + ' events dead-lettered or held behind one';
   }
 
   function updateCountdown() {
@@ -2101,6 +2137,9 @@ function renderJobView(main, params) {
     act('retry-job', body, retryButton);
   });
   retryFrom.addEventListener('change', updateActionButtons);
+  redriveButton.addEventListener('click', () => {
+    act('redrive-events', { jobIds: [jobId] }, redriveButton);
+  });
 
   /* -- The review section: once per visit; its form once per WAITING episode. -- */
 
@@ -2297,6 +2336,7 @@ function withoutDescriptorBlob(definition) {
 
 /** "CANCELLED (status CANCELLED)", with the node's error appended when there is one. */
 function actionOutcomeText(answer) {
+  if (typeof answer.events === 'number' && answer.outcome === undefined) return 'Redrove ' + answer.events + ' events; they publish in order.';
   if (!answer.outcome) return String(answer.error || (answer.ok ? 'Done' : 'the node refused'));
   let text = String(answer.outcome) + (answer.status ? ' (status ' + String(answer.status) + ')' : '');
   if (answer.checkpointsKept !== undefined && answer.checkpointsKept !== null) text += '; checkpoints kept: ' + String(answer.checkpointsKept);

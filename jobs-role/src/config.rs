@@ -49,8 +49,12 @@ pub struct JobsConfig {
     pub metrics_interval_ms: u64,
     /// Live event streams (`GET /v1/jobs/{jobId}/events`) and waiting `get-job`
     /// calls one node serves at once; all share one LISTEN connection and one read
-    /// per wake-up. Past it, a new watcher is answered 503.
+    /// per wake-up. Past it, a new stream is answered 503 and a waiting `get-job` 429,
+    /// at once.
     pub max_watchers: usize,
+    /// How many of those one token may hold at once (on a node with `[auth]`), so one
+    /// caller cannot take every slot. Default: a quarter of `max_watchers`.
+    pub max_watchers_per_token: Option<usize>,
     /// Serve the web console at `/console` (true by default; its files are public,
     /// what it shows needs the same tokens as the verbs).
     pub console: bool,
@@ -108,6 +112,15 @@ pub struct RetentionConfig {
     /// PUBLISHED outbox rows, after `published_at` (their jobs stay). FAILED outbox
     /// rows, the dead-letter queue, are never pruned, nor is a job that has one.
     pub published_events_ms: Option<u64>,
+    /// Whether a finished job whose events never reached the events topic may be
+    /// deleted with them. Off (the default), a job with an outbox row that is not
+    /// PUBLISHED is kept on every node, whatever that node's own lanes: whether its
+    /// events are out is a fact in the database, and a node without
+    /// `kafka_bootstrap` cannot know the fleet's relay is not just down. On is for a
+    /// fleet that runs without the Kafka lanes for good: drain the outbox first (no
+    /// PENDING rows), then turn it on. Dead-lettered (FAILED) and HELD rows keep
+    /// their job either way.
+    pub prune_unpublished: bool,
     /// How often the pruner runs.
     pub interval_ms: u64,
     /// Rows one delete takes (each its own short transaction).
@@ -122,6 +135,7 @@ impl Default for RetentionConfig {
             dead_ms: None,
             cancelled_ms: None,
             published_events_ms: None,
+            prune_unpublished: false,
             interval_ms: 60_000,
             batch: 1_000,
         }
@@ -193,6 +207,7 @@ impl Default for JobsConfig {
             shutdown_grace_ms: 20_000,
             max_connections: 16,
             max_watchers: 1_000,
+            max_watchers_per_token: None,
             console: true,
             metrics_interval_ms: 5_000,
             max_releases: 10,
@@ -267,6 +282,12 @@ impl JobsConfig {
         if !(1..=100_000).contains(&self.max_watchers) {
             return Err("jobs.max_watchers must be from 1 to 100000".into());
         }
+        if self
+            .max_watchers_per_token
+            .is_some_and(|n| !(1..=self.max_watchers).contains(&n))
+        {
+            return Err("jobs.max_watchers_per_token must be from 1 to jobs.max_watchers".into());
+        }
         if self.relay_batch_size < 1
             || self.relay_max_attempts < 1
             || self.relay_poll_interval_ms == 0
@@ -297,6 +318,13 @@ impl JobsConfig {
     /// The node's default wait for a parked step's answer, if any.
     pub fn wait_timeout(&self) -> Option<Duration> {
         self.wait_timeout_ms.map(Duration::from_millis)
+    }
+
+    /// The watchers one token may hold: `max_watchers_per_token`, or a quarter of
+    /// `max_watchers` (at least one).
+    pub fn watchers_per_token(&self) -> usize {
+        self.max_watchers_per_token
+            .unwrap_or((self.max_watchers / 4).max(1))
     }
 
     /// The lease as a duration.

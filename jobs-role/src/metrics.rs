@@ -86,6 +86,8 @@ pub struct JobsMetrics {
     pub relay_events: Family<Labels, Counter>,
     /// How long one relay batch took to publish and be acknowledged.
     pub relay_publish_seconds: HistogramFamily,
+    /// Events producers rebuilt after librdkafka put them in a fatal state.
+    pub relay_producer_rebuilds: Counter,
     /// Request records the consumer handled, by `outcome` (submitted, failed_row,
     /// rejected).
     pub request_records: Family<Labels, Counter>,
@@ -128,6 +130,7 @@ impl Default for JobsMetrics {
             wait_timeouts: Counter::default(),
             relay_events: Family::default(),
             relay_publish_seconds: latency_family(),
+            relay_producer_rebuilds: Counter::default(),
             request_records: Family::default(),
             request_lag: Family::default(),
             jobs: Family::default(),
@@ -196,6 +199,11 @@ impl JobsMetrics {
             "relay_publish_duration_seconds",
             "Time for one relay batch to be published and acknowledged",
             m.relay_publish_seconds,
+        );
+        jobs.register(
+            "relay_producer_rebuilds",
+            "Events producers rebuilt after a fatal producer error",
+            m.relay_producer_rebuilds,
         );
         jobs.register(
             "request_records",

@@ -94,7 +94,12 @@ impl JobsModule {
             let probe = probe.clone();
             async move {
                 match probe.probe(probe.topic()).await {
-                    TopicProbe::Ready => Ok(()),
+                    // The broker answers; the lane may still be unable to publish (a
+                    // producer gone fatal, a broker refusing every produce).
+                    TopicProbe::Ready => match probe.lane_failure() {
+                        None => Ok(()),
+                        Some(why) => Err(why),
+                    },
                     // The names stay in the node's log: readiness is a public route.
                     TopicProbe::Missing => Err(
                         "the events topic does not exist on the Kafka broker: create it (the node's log names it and how)"
@@ -161,7 +166,11 @@ impl Role for JobsModule {
                 .with_outbound(runner.outbound())
                 .with_group_commit(ctx.shutdown_token());
         ctx.spawn_task("submission-commits", committing);
-        let watchers = Watchers::new(store.clone(), self.config.max_watchers);
+        let watchers = Watchers::new(
+            store.clone(),
+            self.config.max_watchers,
+            self.config.watchers_per_token(),
+        );
         let state = Arc::new(JobsState {
             store: store.clone(),
             submitter,
@@ -226,9 +235,13 @@ impl Role for JobsModule {
                 prune_loop(
                     store.clone(),
                     self.config.retention.clone(),
-                    match self.config.kafka_bootstrap {
-                        Some(_) => EventsOut::Published,
-                        None => EventsOut::NotDeadLettered,
+                    // Whether a job's events are out is read from the database,
+                    // never inferred from this node's own lanes (a verbs-only node
+                    // must not delete what the relaying node has yet to publish).
+                    if self.config.retention.prune_unpublished {
+                        EventsOut::NotDeadLettered
+                    } else {
+                        EventsOut::Published
                     },
                     shutdown.clone(),
                 ),

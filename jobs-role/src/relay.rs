@@ -13,15 +13,21 @@
 //! | the broker's answer                                                   | the row                          |
 //! |-----------------------------------------------------------------------|----------------------------------|
 //! | ack                                                                   | PUBLISHED                        |
-//! | the record is refused (too large, invalid)                            | one attempt spent, backoff; FAILED at `relay_max_attempts` (10) |
-//! | an outage: a timeout, no leader for the partition, not enough in-sync replicas, broker transport down, unknown topic, not authorised, a fenced producer | PENDING, attempts untouched, deferred so other rows go first; the relay backs off when nothing got through |
+//! | the record's own content is refused (too large, an invalid record or timestamp) | one attempt spent, backoff; FAILED at `relay_max_attempts` (10) |
+//! | anything else: an outage (a timeout, no leader for the partition, not enough in-sync replicas, broker transport down, unknown topic, not authorised) or a fault of the producer or broker (UNKNOWN_SERVER_ERROR, UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, CORRUPT_MESSAGE, a fatal producer) | PENDING, attempts untouched, deferred so other rows go first; the relay backs off when nothing got through |
 //! | no answer to the metadata check for the topic                          | PENDING, attempts untouched; the relay backs off |
 //! | the metadata answer says the topic does not exist                       | PENDING, attempts untouched; the relay backs off and says which topic to create |
+//!
+//! A producer librdkafka put in a **fatal** state (the idempotent producer after an
+//! OUT_OF_ORDER_SEQUENCE_NUMBER, say, as a broker can answer after an unclean leader
+//! election) never publishes again: the relay builds a new one at once (logged, and
+//! counted in `protomolt_jobs_relay_producer_rebuilds`). While the lane's batches
+//! get nothing through, `/readyz` reports the node not ready.
 //!
 //! A FAILED row is the dead-letter queue and is never picked again by the relay; the
 //! job's later rows are **HELD** (never published past it, so consumers see no gap
 //! and no reordering; kept out of the relay's scan, so stuck jobs cost the lane
-//! nothing) until an operator redrives it ([`Store::redrive_failed_event`]); the
+//! nothing) until an operator redrives it (the `redrive-events` verb); the
 //! relay logs the held count when it dead-letters a row and every minute while any
 //! is held. Published rows are retained.
 
@@ -106,11 +112,18 @@ const HEALTHY_FOR: Duration = Duration::from_secs(1);
 
 /// Publishes outbox rows to the events topic.
 pub struct Publisher {
-    producer: FutureProducer,
+    /// Replaced when librdkafka puts it in a fatal state.
+    producer: std::sync::RwLock<FutureProducer>,
+    /// What a new producer is built from.
+    settings: ClientConfig,
     topic: String,
     schema_id: Option<u32>,
     /// When the broker last took a whole batch.
     last_healthy: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Since when the lane's batches got nothing through (None: it publishes).
+    failing_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Producers rebuilt so far.
+    rebuilds: std::sync::atomic::AtomicU64,
 }
 
 impl Publisher {
@@ -121,23 +134,101 @@ impl Publisher {
         // create a missing topic on a broker that allows it, which would hide a typo in
         // a topic name: off, so a missing topic is reported instead. kafka_options may
         // change either.
-        let producer: FutureProducer = client_config(
+        let mut settings = client_config(
             config,
             bootstrap,
             &[
                 ("message.timeout.ms", "15000"),
                 ("allow.auto.create.topics", "false"),
             ],
-        )
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .create()?;
+        );
+        settings
+            .set("acks", "all")
+            .set("enable.idempotence", "true");
+        let producer: FutureProducer = settings.create()?;
         Ok(Publisher {
-            producer,
+            producer: std::sync::RwLock::new(producer),
+            settings,
             topic: config.events_topic.clone(),
             schema_id: None,
             last_healthy: std::sync::Mutex::new(None),
+            failing_since: std::sync::Mutex::new(None),
+            rebuilds: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The current producer (a handle: the same one until it is rebuilt).
+    fn producer(&self) -> FutureProducer {
+        // A poisoned lock only means a panic while swapping in a built producer.
+        self.producer
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Producers rebuilt after a fatal error so far.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Replaces a producer librdkafka declared fatal (it would refuse every record
+    /// for ever) with a new one; answers whether it did.
+    fn rebuild_if_fatal(&self) -> bool {
+        let Some((code, reason)) = self.producer().client().fatal_error() else {
+            return false;
+        };
+        match self.settings.create::<FutureProducer>() {
+            Ok(fresh) => {
+                *self
+                    .producer
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+                let n = self
+                    .rebuilds
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    + 1;
+                tracing::warn!(?code, %reason, rebuilds = n, "the events producer hit a fatal error and can publish nothing more; built a new one (its rows stay PENDING, no attempt spent)");
+                true
+            }
+            Err(e) => {
+                tracing::error!(?code, %reason, error = %e, "the events producer hit a fatal error and a new one could not be built; trying again at the next batch");
+                false
+            }
+        }
+    }
+
+    /// Why the lane cannot publish now, if it cannot: its last batches got nothing
+    /// through, or its producer is in a fatal state. For `/readyz`.
+    pub fn lane_failure(&self) -> Option<String> {
+        if self.producer().client().fatal_error().is_some() {
+            return Some("the events producer is in a fatal state (being rebuilt)".into());
+        }
+        let since = *self
+            .failing_since
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        since.map(|since| {
+            format!(
+                "the events lane has published nothing for {} s (the node's log says why)",
+                since.elapsed().as_secs()
+            )
+        })
+    }
+
+    /// Records whether a batch got anything through.
+    fn batch_went(&self, outcomes: &[PublishOutcome]) {
+        let mut since = self
+            .failing_since
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, PublishOutcome::Published))
+        {
+            *since = None;
+        } else if !outcomes.is_empty() {
+            since.get_or_insert_with(std::time::Instant::now);
+        }
     }
 
     /// Registers the contract under `<topic>-value` with a Confluent-compatible schema
@@ -188,7 +279,7 @@ impl Publisher {
     /// without a leader does not stop the lane: its records time out, count as an
     /// outage and are deferred, while the other partitions publish.
     pub async fn probe(&self, topic: &str) -> TopicProbe {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
             let metadata = match producer
@@ -235,6 +326,8 @@ impl Publisher {
             }
         }
         let outcomes = self.send_all(events).await;
+        self.batch_went(&outcomes);
+        self.rebuild_if_fatal();
         let whole = outcomes
             .iter()
             .all(|outcome| matches!(outcome, PublishOutcome::Published));
@@ -259,6 +352,7 @@ impl Publisher {
     /// calls it through [`Publisher::publish`]; a broker that fails between the check
     /// and the send lands here as an outage.
     pub async fn send_all(&self, events: Vec<PendingEvent>) -> Vec<PublishOutcome> {
+        let producer = self.producer();
         let mut in_flight = Vec::with_capacity(events.len());
         for event in &events {
             let key = event.job_id.to_string();
@@ -276,7 +370,7 @@ impl Publisher {
                     },
                 ));
             }
-            in_flight.push(self.producer.send_result(record).map_err(|(e, _)| e));
+            in_flight.push(producer.send_result(record).map_err(|(e, _)| e));
         }
         let mut outcomes = Vec::with_capacity(in_flight.len());
         for sent in in_flight {
@@ -294,48 +388,28 @@ impl Publisher {
     }
 }
 
-/// What a failed publish says about the row: an outage (the broker could not take any
-/// record right now; no attempt is spent) or a refusal of this record (an attempt).
+/// What a failed publish says about the row. Only a refusal of the record's own
+/// content (too large, an invalid record or timestamp) spends an attempt: retrying
+/// that record can never succeed. Everything else (an outage, a fault of the
+/// producer or the broker, an error not known here) is nobody's fault of the row's,
+/// and spending attempts on it would dead-letter healthy events and hold their job's
+/// later ones: the row waits PENDING instead.
 pub fn classify(error: &KafkaError) -> PublishOutcome {
     use RDKafkaErrorCode::*;
-    let outage = matches!(
+    let refused = matches!(
         error.rdkafka_error_code(),
         Some(
-            MessageTimedOut
-                | RequestTimedOut
-                | OperationTimedOut
-                | TimedOutQueue
-                | QueueFull
-                | BrokerTransportFailure
-                | AllBrokersDown
-                | BrokerNotAvailable
-                | NetworkException
-                | LeaderNotAvailable
-                | NotLeaderForPartition
-                | PreferredLeaderNotAvailable
-                | EligibleLeadersNotAvailable
-                | FencedLeaderEpoch
-                | UnknownLeaderEpoch
-                | ReplicaNotAvailable
-                | NotEnoughReplicas
-                | NotEnoughReplicasAfterAppend
-                | KafkaStorageError
-                | UnknownTopic
-                | UnknownTopicOrPartition
-                | ThrottlingQuotaExceeded
-                | PurgeQueue
-                | BrokerDestroy
-                // Not any one record's fault: an ACL change, or a producer the broker
-                // fenced (librdkafka's fatal state), stops every record alike.
-                | TopicAuthorizationFailed
-                | ClusterAuthorizationFailed
-                | Fatal
+            MessageSizeTooLarge
+                | InvalidMessageSize
+                | MessageBatchTooLarge
+                | InvalidTimestamp
+                | InvalidRecord
         )
     );
-    if outage {
-        PublishOutcome::Outage(error.to_string())
-    } else {
+    if refused {
         PublishOutcome::Failed(error.to_string())
+    } else {
+        PublishOutcome::Outage(error.to_string())
     }
 }
 
@@ -356,6 +430,7 @@ pub async fn relay_loop(
     // Held rows wait for an operator: say so now and then, not only when a row is
     // dead-lettered (events of a stuck job keep arriving HELD).
     let mut next_held_report = tokio::time::Instant::now();
+    let mut rebuilds_counted = publisher.rebuilds();
     while !shutdown.is_cancelled() {
         let woken = wake.notified();
         tokio::pin!(woken);
@@ -369,6 +444,11 @@ pub async fn relay_loop(
                 |events| publisher.publish(events),
             )
             .await;
+        let rebuilds = publisher.rebuilds();
+        metrics
+            .relay_producer_rebuilds
+            .inc_by(rebuilds - rebuilds_counted);
+        rebuilds_counted = rebuilds;
         let wait = match drained {
             Ok(Ok(report)) if report.outage > 0 && report.handled() == 0 => {
                 unreachable_for += 1;
@@ -438,17 +518,22 @@ pub async fn relay_loop(
         }
     }
     // Give queued deliveries a moment to complete before the producer is dropped.
-    let producer = publisher.producer.clone();
+    let producer = publisher.producer();
     let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
 }
 
-/// Says how many rows wait behind dead-lettered ones, so an operator knows to redrive.
+/// Says how many rows wait behind dead-lettered ones, so an operator knows to redrive;
+/// first releases rows nothing holds back any more (written HELD while a redrive of
+/// their job committed).
 async fn log_held(store: &Store) {
+    if let Err(e) = store.release_unblocked_held().await {
+        tracing::debug!(error = %e, "releasing unblocked HELD rows failed");
+    }
     match store.lane_counts().await {
-        Ok(counts) if counts.held_events > 0 => tracing::warn!(
+        Ok(counts) if counts.held_events > 0 || counts.failed_events > 0 => tracing::warn!(
             failed = counts.failed_events,
             held = counts.held_events,
-            "outbox rows are held behind FAILED rows of the same job: redrive the FAILED rows (Store::redrive_failed_event) to publish them in order"
+            "outbox rows are dead-lettered (FAILED), and the rows of their jobs after them held: fix the cause, then redrive them (`protomolt redrive --all`, the redrive-events verb, or the job page's button) to publish them in order"
         ),
         Ok(_) => {}
         Err(e) => tracing::debug!(error = %e, "counting held outbox rows failed"),
@@ -474,6 +559,13 @@ mod tests {
             UnknownTopicOrPartition,
             TopicAuthorizationFailed,
             Fatal,
+            // Faults of the producer or the broker, not of the record.
+            Unknown,
+            UnknownProducerId,
+            OutOfOrderSequenceNumber,
+            InvalidMessage,
+            DuplicateSequenceNumber,
+            InvalidProducerEpoch,
         ] {
             let error = KafkaError::MessageProduction(outage);
             assert!(
@@ -481,7 +573,13 @@ mod tests {
                 "{outage:?} is an outage"
             );
         }
-        for refusal in [MessageSizeTooLarge, InvalidRecord, InvalidMessage] {
+        for refusal in [
+            MessageSizeTooLarge,
+            InvalidRecord,
+            InvalidMessageSize,
+            MessageBatchTooLarge,
+            InvalidTimestamp,
+        ] {
             let error = KafkaError::MessageProduction(refusal);
             assert!(
                 matches!(classify(&error), PublishOutcome::Failed(_)),

@@ -10,31 +10,33 @@
 //! which tells a browser's `EventSource` to stop reconnecting. The streams end when
 //! the node shuts down. Each SSE event carries the event's id as
 //! `id`, its type as `event`, and the `WorkflowRunEvent` in proto3 JSON as `data`. A
-//! client reconnecting with `Last-Event-ID` gets only what follows that event. A
+//! client reconnecting with `Last-Event-ID` gets only what follows that event; when
+//! retention has pruned that event, it gets a first `resumed` event (no `id`) and then
+//! every event of the job still kept (they all follow it). A
 //! comment line every 15 s keeps idle proxies from closing the stream. Every stream
 //! is served by the node's [`crate::watch::Watchers`] hub: one LISTEN connection and
 //! one read per wake-up for all of them, at most `[jobs].max_watchers` at once
-//! (503 past it).
+//! (503 past it), and at most `max_watchers_per_token` to one token (429 past it).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::stream;
 use prost_reflect::DynamicMessage;
-use registry_stub::ActionError;
+use registry_stub::{ActionError, Caller, Code};
 use uuid::Uuid;
 
 use crate::actions::{JobsState, store_error};
 use crate::status::JobStatus;
 use crate::store::{Store, WatchedEvent};
-use crate::watch::Watching;
+use crate::watch::{NotWatching, Watching};
 
 /// The routes, over the node's jobs state.
 pub fn router(state: Arc<JobsState>) -> Router {
@@ -55,9 +57,11 @@ pub const UNKNOWN_JOB_WAIT: Duration = Duration::from_secs(60);
 async fn job_events(
     State(state): State<Arc<JobsState>>,
     Path(job_id): Path<String>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
 ) -> Response {
-    match open_stream(&state, &job_id, &headers).await {
+    let caller = caller.map_or(Caller::default(), |Extension(caller)| caller);
+    match open_stream(&state, &job_id, &headers, caller).await {
         Ok(Some(stream)) => Sse::new(stream::unfold(Some(stream), next_event))
             .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
             .into_response(),
@@ -75,12 +79,15 @@ struct JobStream {
     job_id: Uuid,
     /// For a job that does not exist yet: when to stop waiting for it.
     give_up_at: Option<tokio::time::Instant>,
+    /// The pruned `Last-Event-ID` the stream resumed after: told first.
+    resumed_after_pruned: Option<Uuid>,
 }
 
 async fn open_stream(
     state: &JobsState,
     job_id: &str,
     headers: &HeaderMap,
+    caller: Caller,
 ) -> Result<Option<JobStream>, ActionError> {
     let job_id =
         Uuid::parse_str(job_id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
@@ -98,24 +105,45 @@ async fn open_stream(
                 })?,
         ),
     };
+    // A Last-Event-ID retention has pruned (`published_events_ms`) is not the
+    // client's mistake: the job's story resumes with the events still kept, which
+    // all follow it (a job's events are published, and so pruned, in order), after a
+    // first `resumed` event that says so.
+    let mut resumed_after_pruned = None;
     let after = match last_event {
         None => 0,
-        Some(event_id) => state
+        Some(event_id) => match state
             .store
             .event_position(job_id, event_id)
             .await
             .map_err(store_error)?
-            .ok_or_else(|| {
-                ActionError::invalid(format!(
-                    "Last-Event-ID: job {job_id} has no event {event_id}"
-                ))
-            })?,
+        {
+            Some(position) => position,
+            None if state
+                .store
+                .get_job(job_id)
+                .await
+                .map_err(store_error)?
+                .is_some() =>
+            {
+                resumed_after_pruned = Some(event_id);
+                0
+            }
+            None => {
+                return Err(ActionError::invalid(format!(
+                    "Last-Event-ID: job {job_id} does not exist (or retention deleted it), so it has no event {event_id}"
+                )));
+            }
+        },
     };
     // The slot first: a node at its bound answers before reading anything more.
     let watching = state
         .watchers
-        .watch(job_id, after)
-        .map_err(|e| ActionError::unavailable(e.to_string()))?;
+        .watch(job_id, after, caller.0)
+        .map_err(|e| match e {
+            NotWatching::TokenShare(_) => ActionError::new(Code::ResourceExhausted, e.to_string()),
+            _ => ActionError::unavailable(e.to_string()),
+        })?;
     // A job not submitted yet is waited for (a client may watch before it submits
     // with its own jobId), for a while.
     let job = state.store.get_job(job_id).await.map_err(store_error)?;
@@ -142,7 +170,19 @@ async fn open_stream(
         store: state.store.clone(),
         job_id,
         give_up_at,
+        resumed_after_pruned,
     }))
+}
+
+/// The first event of a stream whose `Last-Event-ID` retention pruned: named
+/// `resumed`, without an `id` (a client's last id stays the pruned one until a real
+/// event follows), its data saying what happened.
+fn resumed_event(pruned: Uuid) -> Event {
+    let data = serde_json::json!({
+        "resumedAfter": pruned.to_string(),
+        "note": "that event was pruned by retention (jobs.retention.published_events_ms); the job's events still kept follow, all of them after it",
+    });
+    Event::default().event("resumed").data(data.to_string())
 }
 
 /// The next SSE event of a stream. It ends after a terminal event that is still the
@@ -152,6 +192,9 @@ async fn next_event(
     stream: Option<JobStream>,
 ) -> Option<(Result<Event, Infallible>, Option<JobStream>)> {
     let mut stream = stream?;
+    if let Some(pruned) = stream.resumed_after_pruned.take() {
+        return Some((Ok(resumed_event(pruned)), Some(stream)));
+    }
     let event = match stream.give_up_at {
         Some(at) => match tokio::time::timeout_at(at, stream.watching.next()).await {
             Ok(event) => event?,

@@ -48,6 +48,7 @@ struct Inner {
     watches: Mutex<Watches>,
     next_id: AtomicU64,
     max: usize,
+    per_holder: usize,
     /// True while anyone watches: what the outbox listener follows when the Kafka
     /// lanes are off (see [`Watchers::watched`]).
     watched: tokio::sync::watch::Sender<bool>,
@@ -56,11 +57,35 @@ struct Inner {
 #[derive(Default)]
 struct Watches {
     by_id: HashMap<u64, Watch>,
+    /// Watchers held per token (the caller's position in `[auth]`).
+    by_holder: HashMap<usize, usize>,
     /// The hub has stopped (the node is shutting down): no new watchers.
     closed: bool,
 }
 
+impl Watches {
+    fn remove(&mut self, id: u64) {
+        let Some(watch) = self.by_id.remove(&id) else {
+            return;
+        };
+        if let Some(holder) = watch.holder
+            && let Some(held) = self.by_holder.get_mut(&holder)
+        {
+            *held -= 1;
+            if *held == 0 {
+                self.by_holder.remove(&holder);
+            }
+        }
+    }
+}
+
+/// Who holds a watcher: the token's position in `[auth]`, or `None` on a node without
+/// tokens (then only the node's bound applies).
+pub type Holder = Option<usize>;
+
 struct Watch {
+    /// Counted against its token's share.
+    holder: Holder,
     job_id: Uuid,
     /// The last `seq` handed over.
     after: i64,
@@ -72,9 +97,15 @@ struct Watch {
 pub enum NotWatching {
     /// The node already has its most watchers ([`crate::JobsConfig::max_watchers`]).
     #[error(
-        "this node already serves its {0} watchers; try again shortly or watch through another node"
+        "this node already serves its {0} watchers (jobs.max_watchers); try again shortly or watch through another node"
     )]
     TooMany(usize),
+    /// The caller's token already holds its share
+    /// ([`crate::JobsConfig::max_watchers_per_token`]).
+    #[error(
+        "this token already holds its {0} watchers on this node (jobs.max_watchers_per_token); close one, or try again shortly"
+    )]
+    TokenShare(usize),
     /// The node is shutting down.
     #[error("this node is shutting down; watch through another node")]
     ShuttingDown,
@@ -110,7 +141,7 @@ impl Watching {
 impl Drop for Watching {
     fn drop(&mut self) {
         let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
-        watches.by_id.remove(&self.id);
+        watches.remove(self.id);
         if watches.by_id.is_empty() {
             self.inner.watched.send_replace(false);
         }
@@ -118,8 +149,9 @@ impl Drop for Watching {
 }
 
 impl Watchers {
-    /// A hub over `store` serving at most `max` watchers at once.
-    pub fn new(store: Store, max: usize) -> Watchers {
+    /// A hub over `store` serving at most `max` watchers at once, at most
+    /// `per_holder` of them to one token.
+    pub fn new(store: Store, max: usize, per_holder: usize) -> Watchers {
         Watchers {
             inner: Arc::new(Inner {
                 store,
@@ -127,6 +159,7 @@ impl Watchers {
                 watches: Mutex::new(Watches::default()),
                 next_id: AtomicU64::new(0),
                 max,
+                per_holder,
                 watched: tokio::sync::watch::Sender::new(false),
             }),
         }
@@ -160,7 +193,7 @@ impl Watchers {
     }
 
     /// Watches `job_id`'s events after outbox position `after` (0: all of them).
-    pub fn watch(&self, job_id: Uuid, after: i64) -> Result<Watching, NotWatching> {
+    pub fn watch(&self, job_id: Uuid, after: i64, holder: Holder) -> Result<Watching, NotWatching> {
         let (sender, events) = mpsc::channel(EVENTS_PER_WATCHER);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         {
@@ -171,9 +204,17 @@ impl Watchers {
             if watches.by_id.len() >= self.inner.max {
                 return Err(NotWatching::TooMany(self.inner.max));
             }
+            if let Some(token) = holder {
+                let held = watches.by_holder.entry(token).or_default();
+                if *held >= self.inner.per_holder {
+                    return Err(NotWatching::TokenShare(self.inner.per_holder));
+                }
+                *held += 1;
+            }
             watches.by_id.insert(
                 id,
                 Watch {
+                    holder,
                     job_id,
                     after,
                     events: sender,
@@ -213,6 +254,7 @@ impl Watchers {
         let mut watches = self.lock();
         watches.closed = true;
         watches.by_id.clear();
+        watches.by_holder.clear();
     }
 
     /// Reads the new events of the watched jobs and hands each watcher its own.

@@ -139,7 +139,15 @@ pub struct ActionRequest {
     pub json: Value,
     /// The body parsed as the request message.
     pub message: DynamicMessage,
+    /// Who called (the token the gate admitted), for limits kept per caller.
+    pub caller: Caller,
 }
+
+/// Who the gate let through: the token's position in `[auth]`, or `None` when the node
+/// has no `[auth]` (or the call did not come through the route). Handlers behind the
+/// gate find it in the request's extensions, and verbs in [`ActionRequest::caller`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caller(pub Option<usize>);
 
 impl ActionRequest {
     /// A string field of the body (camelCase name), empty when absent.
@@ -236,7 +244,13 @@ impl Action {
 
     /// Parses and validates a body, then runs the handler.
     pub async fn call(&self, body: Value) -> ActionResult {
-        let request = self.parse(body)?;
+        self.call_as(body, Caller::default()).await
+    }
+
+    /// [`Self::call`] on behalf of `caller`.
+    pub async fn call_as(&self, body: Value, caller: Caller) -> ActionResult {
+        let mut request = self.parse(body)?;
+        request.caller = caller;
         (self.handler)(request).await
     }
 
@@ -276,6 +290,7 @@ impl Action {
             return Ok(ActionRequest {
                 json: canonical_body(&message, &body),
                 message,
+                caller: Caller::default(),
             });
         }
         let details: Vec<Value> = violations

@@ -227,10 +227,7 @@ impl Bucket {
     }
 }
 
-/// Who the gate let through: the token's position in `[auth]`, or `None` when the node
-/// has no `[auth]`. Handlers behind the gate find it in the request's extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller(pub Option<usize>);
+pub use crate::action::Caller;
 
 /// The node's gate: its tokens, their budgets and its host policy.
 pub struct Gate {

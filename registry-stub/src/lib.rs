@@ -54,7 +54,7 @@ pub mod route;
 pub mod schema;
 pub mod telemetry;
 
-pub use action::{Action, ActionError, ActionRequest, Code};
+pub use action::{Action, ActionError, ActionRequest, Caller, Code};
 pub use node::{MountContext, MountError, MountedNode, Node, NodeError, Role};
 pub use registry::RegistryRole;
 pub use repository::{WorkflowRepository, WorkflowSource};

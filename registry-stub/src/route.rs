@@ -245,7 +245,7 @@ async fn dispatch(
     } else {
         parse_body(body)?
     };
-    action.call(body).await
+    action.call_as(body, caller).await
 }
 
 /// The body as JSON; a body that does not parse is refused naming where (the path of

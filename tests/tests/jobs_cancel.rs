@@ -207,6 +207,7 @@ async fn once_a_cancel_is_requested_no_settlement_but_cancelled_ends_the_claim()
     // whole, as that one write's lost claim, never as a failed batch.
     let held = StepCheckpoint {
         step: "embed".into(),
+        position: 0,
         entry: json!({ "name": "embed", "skipped": false, "response": {} }),
     };
     let failed = Settlement::Failed {

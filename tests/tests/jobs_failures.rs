@@ -275,7 +275,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     let events_before = store.job_events(stale.job_id).await.unwrap().len();
     let checkpoint = json!({ "name": "embed", "skipped": false, "response": { "values": [9.0] } });
     let err = store
-        .append_checkpoint(&stale, "embed", &checkpoint)
+        .append_checkpoint(&stale, 1, "embed", &checkpoint)
         .await
         .expect_err("fenced");
     assert!(err.is_lost_claim(), "{err}");

@@ -21,6 +21,7 @@ fn tokenized(claimed: &ClaimedJob) -> ClaimWrite {
         &claimed.claim,
         StepCheckpoint {
             step: "tokenize".into(),
+            position: 0,
             entry: json!({ "name": "tokenize", "skipped": false, "response": { "ids": [1] } }),
         },
     )
@@ -73,6 +74,7 @@ async fn a_lost_claim_in_a_batched_flush_drops_only_that_jobs_write() {
         &last.claim,
         Some(StepCheckpoint {
             step: "embed".into(),
+            position: 0,
             entry: json!({ "name": "embed", "skipped": false, "response": { "values": [1.0] } }),
         }),
         Settlement::Completed {
@@ -131,6 +133,7 @@ async fn a_refused_write_in_a_batched_flush_fails_alone() {
         &claimed[1].claim,
         StepCheckpoint {
             step: "tokenize".into(),
+            position: 0,
             entry: json!({ "name": "tokenize", "skipped": false, "response": { "text": "a\u{0}b" } }),
         },
     );

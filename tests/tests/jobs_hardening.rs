@@ -486,7 +486,7 @@ async fn a_claim_that_made_progress_is_not_counted_as_a_release_without_progress
         .unwrap();
     let checkpoint = json!({ "name": "tokenize", "skipped": false, "response": { "ids": [120] } });
     store
-        .append_checkpoint(&second.claim, "tokenize", &checkpoint)
+        .append_checkpoint(&second.claim, 0, "tokenize", &checkpoint)
         .await
         .unwrap();
     let after = store

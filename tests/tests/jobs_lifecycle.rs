@@ -336,11 +336,17 @@ async fn fifty_concurrent_completions_yield_exactly_one() {
         .await;
     node.wait_for_status(&job_id, "WAITING", WAIT).await;
 
-    let calls = (0..50).map(|i| {
-        let router = node.router.clone();
-        let body = json!({ "jobId": job_id, "stepName": "review", "response": { "notes": format!("answer {i}") } });
-        tokio::spawn(async move { protomolt_e2e::jobs::call(&router, "complete-step", body).await })
-    });
+    // Every call spawned before any is awaited, so the fifty race for the row lock
+    // (a lazy iterator would spawn each only once the one before had answered).
+    let calls: Vec<_> = (0..50)
+        .map(|i| {
+            let router = node.router.clone();
+            let body = json!({ "jobId": job_id, "stepName": "review", "response": { "notes": format!("answer {i}") } });
+            tokio::spawn(
+                async move { protomolt_e2e::jobs::call(&router, "complete-step", body).await },
+            )
+        })
+        .collect();
     let mut outcomes = Vec::new();
     for call in calls {
         let (status, answer) = call.await.unwrap();
@@ -360,6 +366,10 @@ async fn fifty_concurrent_completions_yield_exactly_one() {
     );
 
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(
+        job["attempt"], 1,
+        "the park's attempt was given back once, so the resuming claim is attempt 1 again"
+    );
     let reviews = job["checkpoints"]
         .as_array()
         .unwrap()

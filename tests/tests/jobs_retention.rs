@@ -2,7 +2,7 @@
 //! their retention (never the dead-letter queue), one node at a time, and never holds
 //! up a drain. Real PostgreSQL; rows back-dated with SQL.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jobs_role::JobStatus;
 use jobs_role::store::EventsOut;
@@ -210,6 +210,8 @@ async fn the_pruner_running_during_a_drain_never_holds_it_up() {
     config.retention.published_events_ms = Some(1);
     config.retention.interval_ms = 20;
     config.retention.batch = 7;
+    // A fleet without the Kafka lanes for good: its events are never published.
+    config.retention.prune_unpublished = true;
     let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
     queue_jobs(&idle.store, &two_step_workflow(&server.target()), 150).await;
     let busy = JobsNode::start(config).await;
@@ -316,5 +318,98 @@ async fn a_job_whose_event_is_dead_lettered_while_the_pruner_waits_is_kept() {
         "the job of a dead-lettered event stays"
     );
     assert_eq!(events_of(&db, &job).await, 1, "and so does the DLQ row");
+    node.stop().await;
+}
+
+/// A node without the Kafka lanes (verbs only) and with retention must not delete a
+/// job whose events the fleet's relaying node has yet to publish: whether they are
+/// out is read from the database, not from this node's own configuration. Before,
+/// such a node deleted COMPLETED jobs with their PENDING events while the relaying
+/// node's broker was down, and the topic never received them.
+#[tokio::test]
+async fn a_verbs_only_node_with_retention_never_deletes_an_unpublished_event() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let worker = JobsNode::start(test_config(&db.url, "worker", 4)).await;
+    let workflow = two_step_workflow(&server.target());
+    let mut jobs = Vec::new();
+    for text in ["a", "b", "c", "d", "e"] {
+        jobs.push(worker.submit(&workflow, json!({ "text": text })).await);
+    }
+    for job in &jobs {
+        worker.wait_for_status(job, "COMPLETED", WAIT).await;
+    }
+    // The events are PENDING (no relay runs anywhere here: as when the relaying
+    // node's broker is down). A verbs-only node prunes every 20 ms.
+    let mut config = test_config(&db.url, "verbs-only", 0);
+    config.retention.completed_ms = Some(1);
+    config.retention.interval_ms = 20;
+    let pruner = JobsNode::start(config).await;
+    let client = db.connect().await;
+    let rounds = Instant::now();
+    while rounds.elapsed() < Duration::from_millis(1_500) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for job in &jobs {
+            assert!(
+                exists(&db, job).await,
+                "job {job} was pruned with unpublished events"
+            );
+        }
+    }
+    let pending: i64 = client
+        .query_one(
+            "SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'PENDING'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(pending, 20, "every event of the five jobs is kept, PENDING");
+
+    // Once published (the relay caught up), the same node prunes them.
+    client
+        .execute(
+            "UPDATE workflow_run_events_outbox SET status = 'PUBLISHED', published_at = now()",
+            &[],
+        )
+        .await
+        .unwrap();
+    eventually("the published jobs to be pruned", WAIT, || async {
+        let mut left = 0;
+        for job in &jobs {
+            left += usize::from(exists(&db, job).await);
+        }
+        left == 0
+    })
+    .await;
+    pruner.stop().await;
+    worker.stop().await;
+}
+
+/// A node running the Kafka lanes and retention prunes a job only once every one
+/// of its events is on the topic.
+#[tokio::test]
+async fn a_node_with_the_lanes_on_prunes_a_job_once_its_events_are_published() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let mut config = protomolt_e2e::kafka::with_lanes(test_config(&db.url, "lanes", 4)).await;
+    config.retention.completed_ms = Some(1);
+    config.retention.interval_ms = 20;
+    let topic = config.events_topic.clone();
+    let node = JobsNode::start(config).await;
+    let job = node
+        .submit(&two_step_workflow(&server.target()), json!({ "text": "x" }))
+        .await;
+    eventually("the job to be pruned", WAIT, || async {
+        !exists(&db, &job).await
+    })
+    .await;
+    // Pruned after publishing: its four events are on the topic.
+    let key = Some(job.clone().into_bytes());
+    let of_job =
+        |records: &[protomolt_e2e::kafka::Record]| records.iter().filter(|r| r.key == key).count();
+    let records =
+        protomolt_e2e::kafka::read_until(&topic, WAIT, |records| of_job(records) >= 4).await;
+    assert_eq!(of_job(&records), 4);
     node.stop().await;
 }

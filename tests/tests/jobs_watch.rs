@@ -211,12 +211,106 @@ async fn a_watcher_that_subscribes_before_submitting_gets_every_event_in_order_a
                 .starts_with("Last-Event-ID:")
         );
     }
+    // An id the job does not have (retention pruned it, say) resumes the job's
+    // story from what is kept, after a `resumed` event saying so.
     let stranger = uuid::Uuid::now_v7().to_string();
-    let (status, _) = SseStream::open(&node.router, &job_id, Some(&stranger), None)
+    let resumed = SseStream::open(&node.router, &job_id, Some(&stranger), None)
+        .await
+        .unwrap()
+        .all()
+        .await;
+    assert_eq!(
+        types(&resumed),
+        [
+            "resumed",
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ]
+    );
+    assert_eq!(resumed[0].id, "", "the resumed event carries no id");
+    assert_eq!(resumed[0].data["resumedAfter"], stranger);
+    // A job that does not exist has no events to resume after.
+    let nobody = uuid::Uuid::now_v7().to_string();
+    let (status, error) = SseStream::open(&node.router, &nobody, Some(&stranger), None)
         .await
         .err()
         .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{error}"
+    );
+    node.stop().await;
+}
+
+/// A WAITING job's delivered events pruned by retention (`published_events_ms`): a
+/// watcher reconnecting with its last id gets a `resumed` event and then the rest of
+/// the job's story, to its COMPLETED. Before, it was answered 400 (`has no event`),
+/// which a browser's EventSource and the console take as final.
+#[tokio::test]
+async fn a_watcher_resuming_from_a_pruned_event_gets_the_rest_of_the_story() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let job_id = node
+        .submit(
+            &workflow::testkit::three_step_workflow(&server.target()),
+            json!({ "text": "a" }),
+        )
+        .await;
+    node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    let mut stream = SseStream::open(&node.router, &job_id, None, None)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(stream.next().await.unwrap());
+    }
+    assert_eq!(types(&seen), ["ACCEPTED", "STEP_CHECKPOINT", "WAITING"]);
+    drop(stream);
+    // Delivered long ago, then pruned.
+    db.connect()
+        .await
+        .execute(
+            "UPDATE workflow_run_events_outbox SET status = 'PUBLISHED', published_at = now() - interval '2 days'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let pruned = node
+        .store
+        .prune(
+            &[],
+            Some(Duration::from_secs(86_400)),
+            jobs_role::store::EventsOut::Published,
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(pruned.published_events, 3);
+
+    let mut resumed = SseStream::open(&node.router, &job_id, Some(&seen[2].id), None)
+        .await
+        .expect("a pruned Last-Event-ID resumes");
+    let first = resumed.next().await.unwrap();
+    assert_eq!(first.event, "resumed");
+    assert_eq!(first.data["resumedAfter"], seen[2].id);
+    node.ok(
+        "complete-step",
+        json!({ "jobId": job_id, "stepName": "review", "response": { "notes": "ok" } }),
+    )
+    .await;
+    let rest = resumed.all().await;
+    assert_eq!(
+        types(&rest),
+        ["STEP_CHECKPOINT", "STEP_CHECKPOINT", "COMPLETED"],
+        "the rest of the job's story"
+    );
     node.stop().await;
 }
 
@@ -592,40 +686,67 @@ async fn a_retried_jobs_stream_goes_on_past_its_dead_event() {
 }
 
 #[tokio::test]
-async fn streams_and_waits_end_when_the_node_shuts_down_and_waits_outlast_a_full_hub() {
+async fn streams_and_waits_end_when_the_node_shuts_down_and_waits_past_a_full_hub_are_refused() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let mut config = test_config(&db.url, "idle", 0);
-    config.max_watchers = 2;
+    config.max_watchers = 3;
     let node = JobsNode::start(config).await;
     let queued = node
         .submit(&two_step_workflow(&server.target()), json!({ "text": "a" }))
         .await;
-    // Every slot taken by streams on jobs that do not exist.
+    // Two slots taken by streams on jobs that do not exist, one by a waiting get-job.
     let first = SseStream::open(&node.router, &uuid::Uuid::now_v7().to_string(), None, None)
         .await
         .unwrap();
     let second = SseStream::open(&node.router, &uuid::Uuid::now_v7().to_string(), None, None)
         .await
         .unwrap();
-    // A waiting get-job still waits (reading the row now and then), not refused.
-    let started = Instant::now();
-    let answer = node
-        .ok("get-job", json!({ "jobId": queued, "waitMs": 700 }))
-        .await;
-    assert_eq!(answer["job"]["status"], "QUEUED");
-    assert!(started.elapsed() >= Duration::from_millis(700));
-
     let (router, store) = (node.router.clone(), node.store.clone());
+    let waited = queued.clone();
     let waiting = tokio::spawn(async move {
         protomolt_e2e::jobs::call(
             &router,
             "get-job",
-            json!({ "jobId": queued, "waitMs": 60_000 }),
+            json!({ "jobId": waited, "waitMs": 60_000 }),
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    protomolt_e2e::jobs::eventually("the waiting get-job to hold its slot", WAIT, || async {
+        // The hub is full once the waiting call registered: a fourth is refused.
+        let (status, _) = protomolt_e2e::jobs::call(
+            &node.router,
+            "get-job",
+            json!({ "jobId": queued, "waitMs": 700 }),
+        )
+        .await;
+        status == StatusCode::TOO_MANY_REQUESTS
+    })
+    .await;
+    // Past the bound a waiting get-job is answered at once, never left polling the
+    // row on the pool running jobs write through.
+    let started = Instant::now();
+    let (status, error) = protomolt_e2e::jobs::call(
+        &node.router,
+        "get-job",
+        json!({ "jobId": queued, "waitMs": 60_000 }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    assert_eq!(error["code"], "resource_exhausted");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("jobs.max_watchers")
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at once"
+    );
+    // Without waitMs it is served.
+    node.ok("get-job", json!({ "jobId": queued })).await;
+
     node.stop().await;
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         (first.all().await, second.all().await)

@@ -717,7 +717,7 @@ async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
         .expect("the job is claimable");
     let checkpoint = json!({ "name": "tokenize", "skipped": false, "response": {} });
     node.store
-        .append_checkpoint(&claimed.claim, "tokenize", &checkpoint)
+        .append_checkpoint(&claimed.claim, 0, "tokenize", &checkpoint)
         .await
         .unwrap();
     assert_eq!(

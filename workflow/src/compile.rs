@@ -898,10 +898,10 @@ fn valid_target(target: &str) -> Result<(), String> {
     }
     let host_ok = match host.strip_prefix('[') {
         // An IPv6 address, with a zone (`%25eth0`, percent-encoded as in a URI) or not.
-        Some(bracketed) => bracketed.strip_suffix(']').is_some_and(|ip| {
-            let address = ip.split_once("%25").map_or(ip, |(address, _zone)| address);
-            address.parse::<std::net::Ipv6Addr>().is_ok()
-        }),
+        Some(bracketed) => bracketed
+            .strip_suffix(']')
+            .and_then(ipv6_with_zone)
+            .is_some(),
         None => {
             // A fully-qualified name may end with a dot (`svc.cluster.local.`).
             let name = host.strip_suffix('.').unwrap_or(host);
@@ -921,6 +921,30 @@ fn valid_target(target: &str) -> Result<(), String> {
             "'{target}': '{host}' is not a hostname or an IP address: {TARGET_FORMS}"
         ))
     }
+}
+
+/// The address of a bracketed IPv6 host (without its brackets), which may carry a
+/// zone, percent-encoded as in a URI (`fe80::1%25eth0`). A zone is an interface name
+/// or number: letters, digits, `.`, `_` and `-` only, at most 64. Anything else
+/// (`%25@10.0.0.1`, a `]` or `/`) is refused, since the HTTP stack would read it as
+/// something other than a zone (userinfo and another host) and connect elsewhere than
+/// the outbound policy checked.
+pub(crate) fn ipv6_with_zone(bracketed: &str) -> Option<std::net::Ipv6Addr> {
+    let (address, zone) = match bracketed.split_once("%25") {
+        Some((address, zone)) => (address, Some(zone)),
+        None => (bracketed, None),
+    };
+    let zone_ok = zone.is_none_or(|zone| {
+        !zone.is_empty()
+            && zone.len() <= 64
+            && zone
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    });
+    if !zone_ok {
+        return None;
+    }
+    address.parse().ok()
 }
 
 fn valid_step_name(name: &str) -> Result<(), String> {

@@ -167,9 +167,15 @@ fn refused_by_policy(error: &(dyn std::error::Error + 'static)) -> Option<String
 /// here (not in the HTTP stack), drops every address the policy forbids, and connects
 /// to the first allowed one that answers. A name that resolves only into forbidden
 /// ranges fails with [`OutboundRefused`], before any connection is attempted.
+///
+/// It connects only to the host and port of the target the policy checked: a URI
+/// whose host the HTTP stack reads differently (a zone id holding `@` read as
+/// userinfo and a host after it) is refused, never followed.
 #[derive(Clone)]
 struct PolicyConnector {
     policy: Arc<OutboundPolicy>,
+    /// The step's target, `host:port`, as the policy checked it.
+    target: String,
 }
 
 impl tower::Service<http::Uri> for PolicyConnector {
@@ -188,6 +194,7 @@ impl tower::Service<http::Uri> for PolicyConnector {
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let policy = self.policy.clone();
+        let target = self.target.clone();
         Box::pin(async move {
             let invalid =
                 |what: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
@@ -202,6 +209,11 @@ impl tower::Service<http::Uri> for PolicyConnector {
                 } else {
                     80
                 });
+            if format!("{host}:{port}") != target {
+                return Err(std::io::Error::other(OutboundRefused(format!(
+                    "the outbound policy refuses the connection: target '{target}' was read as '{host}:{port}' by the HTTP stack; no connection was made"
+                ))));
+            }
             let bare = host.trim_start_matches('[').trim_end_matches(']');
             let addresses: Vec<std::net::SocketAddr> = match bare.parse::<std::net::IpAddr>() {
                 Ok(ip) => vec![std::net::SocketAddr::new(ip, port)],
@@ -430,6 +442,7 @@ impl GrpcClient {
         }
         Ok(endpoint.connect_with_connector_lazy(PolicyConnector {
             policy: self.outbound.clone(),
+            target: target.to_owned(),
         }))
     }
 
@@ -592,6 +605,48 @@ mod tests {
         assert!(!cache.contains(&"old".to_owned()), "idle for 601 s");
         assert!(cache.contains(&"busy".to_owned()));
         assert_eq!(cache.len(), 2);
+    }
+
+    /// A zone id holding `@` and a number made `http::Uri` read a userinfo and another
+    /// host, which the connector then resolved and connected to: an allow-list
+    /// bypass. The connector now connects only to the host the policy checked.
+    #[tokio::test]
+    async fn the_connector_never_follows_a_host_the_policy_did_not_check() {
+        use tower::Service as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while listener.accept().await.is_ok() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        // Nothing denied: before, the connector's only check (deny_addresses) let
+        // the smuggled address through.
+        let policy = crate::outbound::OutboundRules {
+            allow: vec!["[fd00::/8]:*".into()],
+            deny_addresses: Vec::new(),
+            require_tls: false,
+            ..Default::default()
+        }
+        .compile()
+        .unwrap();
+        // 2130706433 is 127.0.0.1 written as one number.
+        let target = format!("[fd00::1%25@2130706433]:{port}");
+        let mut connector = PolicyConnector {
+            policy: Arc::new(policy),
+            target: target.clone(),
+        };
+        let uri: http::Uri = format!("http://{target}").parse().unwrap();
+        let connected = connector.call(uri).await;
+        assert!(connected.is_err(), "{target} must not connect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no connection reached 127.0.0.1"
+        );
     }
 
     #[tokio::test]

@@ -274,15 +274,13 @@ struct Target {
 }
 
 impl Target {
-    /// `host:port`, `[v6]:port` (a zone, `%25eth0`, is ignored for the policy).
+    /// `host:port`, `[v6]:port` (a zone, `%25eth0`, is ignored for the policy; one
+    /// with other characters than an interface name's is no target at all).
     fn parse(target: &str) -> Option<Target> {
         let (host, port) = target.rsplit_once(':')?;
         let port = port.parse::<u16>().ok()?;
         let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-            Some(v6) => {
-                let address = v6.split_once("%25").map_or(v6, |(address, _zone)| address);
-                TargetHost::Address(address.parse::<IpAddr>().ok()?)
-            }
+            Some(v6) => TargetHost::Address(IpAddr::V6(crate::compile::ipv6_with_zone(v6)?)),
             None => match host.parse::<IpAddr>() {
                 Ok(ip) => TargetHost::Address(ip),
                 Err(_) => TargetHost::Name(host.trim_end_matches('.').to_ascii_lowercase()),
@@ -465,24 +463,32 @@ impl OutboundPolicy {
     }
 
     /// Whether a connection for `target_host` (as named in the step) may go to
-    /// `address:port`, which the name resolved to (or which it is).
+    /// `address:port`, which the name resolved to (or which it is). Checked at
+    /// connect time in full, `allow` included, whatever was checked before: the name
+    /// must match an entry of `allow`, and the address must be listed or outside
+    /// `deny_addresses`.
     pub fn allows_connection(&self, target_host: &str, address: IpAddr, port: u16) -> bool {
         if self.unrestricted {
             return true;
         }
         // `::ffff:127.0.0.1` is 127.0.0.1: ranges are checked on the canonical form.
         let address = address.to_canonical();
-        let named_by_address = target_host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-            .is_ok();
+        let bare = target_host.trim_start_matches('[').trim_end_matches(']');
+        let named_by_address =
+            bare.parse::<IpAddr>().is_ok() || crate::compile::ipv6_with_zone(bare).is_some();
         let listed = self
             .allow
             .iter()
             .any(|entry| entry.allows_address(address, port));
         if named_by_address {
             return listed;
+        }
+        let name = Target {
+            host: TargetHost::Name(bare.trim_end_matches('.').to_ascii_lowercase()),
+            port,
+        };
+        if !self.allow.iter().any(|entry| entry.matches(&name)) {
+            return false;
         }
         let denied = |address: &IpAddr| self.deny.iter().any(|range| range.contains(address));
         listed || !(denied(&address) || embedded_ipv4(address).is_some_and(|v4| denied(&v4)))
@@ -618,6 +624,26 @@ mod tests {
             "an address target must be listed"
         );
         assert!(OutboundPolicy::unrestricted().allows_connection("x", metadata, 80));
+        assert!(
+            !p.allows_connection("db.example", private, 80),
+            "a name allow does not list is refused at connect time too"
+        );
+    }
+
+    #[test]
+    fn a_zone_is_an_interface_name_or_the_target_is_refused() {
+        let p = policy(&["[fd00::/8]:*"]);
+        assert!(allowed(&p, "[fd00::1%25eth0]:50099"));
+        assert!(allowed(&p, "[fd00::1%25en0.1_a-b]:50099"));
+        for hostile in [
+            "[fd00::1%25@3221225986]:50099",
+            "[fd00::1%25@192.0.2.2]:50099",
+            "[fd00::1%25]:50099",
+            "[fd00::1%25a/b]:50099",
+            "[fd00::1%25a]b]:50099",
+        ] {
+            assert!(Target::parse(hostile).is_none(), "{hostile} is no target");
+        }
     }
 
     #[test]

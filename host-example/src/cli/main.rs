@@ -169,6 +169,21 @@ enum Command {
     /// Stored workflows.
     #[command(subcommand, visible_alias = "workflow")]
     Workflows(Workflows),
+    /// Publish again jobs' dead-lettered (FAILED) events, and those held behind them.
+    Redrive {
+        /// The jobs' ids.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        job_ids: Vec<String>,
+        /// Every job with a dead-lettered event (up to --limit).
+        #[arg(long)]
+        all: bool,
+        /// With --all: only this workflow's jobs.
+        #[arg(long, requires = "all")]
+        workflow: Option<String>,
+        /// With --all: at most this many jobs (up to 10,000).
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+    },
     /// The request records the Kafka consumer dead-lettered, newest first.
     Rejects {
         /// At most this many (up to 500).
@@ -516,6 +531,38 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                 say!("name = {}", json!(name));
                 say!("token_sha256 = \"{digest}\"");
                 say!("scopes = {}", json!(scopes));
+            }
+            Ok(0)
+        }
+        Command::Redrive {
+            job_ids,
+            all,
+            workflow,
+            limit,
+        } => {
+            let body = if all {
+                let mut body = json!({ "all": true, "limit": limit.clamp(1, 10_000) });
+                if let Some(workflow) = workflow {
+                    body["workflowName"] = json!(workflow);
+                }
+                body
+            } else {
+                json!({ "jobIds": job_ids })
+            };
+            let answer = ok(client.call("redrive-events", &body).await?)?;
+            if out.json {
+                out.json_line(&answer);
+            } else {
+                say!(
+                    "redrove {} events of {} jobs{}",
+                    answer["events"],
+                    answer["jobs"],
+                    if answer["more"] == true {
+                        " (more jobs have dead-lettered events: run it again)"
+                    } else {
+                        ""
+                    }
+                );
             }
             Ok(0)
         }

@@ -12,13 +12,15 @@
 //! With `waitMs` (up to 60,000) the answer waits until the job is finished or WAITING
 //! on a step, or the time is up, whichever comes first; it is woken by the job's own
 //! events through the node's [`crate::watch::Watchers`] hub, not by polling, and
-//! counts against `[jobs].max_watchers` while it waits (when every slot is taken it
-//! reads the row twice a second instead of being refused).
+//! counts against `[jobs].max_watchers` (and the token's share of it,
+//! `max_watchers_per_token`) while it waits. When no slot is free it is answered
+//! 429 `resource_exhausted` at once: waiting calls never poll the row, so they never
+//! take the connections running jobs write through.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use registry_stub::{ActionError, ActionRequest};
+use registry_stub::{ActionError, ActionRequest, Code};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -39,7 +41,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .get_job_view(job_id, with_definition)
             .await
             .map_err(store_error)?,
-        ms => settled_row(&state, job_id, Duration::from_millis(ms), with_definition).await?,
+        ms => {
+            let wait = Duration::from_millis(ms);
+            settled_row(&state, &request, job_id, wait, with_definition).await?
+        }
     };
     let Some(row) = row else {
         return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
@@ -87,13 +92,11 @@ fn event_view(event_id: &Uuid, event_type: &str, status: &str, payload: &[u8]) -
     view
 }
 
-/// How often a waiting get-job reads the row when the node has no watcher slot free.
-const POLL_WITHOUT_A_SLOT: Duration = Duration::from_millis(500);
-
 /// The job's row once it is finished or WAITING, or when `wait` is up (`None`: no such
 /// job).
 async fn settled_row(
     state: &JobsState,
+    request: &ActionRequest,
     job_id: Uuid,
     wait: Duration,
     with_definition: bool,
@@ -106,9 +109,18 @@ async fn settled_row(
         .latest_event_position(job_id)
         .await
         .map_err(store_error)?;
-    // Without a free slot, fall back to reading the row twice a second: slower to
-    // notice, but the caller still waits, rather than being refused.
-    let mut watching = state.watchers.watch(job_id, position).ok();
+    // Past the node's bound (or the token's share) the call is answered at once,
+    // never left to read the row over and over on the pool the running jobs write
+    // through.
+    let mut watching = state
+        .watchers
+        .watch(job_id, position, request.caller.0)
+        .map_err(|e| {
+            ActionError::new(
+                Code::ResourceExhausted,
+                format!("waitMs: {e}; or call get-job without waitMs"),
+            )
+        })?;
     loop {
         let row = state
             .store
@@ -125,18 +137,10 @@ async fn settled_row(
             return Ok(row);
         }
         let woken = async {
-            match watching.as_mut() {
-                Some(watching) => {
-                    let event = watching.next().await;
-                    // Read the row again once, whatever else has arrived.
-                    watching.drain();
-                    event.is_some()
-                }
-                None => {
-                    tokio::time::sleep(POLL_WITHOUT_A_SLOT).await;
-                    !state.watchers.is_closed()
-                }
-            }
+            let event = watching.next().await;
+            // Read the row again once, whatever else has arrived.
+            watching.drain();
+            event.is_some()
         };
         match tokio::time::timeout_at(deadline, woken).await {
             Ok(true) => {}

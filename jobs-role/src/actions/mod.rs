@@ -15,6 +15,7 @@
 //! | `get-form`        | `jobs:read`     | [`get_form`]      |
 //! | `get-fleet`       | `jobs:read`     | [`get_fleet`]     |
 //! | `list-rejects`    | `jobs:read`     | [`list_rejects`]  |
+//! | `redrive-events`  | `jobs:operate`  | [`redrive_events`]|
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
@@ -27,6 +28,7 @@ pub mod get_job;
 pub mod list_jobs;
 pub mod list_rejects;
 pub mod many_jobs;
+pub mod redrive_events;
 pub mod reject_step;
 pub mod retry_job;
 pub mod retry_jobs;
@@ -182,6 +184,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:read",
             "ListRejects",
             list_rejects::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "redrive-events",
+            "Publish again jobs' dead-lettered (FAILED) events and those held behind them, in order: by jobIds, or all: true (optionally of one workflowName) up to a limit.",
+            "jobs:operate",
+            "RedriveEvents",
+            redrive_events::handle,
         )?,
     ])
 }

@@ -157,7 +157,7 @@ impl Store {
     /// [`StoreError::LostClaim`] when the fence matches nothing or no cancel was
     /// requested: the caller's own outcome stands then.
     pub async fn settle_cancelled(&self, claim: &Claim) -> Result<(), StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let Some(row) = tx
             .query_opt(

@@ -46,9 +46,9 @@ pub struct ClaimedJob {
     pub max_attempts: i32,
     /// Claims given back in a row without progress before this one.
     pub releases: i32,
-    /// Operator retries that re-ran checkpointed steps: part of every step call's
-    /// idempotency key once non-zero.
-    pub reruns: i32,
+    /// Per step (by index): operator retries that dropped its checkpoint, part of
+    /// its calls' idempotency key once non-zero (a step past the end: none).
+    pub step_reruns: Vec<i32>,
     /// The submitter's W3C trace context: the parent of the segment's span.
     pub trace_context: Option<String>,
     /// When this process sent the claim, by its monotonic clock: the lease runs from
@@ -99,11 +99,33 @@ impl Store {
                 checkpoints: row.get("checkpoints"),
                 max_attempts: row.get("max_attempts"),
                 releases: row.get("releases"),
-                reruns: row.get("reruns"),
+                step_reruns: row.get("step_reruns"),
                 trace_context: row.get("trace_context"),
                 asked_at,
             })
             .collect())
+    }
+
+    /// Gives back the jobs RUNNING under `owner` that are not in `running` (claims
+    /// whose answer was lost: no task holds them), attempt returned, claimable now;
+    /// answers how many. See [`sql::RELEASE_UNHEARD_CLAIMS`].
+    pub async fn release_unheard_claims(
+        &self,
+        owner: &str,
+        running: &[Uuid],
+    ) -> Result<usize, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let released = tx
+            .query(sql::RELEASE_UNHEARD_CLAIMS, &[&owner, &running])
+            .await?;
+        for row in &released {
+            let job_id: Uuid = row.get("job_id");
+            tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(released.len())
     }
 
     /// The workflow snapshot of a job with its digest, read from one row version

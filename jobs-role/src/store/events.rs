@@ -145,10 +145,37 @@ fn cut(text: &str, max: usize) -> String {
     kept
 }
 
-/// Builds, validates and encodes the event; returns its id (also the outbox row id)
-/// and payload.
+/// The id of an event a claim's write commits: derived from what it marks (the job,
+/// the claim's fencing token, the event type and the checkpoint's position, -1 for a
+/// settlement), so the same write sent twice carries the same id and its second
+/// insert is a no-op. Within one claim each position is checkpointed once and the
+/// claim settles once, so no two events of a job share an id. (A UUID of version 8:
+/// the first 16 bytes of a SHA-256.)
+pub fn claim_event_id(job_id: Uuid, token: i32, kind: Type, position: i32) -> Uuid {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"protomolt.jobs.claim-event\0");
+    hash.update(job_id.as_bytes());
+    hash.update(token.to_be_bytes());
+    hash.update(type_name(kind).as_bytes());
+    hash.update(position.to_be_bytes());
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes).into_uuid()
+}
+
+/// Builds, validates and encodes the event under a new id; returns its id (also the
+/// outbox row id) and payload.
 pub fn encode(facts: &EventFacts<'_>) -> Result<(Uuid, Vec<u8>), jobs_proto::ContractError> {
-    let event_id = Uuid::now_v7();
+    encode_as(facts, Uuid::now_v7())
+}
+
+/// [`encode`] under `event_id` (a claim's write: [`claim_event_id`]).
+pub fn encode_as(
+    facts: &EventFacts<'_>,
+    event_id: Uuid,
+) -> Result<(Uuid, Vec<u8>), jobs_proto::ContractError> {
     let status = prost_types::Value {
         kind: Some(Kind::StringValue(facts.status.as_str().to_owned())),
     };

@@ -2,17 +2,26 @@
 //! checkpoint with its settlement) in one transaction, so the cost of a commit is
 //! shared by every job in the batch.
 //!
-//! Each write stays fenced on its own claim: a write whose fence matches nothing (its
-//! claim was lost) is dropped from the batch and answered [`StoreError::LostClaim`],
-//! and the rest commit. The statements of a batch go to PostgreSQL pipelined (sent
-//! without waiting for each answer), in the order of the writes, so one job's events
-//! keep their order. When PostgreSQL refuses a value (a value past a limit), the batch
-//! is rolled back and committed again without the write whose statement failed first,
-//! so only the refused one fails. Any other failure before `COMMIT` (a deadlock, a
-//! write held on a row lock past `lock_timeout`, a lost connection) has each write
-//! tried in a transaction of its own. A failed `COMMIT` cannot be split (whether it
-//! landed is unknown), so every write of that batch hears [`StoreError::GroupCommit`],
-//! a failure that may pass.
+//! **Every write is safe to apply twice.** Each is fenced on its own claim (`RUNNING`
+//! under the claim's owner and token); a checkpoint also on its position (the array
+//! holds exactly the entries before it); a settlement moves the row out of RUNNING, so
+//! a second one matches nothing; and a claim's events have ids derived from what they
+//! mark ([`events::claim_event_id`]), so a second insert is a no-op. A write whose
+//! fence matches nothing is dropped from the batch (nothing of it written) and read
+//! back: if the row shows it already applied (its first sending landed) it is answered
+//! `Ok`, else [`StoreError::LostClaim`].
+//!
+//! How a batch that does not commit ends:
+//!
+//! | what failed                                          | what happens                                   |
+//! |------------------------------------------------------|------------------------------------------------|
+//! | PostgreSQL refused a value (a size limit)            | rolled back; committed again without the write whose statement failed first, which alone fails |
+//! | another statement error (a deadlock, a lock timeout) | rolled back; each write committed alone          |
+//! | no connection, a connection lost before `COMMIT`     | rolled back; every write answered the error at once, fast (trying each alone would meet it once per write) |
+//! | `COMMIT` sent, its answer lost                       | **read back**: each write is answered by what the row shows (landed, not landed, claim lost); only the ones that did not land are committed again, conditional as ever |
+//!
+//! The statements of a batch go to PostgreSQL pipelined (sent without waiting for
+//! each answer), in the order of the writes, so one job's events keep their order.
 
 use futures_util::future::try_join_all;
 use tokio_postgres::Statement;
@@ -65,6 +74,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
                 Box::new(result),
                 Box::new(verdict),
                 Box::new(&checkpoint.entry),
+                Box::new(checkpoint.position),
             ],
             events: checkpointed
                 .into_iter()
@@ -87,7 +97,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         };
         parts.push(Part {
             statement,
-            extra: vec![Box::new(&checkpoint.entry)],
+            extra: vec![Box::new(&checkpoint.entry), Box::new(checkpoint.position)],
             events: checkpointed.into_iter().collect(),
             wake: false,
         });
@@ -152,26 +162,120 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
     parts
 }
 
+/// The answer of a write that got none (a defect: every write is answered); it fails
+/// safe, as a write that may not have committed.
+fn no_answer() -> Result<(), StoreError> {
+    Err(StoreError::GroupCommit("the write got no answer".into()))
+}
+
+/// How many times a batch whose `COMMIT` went unanswered is read back and its
+/// unlanded writes sent again, before they are answered as failures that may pass.
+const UNANSWERED_ROUNDS: usize = 3;
+
+/// What a claim's row shows about one of its writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Landing {
+    /// The write is in the row (a checkpoint at its position, the settlement's status
+    /// under the claim's token).
+    Landed,
+    /// The row is still RUNNING under the claim without it: it may be sent again.
+    NotLanded,
+    /// The row moved on without it (another claim, a sweep, deleted).
+    Lost,
+}
+
+/// A claimed job's state as [`sql::CLAIM_WRITES_STATE`] reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RowState {
+    status: String,
+    lease_owner: Option<String>,
+    claims: i32,
+    checkpoints: Option<i32>,
+}
+
+/// Whether `write` is in `row` (see [`Landing`]).
+fn landing(write: &ClaimWrite, row: Option<&RowState>) -> Landing {
+    let Some(row) = row else {
+        return Landing::Lost;
+    };
+    let claim = &write.claim;
+    let held = row.status == JobStatus::Running.as_str()
+        && row.lease_owner.as_deref() == Some(claim.owner.as_str())
+        && row.claims == claim.token;
+    if let Some(settlement) = &write.settlement {
+        // A settlement leaves RUNNING: still held, it did not land (nor the checkpoint
+        // committed with it); in its status under the same token, it did.
+        return if held {
+            Landing::NotLanded
+        } else if row.claims == claim.token && row.status == settlement.status().as_str() {
+            Landing::Landed
+        } else {
+            Landing::Lost
+        };
+    }
+    match &write.checkpoint {
+        // Under one claim only that claim appends, each position once.
+        Some(checkpoint) if held => {
+            if row.checkpoints.is_some_and(|n| n > checkpoint.position) {
+                Landing::Landed
+            } else {
+                Landing::NotLanded
+            }
+        }
+        Some(_) => Landing::Lost,
+        // A barrier writes nothing.
+        None => Landing::Landed,
+    }
+}
+
 impl Store {
-    /// Commits the writes of many claims in one transaction and answers each: `Ok`,
-    /// [`StoreError::LostClaim`] (dropped from the batch, nothing of it written), or the
-    /// error that kept it from committing. The answers are in the order of `writes`.
-    ///
-    /// A value PostgreSQL refuses fails its own write only: the batch is rolled back,
-    /// that write answered with the refusal, and the rest committed again without it
-    /// (the first statement to fail names its write; the ones after it only say the
-    /// transaction was aborted). Any other failure before `COMMIT` (a deadlock, a lock
-    /// timeout, a lost connection) has each write tried alone.
+    /// Commits the writes of many claims in one transaction and answers each: `Ok`
+    /// (committed, or found already applied), [`StoreError::LostClaim`] (dropped from
+    /// the batch, nothing of it written), or the error that kept it from committing.
+    /// The answers are in the order of `writes`. See the module docs for how a batch
+    /// that does not commit ends.
     pub async fn commit_claim_writes(&self, writes: &[ClaimWrite]) -> Vec<Result<(), StoreError>> {
+        let everything: Vec<usize> = (0..writes.len()).collect();
+        let mut answers = match self.commit_unsplit(writes, &everything).await {
+            Err(failure) if writes.len() > 1 => {
+                // A statement PostgreSQL failed (a deadlock, a lock timeout): each
+                // write alone, so one job's trouble is its own.
+                tracing::debug!(writes = writes.len(), error = %failure, "a batched write failed; committing each write alone");
+                let mut answers = Vec::with_capacity(writes.len());
+                for i in 0..writes.len() {
+                    answers.push(match self.commit_unsplit(writes, &[i]).await {
+                        Ok(mut answer) => answer.pop().unwrap_or_else(no_answer),
+                        Err(failure) => Err(failure),
+                    });
+                }
+                answers
+            }
+            Err(failure) => vec![Err(failure)],
+            Ok(answers) => answers,
+        };
+        self.recognise_applied(writes, &mut answers).await;
+        answers
+    }
+
+    /// Commits `which` of `writes` without splitting the batch: answers them in order,
+    /// or returns the statement error that should split it (a failure of one
+    /// statement, answered by PostgreSQL, before `COMMIT`).
+    async fn commit_unsplit(
+        &self,
+        writes: &[ClaimWrite],
+        which: &[usize],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let mut answers: Vec<Option<Result<(), StoreError>>> =
-            (0..writes.len()).map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..writes.len()).collect();
+            (0..which.len()).map(|_| None).collect();
+        // Positions into `which` still to commit.
+        let mut pending: Vec<usize> = (0..which.len()).collect();
+        let mut unanswered_rounds = 0;
         while !pending.is_empty() {
-            let batch: Vec<&ClaimWrite> = pending.iter().map(|&i| &writes[i]).collect();
+            let batch: Vec<&ClaimWrite> = pending.iter().map(|&p| &writes[which[p]]).collect();
             match self.try_commit(&batch).await {
                 Ok(committed) => {
-                    for (&i, answer) in pending.iter().zip(committed) {
-                        answers[i] = Some(answer);
+                    for (&p, answer) in pending.iter().zip(committed) {
+                        answers[p] = Some(answer);
                     }
                     break;
                 }
@@ -179,34 +283,117 @@ impl Store {
                     let refused = pending.remove(at);
                     answers[refused] = Some(Err(error));
                 }
-                Err(failure) if pending.len() > 1 => {
-                    tracing::debug!(writes = pending.len(), error = %failure.error(), "a batched write failed; committing each write alone");
-                    for &i in &pending {
-                        answers[i] = Some(match self.try_commit(&[&writes[i]]).await {
-                            Ok(mut answer) => answer.pop().unwrap_or_else(|| {
-                                Err(StoreError::GroupCommit("the write got no answer".into()))
-                            }),
-                            Err(failure) => Err(failure.into_error()),
-                        });
+                Err(BatchFailure::Unanswered(error)) => {
+                    unanswered_rounds += 1;
+                    tracing::warn!(writes = batch.len(), %error, "a batch's COMMIT went unanswered; reading the rows back to see what landed");
+                    let landings = match self.read_back(&batch).await {
+                        Ok(landings) => landings,
+                        Err(read) => {
+                            let why = format!(
+                                "the COMMIT of a batch went unanswered ({error}) and reading the rows back failed ({read}); whether it landed is unknown"
+                            );
+                            for &p in &pending {
+                                answers[p] = Some(Err(StoreError::GroupCommit(why.clone())));
+                            }
+                            break;
+                        }
+                    };
+                    let mut again = Vec::new();
+                    for (&p, landing) in pending.iter().zip(landings) {
+                        match landing {
+                            Landing::Landed => answers[p] = Some(Ok(())),
+                            Landing::Lost => answers[p] = Some(Err(writes[which[p]].claim.lost())),
+                            Landing::NotLanded => again.push(p),
+                        }
                     }
-                    break;
+                    if unanswered_rounds >= UNANSWERED_ROUNDS {
+                        for &p in &again {
+                            answers[p] = Some(Err(StoreError::GroupCommit(format!(
+                                "the COMMIT of a batch went unanswered {UNANSWERED_ROUNDS} times: {error}"
+                            ))));
+                        }
+                        break;
+                    }
+                    pending = again;
+                }
+                // One statement failed there, the connection is fine: the caller may
+                // split the batch.
+                Err(BatchFailure::Refused { error, .. } | BatchFailure::Rolledback(error))
+                    if which.len() > 1 && error.is_answered_by_server() =>
+                {
+                    return Err(error);
                 }
                 Err(failure) => {
-                    for (&i, answer) in pending.iter().zip(failure.answers(pending.len())) {
-                        answers[i] = Some(answer);
+                    for (&p, answer) in pending.iter().zip(failure.answers(pending.len())) {
+                        answers[p] = Some(answer);
                     }
                     break;
                 }
             }
         }
-        answers
+        Ok(answers
             .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(StoreError::GroupCommit("the write got no answer".into()))
-                })
+            .map(|answer| answer.unwrap_or_else(no_answer))
+            .collect())
+    }
+
+    /// A write whose fence matched nothing may have been applied already (sent again
+    /// after a first sending whose answer was lost): read back, such a write is
+    /// answered `Ok`. A refused settlement of a job still held (an operator asked to
+    /// cancel) stays a lost claim: the worker settles it CANCELLED then.
+    async fn recognise_applied(
+        &self,
+        writes: &[ClaimWrite],
+        answers: &mut [Result<(), StoreError>],
+    ) {
+        let refused: Vec<usize> = answers
+            .iter()
+            .enumerate()
+            .filter(|(_, answer)| matches!(answer, Err(e) if e.is_lost_claim()))
+            .map(|(i, _)| i)
+            .collect();
+        if refused.is_empty() {
+            return;
+        }
+        let batch: Vec<&ClaimWrite> = refused.iter().map(|&i| &writes[i]).collect();
+        match self.read_back(&batch).await {
+            Ok(landings) => {
+                for (&i, landing) in refused.iter().zip(landings) {
+                    if landing == Landing::Landed {
+                        tracing::debug!(job_id = %writes[i].claim.job_id, "a write sent again was already applied");
+                        answers[i] = Ok(());
+                    }
+                }
+            }
+            // Unread, they stay lost claims: nothing was written by them either way.
+            Err(e) => tracing::debug!(error = %e, "reading back refused writes failed"),
+        }
+    }
+
+    /// What the rows of `writes` show about each of them, in order.
+    async fn read_back(&self, writes: &[&ClaimWrite]) -> Result<Vec<Landing>, StoreError> {
+        let ids: Vec<Uuid> = writes.iter().map(|w| w.claim.job_id).collect();
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(sql::CLAIM_WRITES_STATE).await?;
+        let rows = client.query(&statement, &[&ids]).await?;
+        let states: std::collections::HashMap<Uuid, RowState> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row.get("job_id"),
+                    RowState {
+                        status: row.get("status"),
+                        lease_owner: row.get("lease_owner"),
+                        claims: row.get("claims"),
+                        checkpoints: row.get("checkpoints"),
+                    },
+                )
             })
-            .collect()
+            .collect();
+        Ok(writes
+            .iter()
+            .map(|w| landing(w, states.get(&w.claim.job_id)))
+            .collect())
     }
 
     async fn try_commit(
@@ -223,9 +410,7 @@ impl Store {
             .await
             .map_err(|e| BatchFailure::Rolledback(e.into()))?;
         let answers = self.run_batch(&tx, writes, &plans).await?;
-        tx.commit()
-            .await
-            .map_err(|e| BatchFailure::Whole(e.into()))?;
+        tx.commit().await.map_err(commit_failure)?;
         Ok(answers)
     }
 
@@ -284,7 +469,12 @@ impl Store {
                 }
             }
             for facts in plan.iter().flat_map(|part| &part.events) {
-                let (event_id, payload) = events::encode(facts)?;
+                let position = match (facts.kind, &write.checkpoint) {
+                    (Type::StepCheckpoint, Some(checkpoint)) => checkpoint.position,
+                    _ => -1,
+                };
+                let event_id = events::claim_event_id(claim.job_id, claim.token, facts.kind, position);
+                let (event_id, payload) = events::encode_as(facts, event_id)?;
                 tx.execute(
                     insert_event,
                     &[

@@ -80,8 +80,10 @@ pub enum StoreError {
     #[error("applying the jobs schema migrations failed: {0}")]
     Migration(#[from] refinery::Error),
     /// A statement failed for a reason that may pass (connection lost, server
-    /// restarting, serialization): retried by every background task.
-    #[error("database error: {0}")]
+    /// restarting, serialization): retried by every background task. Shown with
+    /// PostgreSQL's own message and SQLSTATE, or the connection's error, never only
+    /// the driver's "db error".
+    #[error("database error: {}", causes(.0))]
     Database(tokio_postgres::Error),
     /// PostgreSQL refused a value (SQLSTATE class 22, 23 or 54): retrying the same
     /// write can never succeed, so no caller retries it.
@@ -212,6 +214,17 @@ impl StoreError {
         matches!(self, StoreError::LostClaim { .. })
     }
 
+    /// True when PostgreSQL itself answered with the error (a SQLSTATE): one
+    /// statement failed there and the connection is fine. False for a lost
+    /// connection, a pool that had none to give, or an answer that never came.
+    pub fn is_answered_by_server(&self) -> bool {
+        match self {
+            StoreError::Database(e) => e.as_db_error().is_some(),
+            StoreError::Data { .. } => true,
+            _ => false,
+        }
+    }
+
     /// True when PostgreSQL refused a value: retrying the same write cannot help.
     pub fn is_data_error(&self) -> bool {
         matches!(self, StoreError::Data { .. })
@@ -253,6 +266,36 @@ pub struct Store {
     /// Connections operator acts may hold while they wait in a row's lock queue (a
     /// quarter of the pool), so waiting acts never starve the workers.
     waiting_acts: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Connections everything but the worker's own writes may hold at once (see
+    /// [`Store::shared`]).
+    shared: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// The connections of a pool of `max` kept for the worker's own writes (claims,
+/// lease renewals, the flusher's checkpoints and settlements, releases, the
+/// sweepers): a quarter, at least two, leaving the others at least one.
+pub fn reserved_for_the_worker(max: usize) -> usize {
+    (max / 4).max(2).min(max.saturating_sub(1))
+}
+
+/// A pooled connection taken through [`Store::shared`]; its place among the shared
+/// ones is given back with it.
+pub(crate) struct SharedConnection {
+    client: deadpool_postgres::Object,
+    _place: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl std::ops::Deref for SharedConnection {
+    type Target = deadpool_postgres::Object;
+    fn deref(&self) -> &Self::Target {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for SharedConnection {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.client
+    }
 }
 
 impl Store {
@@ -286,6 +329,32 @@ impl Store {
             waiting_acts: std::sync::Arc::new(tokio::sync::Semaphore::new(
                 (max_connections / 4).max(1),
             )),
+            shared: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                max_connections - reserved_for_the_worker(max_connections),
+            )),
+        })
+    }
+
+    /// A connection for anything but the worker's own writes: the verbs, the
+    /// readers, the watchers, the relay, the pruner, the metrics. Together they hold
+    /// at most the pool less [`reserved_for_the_worker`]: however many callers wait
+    /// (a storm of `list-jobs`, a thousand watchers), a running job's checkpoints and
+    /// settlements always find a connection. Waiting for a place is bounded by
+    /// [`POOL_WAIT`], as waiting for the pool is.
+    pub(crate) async fn shared(&self) -> Result<SharedConnection, StoreError> {
+        let place = tokio::time::timeout(POOL_WAIT, self.shared.clone().acquire_owned())
+            .await
+            .map_err(|_| {
+                StoreError::Pool(deadpool_postgres::PoolError::Timeout(
+                    deadpool_postgres::TimeoutType::Wait,
+                ))
+            })?
+            // Never closed; a closed one would mean the store is going away.
+            .map_err(|_| StoreError::Config("the store is closed".into()))?;
+        let client = self.pool.get().await?;
+        Ok(SharedConnection {
+            client,
+            _place: place,
         })
     }
 
@@ -300,7 +369,7 @@ impl Store {
             .max()
             .unwrap_or(0);
         let applied: Result<Option<i64>, StoreError> = async {
-            let client = self.pool.get().await?;
+            let client = self.shared().await?;
             Ok(client.query_one(sql::APPLIED_MIGRATION, &[]).await?.get(0))
         }
         .await;
@@ -349,8 +418,14 @@ enum BatchFailure {
         /// What PostgreSQL said.
         error: StoreError,
     },
-    /// At `COMMIT` (or before any statement ran, with no connection): not splittable.
+    /// Before any statement ran (no connection, or the transaction would not open),
+    /// or at a `COMMIT` PostgreSQL refused: nothing landed, and trying the items one
+    /// by one would only meet the same failure once per item.
     Whole(StoreError),
+    /// The `COMMIT` was sent and its answer never came (the connection broke): the
+    /// transaction may or may not have landed. Resolved by reading the rows back,
+    /// never by sending the writes again blindly.
+    Unanswered(StoreError),
 }
 
 impl From<StoreError> for BatchFailure {
@@ -362,6 +437,16 @@ impl From<StoreError> for BatchFailure {
 impl From<tokio_postgres::Error> for BatchFailure {
     fn from(error: tokio_postgres::Error) -> Self {
         BatchFailure::Rolledback(error.into())
+    }
+}
+
+/// How a failed `COMMIT` ended: PostgreSQL answered with an error (rolled back:
+/// [`BatchFailure::Whole`]), or no answer came ([`BatchFailure::Unanswered`]).
+fn commit_failure(error: tokio_postgres::Error) -> BatchFailure {
+    if error.as_db_error().is_some() {
+        BatchFailure::Whole(error.into())
+    } else {
+        BatchFailure::Unanswered(error.into())
     }
 }
 
@@ -381,18 +466,10 @@ async fn begin_batch(
 }
 
 impl BatchFailure {
-    /// What went wrong.
-    fn error(&self) -> &StoreError {
-        match self {
-            BatchFailure::Rolledback(e) | BatchFailure::Whole(e) => e,
-            BatchFailure::Refused { error, .. } => error,
-        }
-    }
-
     /// What went wrong, owned.
     fn into_error(self) -> StoreError {
         match self {
-            BatchFailure::Rolledback(e) | BatchFailure::Whole(e) => e,
+            BatchFailure::Rolledback(e) | BatchFailure::Whole(e) | BatchFailure::Unanswered(e) => e,
             BatchFailure::Refused { error, .. } => error,
         }
     }

@@ -227,7 +227,7 @@ impl Store {
         locking: Locking,
         outcomes: &mut Vec<(Uuid, ByJob<A::Outcome>)>,
     ) -> Result<Vec<Uuid>, StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let bound = &recheck.finished_before;
         let rows = match locking {
@@ -331,7 +331,7 @@ impl Store {
         statement: &str,
         selection: &JobSelection,
     ) -> Result<Selected, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let statuses: Vec<&str> = selection.statuses.iter().map(|s| s.as_str()).collect();
         // One more than the limit tells whether more matched.
         let rows = client

@@ -118,7 +118,7 @@ impl Store {
         F: FnOnce(Vec<PendingEvent>) -> Fut,
         Fut: std::future::Future<Output = Result<Vec<PublishOutcome>, E>>,
     {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let rows = tx.query(sql::CLAIM_OUTBOX_BATCH, &[&batch]).await?;
         if rows.is_empty() {
@@ -191,7 +191,7 @@ impl Store {
 
     /// Keeps a poison record in the dead-letter store (once per record).
     pub async fn reject_request(&self, record: &RejectedRecord<'_>) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         client
             .execute(
                 sql::INSERT_REQUEST_REJECT,
@@ -208,11 +208,61 @@ impl Store {
         Ok(())
     }
 
+    /// The jobs with a dead-lettered (FAILED) outbox row, of `workflow` if given,
+    /// the one dead-lettered earliest first, at most `limit`.
+    pub async fn jobs_with_failed_events(
+        &self,
+        workflow: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let client = self.shared().await?;
+        let rows = client
+            .query(sql::JOBS_WITH_FAILED_EVENTS, &[&workflow, &limit])
+            .await?;
+        Ok(rows.iter().map(|row| row.get("job_id")).collect())
+    }
+
+    /// An operator's redrive of jobs' events: their FAILED rows PENDING again with a
+    /// fresh budget and their HELD rows PENDING too, published in order. Answers, per
+    /// job released, how many rows.
+    pub async fn redrive_job_events(
+        &self,
+        job_ids: &[Uuid],
+    ) -> Result<Vec<(Uuid, usize)>, StoreError> {
+        let mut client = self.shared().await?;
+        let tx = client.transaction().await?;
+        let rows = tx.query(sql::REDRIVE_JOB_EVENTS, &[&job_ids]).await?;
+        let mut released: Vec<(Uuid, usize)> = Vec::new();
+        for row in &rows {
+            let job_id: Uuid = row.get("job_id");
+            match released.iter_mut().find(|(id, _)| *id == job_id) {
+                Some((_, n)) => *n += 1,
+                None => released.push((job_id, 1)),
+            }
+        }
+        if !rows.is_empty() {
+            tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    /// Releases HELD rows no FAILED row holds back any more (see
+    /// [`sql::RELEASE_UNBLOCKED_HELD`]); answers how many.
+    pub async fn release_unblocked_held(&self) -> Result<u64, StoreError> {
+        let client = self.shared().await?;
+        let released = client.execute(sql::RELEASE_UNBLOCKED_HELD, &[]).await?;
+        if released > 0 {
+            client.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        }
+        Ok(released)
+    }
+
     /// An operator's redrive of a FAILED (dead-lettered) outbox row: PENDING again
     /// with a fresh budget, and the job's HELD rows behind it PENDING too, so they
     /// follow in order. False when the row is not FAILED.
     pub async fn redrive_failed_event(&self, event_id: Uuid) -> Result<bool, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let released = client
             .query(sql::REDRIVE_FAILED_EVENT, &[&event_id])
             .await?;

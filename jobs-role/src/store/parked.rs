@@ -54,7 +54,7 @@ impl Store {
         step_index: usize,
         answer: &ParkedAnswer,
     ) -> Result<ParkedCompletion, StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let Some(row) = tx.query_opt(sql::LOCK_JOB, &[&job_id]).await? else {
             return Ok(ParkedCompletion::NotFound);

@@ -95,7 +95,7 @@ impl Store {
         require_published: bool,
         batch: i64,
     ) -> Result<Option<JobBatch>, StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         if !take_pruner_lock(&tx).await? {
             tx.rollback().await?;
@@ -136,7 +136,7 @@ impl Store {
         retention: Duration,
         batch: i64,
     ) -> Result<Option<u64>, StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         if !take_pruner_lock(&tx).await? {
             tx.rollback().await?;

@@ -47,7 +47,7 @@ impl JobFilter {
 impl Store {
     /// One job, every column (snake_case keys, as stored), or `None`.
     pub async fn get_job(&self, job_id: Uuid) -> Result<Option<Value>, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query_opt(sql::GET_JOB, &[&job_id])
             .await?
@@ -66,7 +66,7 @@ impl Store {
         } else {
             sql::GET_JOB_WITHOUT_DEFINITION
         };
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query_opt(statement, &[&job_id])
             .await?
@@ -77,7 +77,7 @@ impl Store {
     /// key as text when it is UTF-8, else in base64 (`recordKeyBase64`).
     pub async fn list_rejects(&self, limit: i64, offset: i64) -> Result<Vec<Value>, StoreError> {
         use base64::Engine as _;
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let rows = client.query(sql::LIST_REJECTS, &[&limit, &offset]).await?;
         Ok(rows
             .iter()
@@ -108,7 +108,7 @@ impl Store {
 
     /// Job summaries newest first (or oldest first).
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<Vec<Value>, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let status = filter.status.map(JobStatus::as_str);
         let (low, high) = filter.job_ids_between.unzip();
         let statement = if filter.oldest_first {
@@ -138,7 +138,7 @@ impl Store {
 
     /// Jobs that finished in the last hour, by status.
     pub async fn finished_last_hour(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query(sql::FINISHED_LAST_HOUR, &[])
             .await?
@@ -149,7 +149,7 @@ impl Store {
 
     /// A job's outbox rows, in order.
     pub async fn job_events(&self, job_id: Uuid) -> Result<Vec<OutboxRow>, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let rows = client.query(sql::JOB_EVENTS, &[&job_id]).await?;
         Ok(rows
             .iter()
@@ -164,7 +164,7 @@ impl Store {
 
     /// How many jobs are in `status`.
     pub async fn count_jobs(&self, status: JobStatus) -> Result<i64, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query_one(sql::COUNT_JOBS_IN_STATUS, &[&status.as_str()])
             .await?
@@ -173,7 +173,7 @@ impl Store {
 
     /// The lanes' backlog.
     pub async fn lane_counts(&self) -> Result<LaneCounts, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let row = client.query_one(sql::LANE_COUNTS, &[]).await?;
         Ok(LaneCounts {
             pending_events: row.get("pending"),
@@ -188,7 +188,7 @@ impl Store {
         &self,
         event_id: Uuid,
     ) -> Result<Option<(String, i32, Option<String>)>, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query_opt(sql::OUTBOX_ROW, &[&event_id])
             .await?
@@ -232,7 +232,7 @@ impl Store {
     /// The fleet's backlog for the metrics (oldest ages, outbox depth): what alerts
     /// read, each from an index (never the whole history).
     pub async fn fleet_backlog(&self) -> Result<FleetState, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let oldest_claimable_seconds = client.query_one(sql::OLDEST_CLAIMABLE, &[]).await?.get(0);
         let outbox = client.query_one(sql::OUTBOX_DEPTH, &[]).await?;
         Ok(FleetState {
@@ -250,7 +250,7 @@ impl Store {
     pub async fn fleet_live(
         &self,
     ) -> Result<(Vec<(String, String, i64)>, Vec<(String, String, i64)>), StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let live_jobs = client
             .query(sql::LIVE_JOBS, &[])
             .await?

@@ -143,14 +143,17 @@ SELECT workflow_name = $2 AND input = $4::jsonb AND ($5 OR workflow_definition =
   FROM workflow_run WHERE job_id = $1";
 
 /// Writes one outbox row: PENDING, or HELD when the job already has a dead-lettered
-/// (FAILED) or held row, so it never overtakes them. `$1` event id, `$2` job id, `$3`
-/// event type, `$4` payload.
+/// (FAILED) or held row, so it never overtakes them. An id already there is left
+/// alone: a claim's events have ids derived from what they mark
+/// (`events::claim_event_id`), so an event written twice is one row. `$1` event id,
+/// `$2` job id, `$3` event type, `$4` payload.
 pub const INSERT_EVENT: &str = "\
 INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
 SELECT $1, $2, $3, $4,
        CASE WHEN EXISTS (SELECT 1 FROM workflow_run_events_outbox
                           WHERE job_id = $2 AND status IN ('FAILED', 'HELD'))
-            THEN 'HELD' ELSE 'PENDING' END";
+            THEN 'HELD' ELSE 'PENDING' END
+ON CONFLICT (event_id) DO NOTHING";
 
 /// Writes the outbox rows of a batch, each as [`INSERT_EVENT`] would. Per row: `$1`
 /// event ids, `$2` job ids, `$3` event types, `$4` payloads.
@@ -193,9 +196,23 @@ UPDATE workflow_run
                                             FOR UPDATE SKIP LOCKED) AS eligible
                             LIMIT $3))
    AND status = 'QUEUED'
-RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, reruns, checkpoints, trace_context,
+RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, step_reruns, checkpoints, trace_context,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
               AS definition_digest";
+
+/// Gives back the RUNNING jobs stamped with `$1` (the node's worker id) that the node
+/// does not run (`$2`, the ids it does): claims whose answer never came (the
+/// connection broke after the claim was sent), which no task holds. Nothing ran under
+/// them, so the attempt is given back and they are claimable at once. Only live
+/// leases (an expired one is the sweeper's), and not one an operator asked to cancel
+/// (the sweeper settles those CANCELLED). Answers the ids given back.
+pub const RELEASE_UNHEARD_CLAIMS: &str = "\
+UPDATE workflow_run
+   SET status = 'QUEUED', attempt = attempt - 1, lease_owner = NULL, lease_until = NULL,
+       run_after = now(), updated_at = now()
+ WHERE status = 'RUNNING' AND lease_owner = $1 AND NOT (job_id = ANY($2))
+   AND lease_until > now() AND NOT cancel_requested
+RETURNING job_id";
 
 /// A job's workflow snapshot and its digest, from one row version, for a worker whose
 /// cache does not know the digest. `$1` job id.
@@ -247,28 +264,60 @@ macro_rules! unless_cancel_requested {
     };
 }
 
+/// The condition every checkpoint append ends with: the array holds exactly the
+/// entries before this one (`$n`, the step's index). Sent twice (a COMMIT whose answer
+/// was lost, then the write again), the second append matches nothing: a checkpoint
+/// lands once, at its own position. (A column that is not an array, drifted, never
+/// matches.)
+macro_rules! at_position {
+    ($($update:tt)*) => {
+        concat!(
+            $($update)*,
+            "\n   AND CASE WHEN jsonb_typeof(checkpoints) = 'array' THEN jsonb_array_length(checkpoints) END = "
+        )
+    };
+}
+
 /// Appends one checkpoint (progress: the release count starts over, and the error of
 /// an earlier attempt no longer describes the job, so it is cleared; the events keep
-/// it). `$4` the checkpoint entry (a JSON object).
-pub const APPEND_CHECKPOINT: &str = fenced!(
-    "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
+/// it). `$4` the checkpoint entry (a JSON object), `$5` its position.
+pub const APPEND_CHECKPOINT: &str = concat!(
+    at_position!(fenced!(
+        "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
        error = NULL, updated_at = now()"
+    )),
+    "$5"
 );
 
 /// [`APPEND_CHECKPOINT`] as the first statement of a write that also settles: refused
 /// with the settlement once an operator asked to cancel.
-pub const APPEND_CHECKPOINT_BEFORE_SETTLEMENT: &str = unless_cancel_requested!(fenced!(
-    "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
+pub const APPEND_CHECKPOINT_BEFORE_SETTLEMENT: &str = concat!(
+    at_position!(unless_cancel_requested!(fenced!(
+        "UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($4::jsonb), releases = 0,
        error = NULL, updated_at = now()"
-));
+    ))),
+    "$5"
+);
 
 /// Appends the workflow's final checkpoint and settles COMPLETED, in one row version.
-/// `$4` result, `$5` verdict, `$6` the checkpoint entry.
-pub const SETTLE_COMPLETED_WITH_CHECKPOINT: &str = unless_cancel_requested!(fenced!(
-    "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
+/// `$4` result, `$5` verdict, `$6` the checkpoint entry, `$7` its position.
+pub const SETTLE_COMPLETED_WITH_CHECKPOINT: &str = concat!(
+    at_position!(unless_cancel_requested!(fenced!(
+        "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
        checkpoints = checkpoints || jsonb_build_array($6::jsonb),
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
-));
+    ))),
+    "$7"
+);
+
+/// What became of claimed jobs, read back after a batch whose `COMMIT` went
+/// unanswered (it may or may not have landed) and for writes whose fence matched
+/// nothing (a write sent again after its first sending landed): per job its status,
+/// holder, fencing token and checkpoint count. `$1` job ids.
+pub const CLAIM_WRITES_STATE: &str = "\
+SELECT job_id, status, lease_owner, claims,
+       CASE WHEN jsonb_typeof(checkpoints) = 'array' THEN jsonb_array_length(checkpoints) END AS checkpoints
+  FROM workflow_run WHERE job_id = ANY($1)";
 
 /// Settles COMPLETED. `$4` result, `$5` verdict.
 pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
@@ -456,13 +505,22 @@ pub const RETRYABLE_JOBS: &str = bulk_selection!("(status <> 'FAILED' OR claims 
 /// An operator's retry: the jobs are QUEUED again, claimable now, with a fresh retry
 /// budget and their outcome cleared; their checkpoints are kept up to `$3` entries
 /// (NULL: all of them, and `reruns` unchanged), so the next claim resumes at the first
-/// missing one. A checkpoint column that is not an array (drifted) is emptied when
+/// missing one. Each step whose checkpoint is dropped counts one more re-run in
+/// `step_reruns` (its calls get a new idempotency key); a step that had none keeps
+/// its count. A checkpoint column that is not an array (drifted) is emptied when
 /// cut. Returns each job's checkpoints kept. `$1` job ids, `$2` max attempts (NULL:
 /// each job's own), `$3` checkpoints to keep.
 pub const RETRY_JOBS: &str = "\
 UPDATE workflow_run
    SET status = 'QUEUED', attempt = 0, max_attempts = COALESCE($2::integer, max_attempts), releases = 0,
        reruns = CASE WHEN $3::integer IS NULL THEN reruns ELSE reruns + 1 END,
+       step_reruns = CASE WHEN $3::integer IS NULL OR jsonb_typeof(checkpoints) <> 'array' THEN step_reruns
+                          ELSE (SELECT COALESCE(array_agg(COALESCE(step_reruns[i], 0)
+                                                          + CASE WHEN i > $3::integer AND i <= jsonb_array_length(checkpoints)
+                                                                 THEN 1 ELSE 0 END
+                                                          ORDER BY i), '{}')
+                                  FROM generate_series(1, GREATEST(COALESCE(array_length(step_reruns, 1), 0),
+                                                                   jsonb_array_length(checkpoints))) AS i) END,
        checkpoints = CASE WHEN $3::integer IS NULL THEN checkpoints
                           WHEN jsonb_typeof(checkpoints) <> 'array' THEN '[]'::jsonb
                           ELSE (SELECT COALESCE(jsonb_agg(c.entry ORDER BY c.at), '[]'::jsonb)
@@ -696,6 +754,37 @@ UPDATE workflow_run_events_outbox o
                     WHERE f.job_id = r.job_id AND f.status = 'FAILED'
                       AND f.event_id <> $1 AND f.seq < o.seq)
 RETURNING o.event_id";
+
+/// The jobs that have a dead-lettered (FAILED) outbox row, of workflow `$1` (NULL:
+/// any), the one dead-lettered earliest first, at most `$2`.
+pub const JOBS_WITH_FAILED_EVENTS: &str = "\
+SELECT o.job_id FROM workflow_run_events_outbox o
+ WHERE o.status = 'FAILED'
+   AND ($1::text IS NULL
+        OR EXISTS (SELECT 1 FROM workflow_run w WHERE w.job_id = o.job_id AND w.workflow_name = $1))
+ GROUP BY o.job_id
+ ORDER BY min(o.seq)
+ LIMIT $2";
+
+/// An operator's redrive of jobs' events (`redrive-events`): every FAILED row of the
+/// jobs `$1` PENDING again with a fresh budget, and every HELD row PENDING too. The
+/// relay takes only each job's earliest PENDING row, so they publish in order.
+/// Returns the job of each row released.
+pub const REDRIVE_JOB_EVENTS: &str = "\
+UPDATE workflow_run_events_outbox
+   SET status = 'PENDING', next_attempt_at = now(),
+       attempts = CASE WHEN status = 'FAILED' THEN 0 ELSE attempts END
+ WHERE job_id = ANY($1) AND status IN ('FAILED', 'HELD')
+RETURNING job_id";
+
+/// HELD rows that no earlier FAILED row of their job holds back any more (one
+/// written HELD while a redrive of its job committed): PENDING, so they publish.
+/// Returns how many.
+pub const RELEASE_UNBLOCKED_HELD: &str = "\
+UPDATE workflow_run_events_outbox h SET status = 'PENDING', next_attempt_at = now()
+ WHERE h.status = 'HELD'
+   AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox f
+                    WHERE f.job_id = h.job_id AND f.status = 'FAILED' AND f.seq < h.seq)";
 
 /// Puts a row an outage kept from the broker back for later without spending an
 /// attempt, so the next batch reaches other rows (other partitions may be healthy).

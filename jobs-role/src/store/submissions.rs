@@ -90,7 +90,7 @@ impl Store {
         job: &NewJob,
         first: FirstState<'_>,
     ) -> Result<Inserted, StoreError> {
-        let mut client = self.pool.get().await?;
+        let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         tx.batch_execute(sql::SUBMISSION_SETTINGS).await?;
         let inserted = tx
@@ -171,7 +171,7 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> Result<Vec<Result<Inserted, StoreError>>, BatchFailure> {
-        let mut client = batch_connection(&self.pool).await?;
+        let mut client = self.shared().await.map_err(BatchFailure::Whole)?;
         let tx = begin_batch(&mut client).await?;
         tx.batch_execute(sql::SUBMISSION_SETTINGS)
             .await

@@ -30,7 +30,7 @@ impl Store {
         job_ids: &[Uuid],
         after: &[i64],
     ) -> Result<(Vec<WatchedEvent>, bool), StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         let rows = client
             .query(
                 sql::EVENTS_AFTER,
@@ -62,7 +62,7 @@ impl Store {
         job_id: Uuid,
         event_id: Uuid,
     ) -> Result<Option<i64>, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query_opt(sql::EVENT_POSITION, &[&job_id, &event_id])
             .await?
@@ -71,7 +71,7 @@ impl Store {
 
     /// The position of `job_id`'s latest event (0 when it has none).
     pub async fn latest_event_position(&self, job_id: Uuid) -> Result<i64, StoreError> {
-        let client = self.pool.get().await?;
+        let client = self.shared().await?;
         Ok(client
             .query_one(sql::LATEST_EVENT_POSITION, &[&job_id])
             .await?

@@ -101,6 +101,10 @@ pub struct ParkedTimeout {
 pub struct StepCheckpoint {
     /// The step.
     pub step: String,
+    /// Where the entry goes in the job's checkpoint array (the step's index): the
+    /// append matches only while the array holds exactly this many entries, so an
+    /// append sent twice (a COMMIT whose answer was lost) lands once.
+    pub position: i32,
     /// The checkpoint entry (a JSON object: name, skipped, response).
     pub entry: Value,
 }
@@ -181,11 +185,13 @@ impl Store {
         }
     }
 
-    /// Appends one checkpoint with its STEP_CHECKPOINT event, in a transaction of its
-    /// own (the worker batches its checkpoints through [`Store::commit_claim_writes`]).
+    /// Appends one checkpoint at `position` (the step's index) with its
+    /// STEP_CHECKPOINT event, in a transaction of its own (the worker batches its
+    /// checkpoints through [`Store::commit_claim_writes`]).
     pub async fn append_checkpoint(
         &self,
         claim: &Claim,
+        position: i32,
         step: &str,
         checkpoint: &Value,
     ) -> Result<(), StoreError> {
@@ -193,6 +199,7 @@ impl Store {
             claim,
             StepCheckpoint {
                 step: step.to_owned(),
+                position,
                 entry: checkpoint.clone(),
             },
         );
@@ -245,6 +252,20 @@ impl Store {
             .await?
         else {
             tx.rollback().await?;
+            // Sent again after a COMMIT whose answer was lost, the release finds the
+            // job already given back under this claim's token: that is its answer.
+            let state = client
+                .query_opt(sql::CLAIM_WRITES_STATE, &[&vec![claim.job_id]])
+                .await?;
+            if let Some(state) = state
+                && state.get::<_, i32>("claims") == claim.token
+                && state.get::<_, Option<String>>("lease_owner").is_none()
+            {
+                let status: JobStatus = state.get::<_, String>("status").parse()?;
+                if matches!(status, JobStatus::Queued | JobStatus::Dead) {
+                    return Ok(status);
+                }
+            }
             return Err(claim.lost());
         };
         let status: JobStatus = row.get::<_, String>("status").parse()?;

@@ -25,13 +25,15 @@
 //! | the claim was lost                                     | nothing: the new holder owns the job    |
 //!
 //! Every step call carries `x-protomolt-job-id`, `x-protomolt-step`,
-//! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>` (`/rerun-<n>` after an
-//! operator's `retry-job` with `fromStep`: see migration V10), because a retried
-//! step may have done its side effect before its checkpoint landed.
+//! `x-protomolt-attempt` and `idempotency-key: <job_id>/<step>` (`/rerun-<n>` once
+//! operators' `retry-job` with `fromStep` dropped that step's checkpoint `n` times:
+//! see migration V18), because a retried step may have done its side effect before
+//! its checkpoint landed.
 
 pub mod flusher;
 mod lease;
 mod limits;
+mod retry;
 mod sweeper;
 
 use std::collections::HashMap;
@@ -185,6 +187,11 @@ impl Worker {
         let owner = self.config.worker_id.clone();
         let slots = Arc::new(Semaphore::new(self.config.max_in_flight));
         let mut running = JoinSet::new();
+        // The job each running task holds, by task.
+        let mut held: HashMap<tokio::task::Id, Uuid> = HashMap::new();
+        // Set when a claim's answer was lost: jobs may be RUNNING under this node with
+        // no task holding them, to be given back before the next claim.
+        let mut unheard_claims = false;
         while !shutdown.is_cancelled() {
             // Register for the wake-up before looking, so a NOTIFY that lands between
             // an empty claim and the wait is not missed.
@@ -197,8 +204,27 @@ impl Worker {
             };
             // The semaphore is never closed; a closed one would mean no more slots.
             let Ok(first_slot) = first_slot else { break };
-            while let Some(done) = running.try_join_next() {
-                report_panic(done);
+            while let Some(done) = running.try_join_next_with_id() {
+                let task = match &done {
+                    Ok((task, ())) => *task,
+                    Err(e) => e.id(),
+                };
+                held.remove(&task);
+                report_panic(done.map(|_| ()));
+            }
+            if unheard_claims {
+                let mine: Vec<Uuid> = held.values().copied().collect();
+                match self.store.release_unheard_claims(&owner, &mine).await {
+                    Ok(released) => {
+                        unheard_claims = false;
+                        if released > 0 {
+                            tracing::warn!(%owner, released, "a claim's answer was lost; gave back the jobs it took (attempts returned)");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(%owner, error = %e, "giving back unheard claims failed; trying again")
+                    }
+                }
             }
             let free = (1 + slots.available_permits()).min(MAX_CLAIM_BATCH);
             match self
@@ -222,16 +248,21 @@ impl Worker {
                         };
                         let (worker, flusher, shutdown) =
                             (self.clone(), flusher.clone(), shutdown.clone());
-                        running.spawn(async move {
+                        let job_id = job.claim.job_id;
+                        let task = running.spawn(async move {
                             worker.run_job(job, &flusher, &shutdown).await;
                             drop(slot);
                         });
+                        held.insert(task.id(), job_id);
                     }
                     if queue_has_more {
                         continue;
                     }
                 }
                 Err(e) => {
+                    // Not answered by the server: the claim may have been sent and
+                    // committed, its answer lost on the way back.
+                    unheard_claims |= !e.is_answered_by_server();
                     tracing::warn!(%owner, error = %e, "claiming failed; retrying after the poll interval")
                 }
             }
@@ -278,8 +309,17 @@ impl Worker {
                 // A write of this job already queued commits first (the flusher keeps
                 // the order), so the release never throws away a settlement.
                 let _ = flusher.commit(ClaimWrite::barrier(&claim)).await;
-                self.release(&claim, Duration::ZERO, "the node shut down")
+                // Tried for as long as the lease would last: past that the sweeper
+                // requeues the job anyway.
+                let release = self.release(&claim, Duration::ZERO, "the node shut down");
+                tokio::time::timeout(self.config.lease(), release)
                     .await
+                    .unwrap_or_else(|_| {
+                        Err(StoreError::GroupCommit(
+                            "releasing the claim at shutdown did not finish within the lease"
+                                .into(),
+                        ))
+                    })
             }
         };
         self.metrics
@@ -324,24 +364,24 @@ impl Worker {
         }
     }
 
-    /// Commits a settlement's write, once more after a failed COMMIT.
+    /// Commits a settlement's write, sending it again (with backoff) while it fails
+    /// for a reason that may pass: the caller runs this beside the lease renewal,
+    /// which ends it if the claim is lost. Safe to send twice: a settlement moves the
+    /// row out of RUNNING, so a second one matches nothing, and the store reads back
+    /// whether it was the first one that landed.
     async fn commit_write(
         &self,
         flusher: &Flusher,
         claim: &Claim,
         write: ClaimWrite,
     ) -> Result<(), StoreError> {
-        match flusher.commit(write.clone()).await {
-            // The batch's COMMIT failed, so whether it landed is unknown. A settlement
-            // may be tried again: it moves the row out of RUNNING, so if the first one
-            // landed the fence refuses the second (a lost claim, nothing written twice).
-            // A checkpoint alone is never retried this way: it leaves the row RUNNING.
-            Err(StoreError::GroupCommit(reason)) => {
-                tracing::warn!(job_id = %claim.job_id, %reason, "a flush failed at COMMIT; settling once more");
-                flusher.commit(write).await
-            }
-            settled => settled,
-        }
+        retry::until_written(
+            "settlement",
+            claim.job_id,
+            || true,
+            || flusher.commit(write.clone()),
+        )
+        .await
     }
 
     /// A settlement or release matched nothing: either the claim was lost (`lost`
@@ -390,10 +430,16 @@ impl Worker {
         delay: Duration,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let status = match self
-            .store
-            .release_claim(claim, delay, self.config.max_releases, reason)
-            .await
+        let status = match retry::until_written(
+            "release",
+            claim.job_id,
+            || true,
+            || {
+                self.store
+                    .release_claim(claim, delay, self.config.max_releases, reason)
+            },
+        )
+        .await
         {
             Err(lost) if lost.is_lost_claim() => return self.cancelled_instead(claim, lost).await,
             released => released?,
@@ -425,24 +471,28 @@ impl Worker {
                 };
             }
         };
-        match ran {
-            // The lease is renewed until the settlement is answered too: a flush held up
-            // (a slow database) must not let the sweeper requeue work that is done.
-            Ran::Segment {
-                compiled,
-                outcome,
-                held,
-            } => tokio::select! {
-                settled = self.settle(flusher, &job, &compiled, outcome, held) => settled,
-                end = self.keep_lease(claim, None, &clock) => Err(end.into_error(claim)),
-            },
-            Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
-            Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
-            Ran::Unavailable(e) => {
-                let reason = format!("reading the workflow snapshot failed: {e}");
-                self.release(claim, self.config.backoff(claim.attempt), &reason)
-                    .await
+        let settling = async {
+            match ran {
+                Ran::Segment {
+                    compiled,
+                    outcome,
+                    held,
+                } => self.settle(flusher, &job, &compiled, outcome, held).await,
+                Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
+                Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
+                Ran::Unavailable(e) => {
+                    let reason = format!("reading the workflow snapshot failed: {e}");
+                    self.release(claim, self.config.backoff(claim.attempt), &reason)
+                        .await
+                }
             }
+        };
+        // The lease is renewed until the settlement is answered too: a flush held up
+        // (a slow database) or a settlement waiting out an outage must not let the
+        // sweeper requeue work that is done, charging its attempt.
+        tokio::select! {
+            settled = settling => settled,
+            end = self.keep_lease(claim, None, &clock) => Err(end.into_error(claim)),
         }
     }
 
@@ -489,7 +539,15 @@ impl Worker {
         let metadata = JobMetadata {
             job_id: claim.job_id.to_string(),
             attempt: claim.attempt,
-            reruns: job.reruns,
+            reruns: compiled
+                .steps
+                .iter()
+                .enumerate()
+                .filter_map(|(i, step)| {
+                    let n = job.step_reruns.get(i).copied().unwrap_or(0);
+                    (n > 0).then(|| (step.name.clone(), n))
+                })
+                .collect(),
         };
         let outcome = self
             .runner
@@ -554,7 +612,13 @@ impl Worker {
         let lease = self.config.lease();
         let every = (lease / 3).max(Duration::from_millis(10));
         let mut renewed = tokio::time::Instant::now();
+        // After a failed renewal the next comes sooner (a database blip of a few
+        // seconds must not outlast the lease), with backoff up to the usual gap.
+        let mut after_failure: Option<retry::Backoff> = None;
         loop {
+            let gap = after_failure
+                .as_mut()
+                .map_or(every, |backoff| backoff.next_wait().min(every));
             // A cancel heard is confirmed by renewing at once: the row says whether an
             // operator asked (anyone may send a NOTIFY). A cancel heard while no one
             // waits is kept as the Notify's permit, so a fresh wait each turn misses
@@ -566,7 +630,7 @@ impl Worker {
                 }
             };
             tokio::select! {
-                () = tokio::time::sleep_until(renewed + every) => {}
+                () = tokio::time::sleep_until(renewed + gap) => {}
                 // At most one check every CANCEL_CHECK_GAP, whatever a storm of
                 // notifications says.
                 () = heard => tokio::time::sleep_until(renewed + CANCEL_CHECK_GAP).await,
@@ -577,6 +641,7 @@ impl Worker {
             if renewal.is_ok() {
                 clock.renewed(sent_at);
                 self.metrics.lease_renewals.inc();
+                after_failure = None;
             }
             match renewal {
                 Ok(Lease::CancelRequested) if cancel.is_some() => {
@@ -584,10 +649,13 @@ impl Worker {
                 }
                 Ok(_) => {}
                 Err(e) if e.is_lost_claim() => return LeaseEnd::Lost(e),
-                // A transient store failure: try again at the next tick; the lease
-                // still has two thirds to run.
+                // A transient store failure: try again soon; the lease still has
+                // two thirds to run.
                 Err(e) => {
-                    tracing::warn!(job_id = %claim.job_id, error = %e, "renewing the lease failed")
+                    if after_failure.is_none() {
+                        tracing::warn!(job_id = %claim.job_id, error = %e, "renewing the lease failed; trying again soon");
+                    }
+                    after_failure.get_or_insert_with(retry::Backoff::default);
                 }
             }
         }
@@ -937,6 +1005,8 @@ impl CheckpointSink for StoreSink<'_> {
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
         let checkpoint = StepCheckpoint {
             step: checkpoint.name.clone(),
+            // A workflow has at most a few hundred steps (compile bounds them).
+            position: i32::try_from(self.next_step).unwrap_or(i32::MAX),
             entry: checkpoint.to_json(),
         };
         // A NUL PostgreSQL would refuse is refused here, before it can fail a batch of
@@ -957,10 +1027,20 @@ impl CheckpointSink for StoreSink<'_> {
             self.held = Some(checkpoint);
             return Ok(());
         }
-        self.flusher
-            .commit(ClaimWrite::checkpoint(self.claim, checkpoint))
-            .await
-            .map_err(|e| Box::new(e) as SinkError)
+        // A database outage does not cost the step: the checkpoint (conditional on its
+        // position, so safe to send twice) is sent again until it lands, while the
+        // lease renewal beside this keeps the claim, or until the claim may have
+        // lapsed.
+        let (flusher, claim, clock) = (self.flusher, self.claim, self.clock);
+        let write = ClaimWrite::checkpoint(claim, checkpoint);
+        retry::until_written(
+            "checkpoint",
+            claim.job_id,
+            || !clock.lapsed(),
+            || flusher.commit(write.clone()),
+        )
+        .await
+        .map_err(|e| Box::new(e) as SinkError)
     }
 }
 
@@ -968,17 +1048,18 @@ impl CheckpointSink for StoreSink<'_> {
 struct JobMetadata {
     job_id: String,
     attempt: i32,
-    /// Operator re-runs so far: a re-run step must not be answered from a target's
-    /// idempotency cache.
-    reruns: i32,
+    /// The steps an operator's retries re-ran (their checkpoints dropped), with how
+    /// many times: such a step must not be answered from a target's idempotency
+    /// cache. A step only resumed keeps its plain key.
+    reruns: HashMap<String, i32>,
 }
 
 impl JobMetadata {
-    /// `<job_id>/<step>`; after an operator's re-run, `<job_id>/<step>/rerun-<n>`.
+    /// `<job_id>/<step>`; for a step re-run `n` times, `<job_id>/<step>/rerun-<n>`.
     fn idempotency_key(&self, step: &CompiledStep) -> String {
-        match self.reruns {
-            0 => format!("{}/{}", self.job_id, step.name),
-            n => format!("{}/{}/rerun-{n}", self.job_id, step.name),
+        match self.reruns.get(&step.name) {
+            None => format!("{}/{}", self.job_id, step.name),
+            Some(n) => format!("{}/{}/rerun-{n}", self.job_id, step.name),
         }
     }
 }

@@ -1,0 +1,259 @@
+//! The node against a database connection that breaks at the worst moments, through
+//! the test kit's fault proxy: a `COMMIT` forwarded and its answer never returned
+//! (the transaction landed, the node cannot know), and the database gone for a few
+//! seconds while jobs run. Every write after a claim must land exactly once, and an
+//! outage shorter than the lease must cost no job its attempt.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, call, eventually, test_config};
+use protomolt_e2e::proxy::{FaultProxy, Trigger};
+use serde_json::{Value, json};
+use tokio_postgres::Client;
+use uuid::Uuid;
+use workflow::testkit::{FixtureOptions, FixtureServer, three_step_workflow, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(240);
+
+/// One job as the database holds it: status, attempt, checkpoint names, event types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JobStory {
+    status: String,
+    attempt: i32,
+    steps: Vec<String>,
+    events: Vec<String>,
+}
+
+/// Every job's story, read straight from the database (not through the proxy).
+async fn stories(db: &Client) -> HashMap<Uuid, JobStory> {
+    let rows = db
+        .query(
+            "SELECT w.job_id, w.status, w.attempt,
+                    COALESCE((SELECT array_agg(c.entry->>'name' ORDER BY c.at)
+                                FROM jsonb_array_elements(w.checkpoints) WITH ORDINALITY AS c(entry, at)),
+                             '{}') AS steps,
+                    COALESCE((SELECT array_agg(o.event_type ORDER BY o.seq)
+                                FROM workflow_run_events_outbox o WHERE o.job_id = w.job_id),
+                             '{}') AS events
+               FROM workflow_run w",
+            &[],
+        )
+        .await
+        .expect("reading the jobs");
+    rows.iter()
+        .map(|row| {
+            (
+                row.get("job_id"),
+                JobStory {
+                    status: row.get("status"),
+                    attempt: row.get("attempt"),
+                    steps: row.get("steps"),
+                    events: row.get("events"),
+                },
+            )
+        })
+        .collect()
+}
+
+async fn count_in(db: &Client, status: &str) -> i64 {
+    db.query_one(
+        "SELECT count(*) FROM workflow_run WHERE status = $1",
+        &[&status],
+    )
+    .await
+    .expect("counting")
+    .get(0)
+}
+
+/// Calls a verb until it answers 200 (a call whose transaction's answer the proxy cut
+/// answers 503; the verbs are idempotent, so calling again is what a client does).
+async fn call_until_answered(node: &JobsNode, verb: &str, body: Value) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, answer) = call(&node.router, verb, body.clone()).await;
+        if status == 200 {
+            return answer;
+        }
+        assert!(
+            status.is_server_error() && std::time::Instant::now() < deadline,
+            "{verb} answered {status}: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Submits `count` jobs of `workflow` with their own ids, some at a time.
+async fn submit_all(node: &JobsNode, workflow: &Value, count: usize, extra: Value) -> Vec<Uuid> {
+    let ids: Vec<Uuid> = (0..count).map(|_| Uuid::new_v4()).collect();
+    for chunk in ids.chunks(50) {
+        let calls: Vec<_> = chunk
+            .iter()
+            .map(|id| {
+                let mut body =
+                    json!({ "jobId": id.to_string(), "workflow": workflow, "input": { "text": format!("job {id}") } });
+                if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+                    body.extend(extra.clone());
+                }
+                call_until_answered(node, "submit-workflow", body)
+            })
+            .collect();
+        for answer in futures_util::future::join_all(calls).await {
+            assert_eq!(answer["ok"], true, "{answer}");
+        }
+    }
+    ids
+}
+
+/// A node whose every connection to the database runs through `proxy`.
+async fn node_behind(
+    proxy: &FaultProxy,
+    db: &TestDatabase,
+    worker: &str,
+    lease_ms: u64,
+) -> JobsNode {
+    let mut config = test_config(&proxy.database_url(&db.url), worker, 32);
+    config.lease_ms = lease_ms;
+    config.max_connections = 8;
+    JobsNode::start(config).await
+}
+
+/// 1,000 jobs with a human step, every fifth COMMIT's answer lost: each job ends
+/// COMPLETED with exactly one checkpoint per step and one event per transition, and
+/// every answered review leads to COMPLETED. Before every write after a claim was
+/// conditional, a lost answer had the batch re-sent write by write: checkpoints
+/// appended twice, and jobs answered by a reviewer then FAILED as drifted.
+#[tokio::test]
+async fn commits_whose_answers_are_lost_land_every_write_exactly_once() {
+    const JOBS: usize = 1_000;
+    let db = TestDatabase::create().await;
+    let direct = db.connect().await;
+    let server = FixtureServer::start().await;
+    let proxy = FaultProxy::postgres_for(&db.url).await;
+    let node = node_behind(&proxy, &db, "cut-commits", 30_000).await;
+    proxy.cut_after(Trigger::Commit, 5, None);
+
+    let workflow = three_step_workflow(&server.target());
+    let ids = submit_all(&node, &workflow, JOBS, json!({})).await;
+    eventually("every job to park on its review", WAIT, || async {
+        count_in(&direct, "WAITING").await == JOBS as i64
+    })
+    .await;
+    for chunk in ids.chunks(50) {
+        let answers: Vec<_> = chunk
+            .iter()
+            .map(|id| {
+                let body = json!({ "jobId": id.to_string(), "stepName": "review", "response": { "notes": "ok" } });
+                call_until_answered(&node, "complete-step", body)
+            })
+            .collect();
+        for answer in futures_util::future::join_all(answers).await {
+            // A first call whose COMMIT landed unheard is answered ALREADY_DONE again.
+            assert!(
+                answer["outcome"] == "COMPLETED" || answer["outcome"] == "ALREADY_DONE",
+                "{answer}"
+            );
+        }
+    }
+    eventually("every job to complete", WAIT, || async {
+        let finished: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        finished == JOBS as i64
+    })
+    .await;
+    let cuts = proxy.stats().cut_after_trigger;
+    proxy.pass();
+
+    let stories = stories(&direct).await;
+    assert_eq!(stories.len(), JOBS);
+    let expected_steps = ["tokenize", "review", "embed"];
+    let expected_events = [
+        "ACCEPTED",
+        "STEP_CHECKPOINT",
+        "WAITING",
+        "STEP_CHECKPOINT",
+        "STEP_CHECKPOINT",
+        "COMPLETED",
+    ];
+    let broken: Vec<_> = stories
+        .iter()
+        .filter(|(_, story)| {
+            story.status != "COMPLETED"
+                || story.steps != expected_steps
+                || story.events != expected_events
+        })
+        .take(5)
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "jobs whose story is not one checkpoint per step and one event per transition ({cuts} connections cut after a COMMIT): {broken:#?}"
+    );
+    assert!(
+        cuts >= (JOBS / 10) as u64,
+        "the proxy cut only {cuts} connections after a COMMIT"
+    );
+    node.stop().await;
+}
+
+/// The database gone for 3 s while 1,000 jobs with a single attempt each run (a
+/// lease of 6 s): every job completes and none is DEAD. Before, a settlement that
+/// failed in the outage was left to the sweeper, which charged the attempt.
+#[tokio::test]
+async fn a_three_second_database_outage_kills_no_job_on_its_last_attempt() {
+    const JOBS: usize = 1_000;
+    let db = TestDatabase::create().await;
+    let direct = db.connect().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(20)),
+        embed_delay: Some(Duration::from_millis(20)),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let proxy = FaultProxy::postgres_for(&db.url).await;
+    let node = node_behind(&proxy, &db, "outage", 6_000).await;
+    let workflow = two_step_workflow(&server.target());
+    submit_all(&node, &workflow, JOBS, json!({ "maxAttempts": 1 })).await;
+
+    // Mid-run: some jobs finished, many still queued or running.
+    eventually("a tenth of the jobs to complete", WAIT, || async {
+        count_in(&direct, "COMPLETED").await >= (JOBS / 10) as i64
+    })
+    .await;
+    proxy.outage(Duration::from_secs(3)).await;
+    assert!(
+        proxy.stats().refused > 0,
+        "the node tried to reach the database during the outage"
+    );
+
+    eventually("every job to finish", WAIT, || async {
+        let finished: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        finished == JOBS as i64
+    })
+    .await;
+    let stories = stories(&direct).await;
+    let not_completed: Vec<_> = stories
+        .iter()
+        .filter(|(_, story)| story.status != "COMPLETED")
+        .take(5)
+        .collect();
+    assert!(
+        not_completed.is_empty(),
+        "{} jobs did not complete: {not_completed:#?}",
+        stories.values().filter(|s| s.status != "COMPLETED").count()
+    );
+    node.stop().await;
+}
