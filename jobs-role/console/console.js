@@ -1504,22 +1504,37 @@ function renderMap(field, slot, path, ctl) {
 
 const PAGE_SIZE = 50;
 
+/**
+ * Paging is by keyset: `after` is where the page starts ('createdAt,jobId' of the
+ * previous page's last job, as list-jobs answers it in `next`), `page` only numbers it.
+ */
 function filtersFromQuery(query) {
-  const offset = Math.max(0, parseInt(query.get('offset') || '0', 10) || 0);
+  const after = query.get('after') || '';
   return {
     status: STATUSES.includes(query.get('status')) ? query.get('status') : '',
     workflow: query.get('workflow') || '',
     createdAfter: query.get('createdAfter') || '',
     createdBefore: query.get('createdBefore') || '',
     jobId: query.get('jobId') || '',
-    offset: offset - (offset % PAGE_SIZE),
+    after,
+    page: after ? Math.max(1, parseInt(query.get('page') || '1', 10) || 1) : 0,
   };
+}
+
+/** 'createdAt,jobId' -> list-jobs' cursor, or null. */
+function cursorFromText(text) {
+  const comma = text.lastIndexOf(',');
+  if (comma <= 0) return null;
+  return { createdAt: text.slice(0, comma), jobId: text.slice(comma + 1) };
 }
 
 function fleetHash(filters) {
   const query = new URLSearchParams();
   for (const key of ['status', 'workflow', 'createdAfter', 'createdBefore', 'jobId']) if (filters[key]) query.set(key, filters[key]);
-  if (filters.offset > 0) query.set('offset', String(filters.offset));
+  if (filters.after) {
+    query.set('after', filters.after);
+    query.set('page', String(filters.page));
+  }
   const text = query.toString();
   return '#/fleet' + (text ? '?' + text : '');
 }
@@ -1535,6 +1550,10 @@ function renderFleetView(main, params, query) {
   document.title = 'Fleet · ProtoMolt Jobs';
   const abort = new AbortController();
   let filters = filtersFromQuery(query);
+  // Keyset paging: where the next page starts (from list-jobs' answer), and where the
+  // pages this visit went through started, for Previous.
+  let nextCursor = null;
+  const earlierPages = [];
   const selected = new Set();
   const rowParts = new Map(); // job id -> the row's element and the cells that change
 
@@ -1643,18 +1662,22 @@ function renderFleetView(main, params, query) {
 
   async function fetchRows() {
     const jobId = filters.jobId.trim();
+    nextCursor = null;
     if (UUID_RE.test(jobId)) {
       // A full id: show that one job (if it exists), whatever the other filters say.
       const answer = await callVerb('get-job', { jobId }, abort.signal);
       return answer.ok && answer.job ? [answer.job] : [];
     }
-    const body = { limit: PAGE_SIZE, offset: filters.offset };
+    const body = { limit: PAGE_SIZE };
+    const after = cursorFromText(filters.after);
+    if (after) body.after = after;
     if (filters.status) body.status = filters.status;
     if (filters.workflow.trim()) body.workflowName = filters.workflow.trim();
     if (localToUtc(filters.createdAfter)) body.createdAfter = localToUtc(filters.createdAfter);
     if (localToUtc(filters.createdBefore)) body.createdBefore = localToUtc(filters.createdBefore);
     if (jobId) body.jobIdPrefix = jobId;
     const answer = await loadVerb('list-jobs', body, abort.signal);
+    if (answer.next && answer.next.createdAt && answer.next.jobId) nextCursor = answer.next.createdAt + ',' + answer.next.jobId;
     return Array.isArray(answer.jobs) ? answer.jobs : [];
   }
 
@@ -1740,9 +1763,10 @@ function renderFleetView(main, params, query) {
     if (jobs.length === 0) tbody.appendChild(emptyRow);
     else emptyRow.remove();
 
-    pagePrev.disabled = filters.offset === 0;
-    pageNext.disabled = jobs.length < PAGE_SIZE;
-    pageInfo.textContent = jobs.length === 0 ? 'No jobs' : 'Jobs ' + (filters.offset + 1) + '–' + (filters.offset + jobs.length);
+    pagePrev.disabled = !filters.after;
+    pageNext.disabled = !nextCursor;
+    const first = filters.page * PAGE_SIZE;
+    pageInfo.textContent = jobs.length === 0 ? 'No jobs' : 'Jobs ' + (first + 1) + '–' + (first + jobs.length);
     updateSelectionControls();
   }
 
@@ -1796,12 +1820,23 @@ function renderFleetView(main, params, query) {
       createdAfter: afterInput.value,
       createdBefore: beforeInput.value,
       jobId: jobIdInput.value.trim(),
-      offset: 0,
+      after: '',
+      page: 0,
     };
+    earlierPages.length = 0;
     navigateFleet(next);
   });
-  pagePrev.addEventListener('click', () => navigateFleet(Object.assign({}, filters, { offset: Math.max(0, filters.offset - PAGE_SIZE) })));
-  pageNext.addEventListener('click', () => navigateFleet(Object.assign({}, filters, { offset: filters.offset + PAGE_SIZE })));
+  // Back one page: where the page before started, if this visit saw it; else the
+  // first page (after a reload deep in the list).
+  pagePrev.addEventListener('click', () => {
+    const back = earlierPages.length > 0 ? earlierPages.pop() : { after: '', page: 0 };
+    navigateFleet(Object.assign({}, filters, back));
+  });
+  pageNext.addEventListener('click', () => {
+    if (!nextCursor) return;
+    earlierPages.push({ after: filters.after, page: filters.page });
+    navigateFleet(Object.assign({}, filters, { after: nextCursor, page: filters.page + 1 }));
+  });
   selectAll.addEventListener('change', () => {
     for (const [id, parts] of rowParts) {
       parts.checkbox.checked = selectAll.checked;
@@ -1845,12 +1880,12 @@ function renderFleetView(main, params, query) {
   refreshCounts();
   refreshTable();
   // Polling costs every tab a read every few seconds: none while the tab is hidden; the
-  // table only on its first page (deep offsets are slow reads) and never while rows are
+  // table only on its first page (a later page would shift under the reader) and never while rows are
   // selected (a row moving under the pointer would be acted on by mistake).
   const timer = setInterval(() => {
     if (document.hidden) return;
     refreshCounts();
-    if (filters.offset === 0 && selected.size === 0) refreshTable();
+    if (!filters.after && selected.size === 0) refreshTable();
   }, REFRESH_MS);
 
   return {
@@ -2506,7 +2541,7 @@ function renderInboxView(main) {
       el('h2', { text: group.workflow + ' · ' + group.step + ' (' + group.total + ' waiting)' }),
       more > 0
         ? el('p', { class: 'muted' }, more + ' more, newer than those listed: ',
-          el('a', { href: fleetHash({ status: 'WAITING', workflow: group.workflow, offset: 0 }), text: 'see them in the jobs table' }))
+          el('a', { href: fleetHash({ status: 'WAITING', workflow: group.workflow, after: '', page: 0 }), text: 'see them in the jobs table' }))
         : null,
       el('ol', { class: 'inbox-jobs' }, group.jobs.map((job) => {
         const id = String(job.jobId);

@@ -265,6 +265,65 @@ async fn list_jobs_filters_pages_newest_first_and_clamps() {
         .collect();
     assert_eq!(paged, newest_first[1..3]);
 
+    // Keyset paging: each full page says where the next starts; following `next`
+    // walks the whole list once, in order, whatever its length.
+    let mut walked: Vec<String> = Vec::new();
+    let mut body = json!({ "limit": 2 });
+    loop {
+        let page = node.ok("list-jobs", body.clone()).await;
+        walked.extend(
+            page["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["jobId"].as_str().unwrap().to_owned()),
+        );
+        match page.get("next") {
+            Some(next) => body = json!({ "limit": 2, "after": next }),
+            None => break,
+        }
+    }
+    assert_eq!(
+        walked, newest_first,
+        "keyset pages cover the list once, in order"
+    );
+    let oldest = node
+        .ok("list-jobs", json!({ "limit": 2, "oldestFirst": true }))
+        .await;
+    let after_oldest = node
+        .ok(
+            "list-jobs",
+            json!({ "limit": 2, "oldestFirst": true, "after": oldest["next"] }),
+        )
+        .await;
+    assert_eq!(
+        after_oldest["jobs"][0]["jobId"],
+        newest_first[newest_first.len() - 3]
+    );
+    // Deep offsets are refused with the way out; offset and after do not mix.
+    let (status, answer) = node.call("list-jobs", json!({ "offset": 10_001 })).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("after"),
+        "{answer}"
+    );
+    let (status, answer) = node
+        .call("list-jobs", json!({ "offset": 2, "after": page["next"] }))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    for bad in [
+        json!({ "createdAt": "2020-01-01T00:00:00Z" }),
+        json!({ "createdAt": "x", "jobId": ids[0] }),
+        json!({ "jobId": ids[0] }),
+    ] {
+        let (status, answer) = node.call("list-jobs", json!({ "after": bad })).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains("after"),
+            "{answer}"
+        );
+    }
+
     let by_name = node
         .ok("list-jobs", json!({ "workflowName": "other-flow" }))
         .await;

@@ -5,11 +5,16 @@
 //! read as a range of the primary key, so it stays cheap on any number of rows.
 //! A limit of 0 selects the default of 50; anything above the ceiling of 500 is
 //! clamped rather than refused, because the ceiling bounds the answer, not the request.
+//!
+//! Paging: `offset` (at most 10,000: an offset scan reads every row it skips), or
+//! keyset paging with `after` (`{createdAt, jobId}`, the `next` of a full page's
+//! answer), which costs the same on any page.
 
 use std::sync::Arc;
 
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use super::{JobsState, store_error};
 use crate::status::JobStatus;
@@ -58,7 +63,22 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             })?),
         },
         oldest_first: request.get("oldestFirst").and_then(Value::as_bool) == Some(true),
+        after: request.message_json("after").and_then(|after| {
+            // The rules checked both: a timestamp, and a UUID.
+            let created_at = after["createdAt"].as_str()?.to_owned();
+            let job_id = Uuid::parse_str(after["jobId"].as_str()?).ok()?;
+            Some((created_at, job_id))
+        }),
     };
     let jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
-    Ok(json!({ "ok": true, "jobs": jobs, "limit": limit, "offset": offset }))
+    // A full page may have a next one: where it starts.
+    let next = jobs
+        .last()
+        .filter(|_| jobs.len() as i64 == limit)
+        .map(|last| json!({ "createdAt": last["createdAt"], "jobId": last["jobId"] }));
+    let mut answer = json!({ "ok": true, "jobs": jobs, "limit": limit, "offset": offset });
+    if let Some(next) = next {
+        answer["next"] = next;
+    }
+    Ok(answer)
 }

@@ -26,6 +26,9 @@ pub struct JobFilter {
     pub job_ids_between: Option<(Uuid, Uuid)>,
     /// Oldest first instead of newest first.
     pub oldest_first: bool,
+    /// Keyset paging: the page starts after the job created at this instant (RFC
+    /// 3339) with this id, in the list's order.
+    pub after: Option<(String, Uuid)>,
 }
 
 impl JobFilter {
@@ -111,6 +114,7 @@ impl Store {
         let client = self.shared().await?;
         let status = filter.status.map(JobStatus::as_str);
         let (low, high) = filter.job_ids_between.unzip();
+        let (after_time, after_id) = filter.after.clone().unzip();
         let statement = if filter.oldest_first {
             sql::LIST_JOBS_OLDEST
         } else {
@@ -130,6 +134,8 @@ impl Store {
                     &filter.priority,
                     &low,
                     &high,
+                    &after_time,
+                    &after_id,
                 ],
             )
             .await?;

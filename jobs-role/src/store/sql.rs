@@ -606,9 +606,10 @@ pub const GET_JOB_WITHOUT_DEFINITION: &str =
 /// NULL, `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or
 /// NULL, `$7` the step a job is parked on or NULL, `$8` priority or NULL, `$9` and
 /// `$10` the lowest and highest job id (a prefix of ids, as a primary-key range) or
-/// NULL.
+/// NULL, `$11` and `$12` the creation time (RFC 3339 text) and id of the job the page
+/// starts after (keyset paging), or NULL.
 macro_rules! list_jobs {
-    ($order:literal) => {
+    ($order:literal, $after:literal) => {
         concat!(
             "\
 SELECT json_build_object(
@@ -624,6 +625,9 @@ SELECT json_build_object(
    AND ($7::text IS NULL OR outstanding_step = $7)
    AND ($8::smallint IS NULL OR priority = $8)
    AND ($9::uuid IS NULL OR job_id BETWEEN $9 AND $10)
+   AND ($11::text IS NULL OR (created_at, job_id) ",
+            $after,
+            " ($11::text::timestamptz, $12::uuid))
  ORDER BY ",
             $order,
             "
@@ -633,11 +637,11 @@ SELECT json_build_object(
 }
 
 /// Job summaries newest first (parameters as for `list_jobs!`).
-pub const LIST_JOBS_NEWEST: &str = list_jobs!("created_at DESC, job_id DESC");
+pub const LIST_JOBS_NEWEST: &str = list_jobs!("created_at DESC, job_id DESC", "<");
 
 /// Job summaries oldest first, as a review inbox reads them (parameters as for
 /// `list_jobs!`).
-pub const LIST_JOBS_OLDEST: &str = list_jobs!("created_at, job_id");
+pub const LIST_JOBS_OLDEST: &str = list_jobs!("created_at, job_id", ">");
 
 /// Jobs that finished in the last hour, by status (the console's fleet page; from
 /// the `workflow_run_finished` index).
