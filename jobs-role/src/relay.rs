@@ -21,8 +21,10 @@
 //! A producer librdkafka put in a **fatal** state (the idempotent producer after an
 //! OUT_OF_ORDER_SEQUENCE_NUMBER, say, as a broker can answer after an unclean leader
 //! election) never publishes again: the relay builds a new one at once (logged, and
-//! counted in `protomolt_jobs_relay_producer_rebuilds`). While the lane's batches
-//! get nothing through, `/readyz` reports the node not ready.
+//! counted in `protomolt_jobs_relay_producer_rebuilds`). So it does for a producer that
+//! has published nothing for 30 s while the broker answers (a broker that no longer
+//! accepts its sequence numbers). While the lane's batches get nothing through,
+//! `/readyz` reports the node not ready.
 //!
 //! A FAILED row is the dead-letter queue and is never picked again by the relay; the
 //! job's later rows are **HELD** (never published past it, so consumers see no gap
@@ -122,9 +124,17 @@ pub struct Publisher {
     last_healthy: std::sync::Mutex<Option<std::time::Instant>>,
     /// Since when the lane's batches got nothing through (None: it publishes).
     failing_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the producer was last built.
+    built_at: std::sync::Mutex<std::time::Instant>,
     /// Producers rebuilt so far.
     rebuilds: std::sync::atomic::AtomicU64,
 }
+
+/// How long a lane may publish nothing while the broker answers before its producer
+/// is rebuilt: a producer whose idempotence state the broker no longer accepts (a
+/// broker that lost or never kept its sequence numbers) fails every record for ever,
+/// and a new producer id starts over. At most once per this long.
+const STUCK_AFTER: Duration = Duration::from_secs(30);
 
 impl Publisher {
     /// A producer with `acks=all` and idempotence on.
@@ -153,6 +163,7 @@ impl Publisher {
             schema_id: None,
             last_healthy: std::sync::Mutex::new(None),
             failing_since: std::sync::Mutex::new(None),
+            built_at: std::sync::Mutex::new(std::time::Instant::now()),
             rebuilds: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -171,11 +182,36 @@ impl Publisher {
         self.rebuilds.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Replaces a producer librdkafka declared fatal (it would refuse every record
-    /// for ever) with a new one; answers whether it did.
-    fn rebuild_if_fatal(&self) -> bool {
-        let Some((code, reason)) = self.producer().client().fatal_error() else {
-            return false;
+    /// Replaces the producer with a new one when it can publish nothing more: one
+    /// librdkafka declared fatal (it refuses every record for ever), or one that has
+    /// published nothing for [`STUCK_AFTER`] while the broker answers. Answers whether
+    /// it did. Records the old one had in flight are answered as an outage and stay
+    /// PENDING; one that had landed is published again (at-least-once: consumers
+    /// dedupe on `event_id`).
+    fn rebuild_if_needed(&self) -> bool {
+        let why = match self.producer().client().fatal_error() {
+            Some((code, reason)) => format!("it hit a fatal error ({code:?}: {reason})"),
+            None => {
+                let failing = *self
+                    .failing_since
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let built = *self
+                    .built_at
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                match failing {
+                    Some(since)
+                        if since.elapsed() >= STUCK_AFTER && built.elapsed() >= STUCK_AFTER =>
+                    {
+                        format!(
+                            "it has published nothing for {} s while the broker answers",
+                            since.elapsed().as_secs()
+                        )
+                    }
+                    _ => return false,
+                }
+            }
         };
         match self.settings.create::<FutureProducer>() {
             Ok(fresh) => {
@@ -183,15 +219,22 @@ impl Publisher {
                     .producer
                     .write()
                     .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+                *self
+                    .built_at
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = std::time::Instant::now();
                 let n = self
                     .rebuilds
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
                     + 1;
-                tracing::warn!(?code, %reason, rebuilds = n, "the events producer hit a fatal error and can publish nothing more; built a new one (its rows stay PENDING, no attempt spent)");
+                tracing::warn!(
+                    rebuilds = n,
+                    "the events producer can publish nothing more ({why}); built a new one (its rows stay PENDING, no attempt spent)"
+                );
                 true
             }
             Err(e) => {
-                tracing::error!(?code, %reason, error = %e, "the events producer hit a fatal error and a new one could not be built; trying again at the next batch");
+                tracing::error!(error = %e, "the events producer can publish nothing more ({why}) and a new one could not be built; trying again at the next batch");
                 false
             }
         }
@@ -327,7 +370,7 @@ impl Publisher {
         }
         let outcomes = self.send_all(events).await;
         self.batch_went(&outcomes);
-        self.rebuild_if_fatal();
+        self.rebuild_if_needed();
         let whole = outcomes
             .iter()
             .all(|outcome| matches!(outcome, PublishOutcome::Published));

@@ -218,6 +218,29 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
     }
 }
 
+/// GETs `path` on `router` (health, readiness); the status and the JSON answer.
+pub async fn http_get(router: &Router, path: &str) -> (StatusCode, Value) {
+    let (status, text) = http_get_text(router, path).await;
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// GETs `path` on `router` (`/metrics`); the status and the text.
+pub async fn http_get_text(router: &Router, path: &str) -> (StatusCode, String) {
+    let response = router
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible router");
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Calls a verb on `router`.
 pub async fn call(router: &Router, verb: &str, body: Value) -> (StatusCode, Value) {
     let request = Request::post(format!("/v1/actions/{verb}"))

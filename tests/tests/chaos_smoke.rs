@@ -89,6 +89,9 @@ fn a_short_chaos_run_of_every_fault_kind_keeps_every_invariant() {
         "kill the broker, start it",
         "pg_terminate_backend a node's connections",
         "a target hangs",
+        "a COMMIT's answer lost",
+        "the database unreachable 1-5 s",
+        "produce answered with an error",
     ] {
         assert!(figure(fault) > 0, "{fault} never ran:\n{stdout}");
     }

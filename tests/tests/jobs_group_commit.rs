@@ -433,3 +433,130 @@ async fn a_write_stuck_on_a_row_lock_fails_alone_and_the_rest_of_its_batch_commi
         );
     }
 }
+
+/// Writes are fenced by the claim's token, not by its owner alone: an older claim of
+/// the same owner (released, then claimed again by that owner) cannot write while the
+/// job runs under the newer one, neither alone nor in a batched flush, and nothing of
+/// it lands (no row change, no event). Writing `claims >= $3` for `claims = $3` in a
+/// fenced statement fails this test.
+#[tokio::test]
+async fn an_older_claim_of_the_same_owner_writes_nothing_alone_or_batched() {
+    let db = TestDatabase::create().await;
+    let (node, claimed) = three_claims(&db).await;
+    let store = &node.store;
+    let stale = &claimed[0];
+    store
+        .release_claim(&stale.claim, Duration::ZERO, 10, "a test")
+        .await
+        .unwrap();
+    let current = store.claim_next_job("w", LEASE).await.unwrap().unwrap();
+    assert_eq!(current.claim.job_id, stale.claim.job_id);
+    assert_eq!(current.claim.owner, stale.claim.owner, "the same owner");
+    assert!(current.claim.token > stale.claim.token);
+    let before = row_of(&node, stale).await;
+
+    let refused =
+        |answer: &Result<(), jobs_role::StoreError>| matches!(answer, Err(e) if e.is_lost_claim());
+    let alone = store
+        .append_checkpoint(
+            &stale.claim,
+            0,
+            "tokenize",
+            &json!({ "name": "tokenize", "skipped": false, "response": { "ids": [1] } }),
+        )
+        .await;
+    assert!(refused(&alone), "{alone:?}");
+    for settlement in [
+        Settlement::Completed {
+            result: json!({}),
+            verdict: "2 steps".into(),
+        },
+        Settlement::Retry {
+            delay: Duration::ZERO,
+            error: "x".into(),
+        },
+    ] {
+        let settled = store.settle(&stale.claim, settlement).await;
+        assert!(refused(&settled), "{settled:?}");
+    }
+    let batched = store
+        .commit_claim_writes(&[
+            tokenized(stale),
+            ClaimWrite::settle(
+                &stale.claim,
+                Some(StepCheckpoint {
+                    step: "tokenize".into(),
+                    position: 0,
+                    entry: json!({ "name": "tokenize", "skipped": false, "response": {} }),
+                }),
+                Settlement::Failed {
+                    error: "x".into(),
+                    verdict: None,
+                },
+            )
+            .unwrap(),
+            tokenized(&claimed[1]),
+        ])
+        .await;
+    assert!(refused(&batched[0]), "{:?}", batched[0]);
+    assert!(refused(&batched[1]), "{:?}", batched[1]);
+    assert!(batched[2].is_ok(), "another job's write commits");
+
+    let after = row_of(&node, stale).await;
+    assert_eq!(after, before, "nothing of the older claim landed");
+    assert_eq!(after["claims"], current.claim.token);
+    assert_eq!(events_of(store, stale.claim.job_id).await, ["ACCEPTED"]);
+}
+
+/// A checkpoint append sent twice (its first COMMIT landed, its answer lost) lands
+/// once, with one event: the append is conditional on its position, the event keyed
+/// by what it marks, and the second sending is answered as having landed.
+#[tokio::test]
+async fn a_checkpoint_sent_twice_lands_once() {
+    let db = TestDatabase::create().await;
+    let (node, claimed) = three_claims(&db).await;
+    let store = &node.store;
+    let job = &claimed[0];
+    for _ in 0..2 {
+        let answers = store.commit_claim_writes(&[tokenized(job)]).await;
+        assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    }
+    let row = row_of(&node, job).await;
+    assert_eq!(row["checkpoints"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        events_of(store, job.claim.job_id).await,
+        ["ACCEPTED", "STEP_CHECKPOINT"]
+    );
+    // A settlement sent twice: the second answers as the first did.
+    let settle = || {
+        ClaimWrite::settle(
+            &job.claim,
+            Some(StepCheckpoint {
+                step: "embed".into(),
+                position: 1,
+                entry: json!({ "name": "embed", "skipped": false, "response": { "values": [1.0] } }),
+            }),
+            Settlement::Completed {
+                result: json!({ "values": [1.0] }),
+                verdict: "2 steps, output jobs.test.EmbedResponse".into(),
+            },
+        )
+        .unwrap()
+    };
+    for _ in 0..2 {
+        let answers = store.commit_claim_writes(&[settle()]).await;
+        assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    }
+    let row = row_of(&node, job).await;
+    assert_eq!(row["status"], "COMPLETED");
+    assert_eq!(row["checkpoints"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        events_of(store, job.claim.job_id).await,
+        [
+            "ACCEPTED",
+            "STEP_CHECKPOINT",
+            "STEP_CHECKPOINT",
+            "COMPLETED"
+        ]
+    );
+}

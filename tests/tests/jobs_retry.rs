@@ -184,6 +184,78 @@ async fn from_step_reruns_exactly_the_steps_from_there_on() {
     node.stop().await;
 }
 
+/// The idempotency keys a fixture method was called with, in order.
+fn keys_of(server: &FixtureServer, method: &str) -> Vec<String> {
+    server
+        .stats
+        .calls()
+        .iter()
+        .filter(|call| call.method == method)
+        .map(|call| {
+            call.metadata
+                .iter()
+                .find(|(name, _)| name == "idempotency-key")
+                .unwrap()
+                .1
+                .clone()
+        })
+        .collect()
+}
+
+/// After `tokenize` checkpointed and `embed` failed UNAVAILABLE (its effect may be
+/// done), a retry `fromStep: embed` drops no checkpoint of `embed`'s: it only resumes
+/// it, so `embed` keeps its key and a target that deduplicates by key does its effect
+/// once. Only a step whose checkpoint a retry dropped is called with a new key.
+/// Before, every step after such a retry was called with `.../rerun-1`.
+#[tokio::test]
+async fn a_step_a_retry_only_resumes_keeps_its_idempotency_key() {
+    let db = TestDatabase::create().await;
+    let down = Arc::new(AtomicBool::new(true));
+    let server = FixtureServer::start_with(FixtureOptions {
+        embed_unavailable: Some(down.clone()),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "busy", 2)).await;
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&server.target()), "input": { "text": "a" }, "maxAttempts": 1 }),
+        )
+        .await;
+    let job_id = answer["jobId"].as_str().unwrap().to_owned();
+    let dead = node.wait_for_status(&job_id, "DEAD", WAIT).await;
+    assert_eq!(dead["checkpoints"].as_array().unwrap().len(), 1);
+    down.store(false, Ordering::SeqCst);
+
+    let answer = retry(&node, json!({ "jobId": job_id, "fromStep": "embed" })).await;
+    assert_eq!(answer["checkpointsKept"], 1, "{answer}");
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(
+        keys_of(&server, "Embed"),
+        [format!("{job_id}/embed"), format!("{job_id}/embed")],
+        "embed was only resumed: same key"
+    );
+
+    // Re-run from tokenize: both checkpoints dropped, both re-keyed once.
+    retry(&node, json!({ "jobId": job_id, "fromStep": "tokenize" })).await;
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(
+        keys_of(&server, "Tokenize"),
+        [
+            format!("{job_id}/tokenize"),
+            format!("{job_id}/tokenize/rerun-1")
+        ]
+    );
+    assert_eq!(
+        keys_of(&server, "Embed").last().unwrap(),
+        &format!("{job_id}/embed/rerun-1")
+    );
+    let row = node.job(&job_id).await;
+    assert_eq!(row["step_reruns"], json!([1, 1]));
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn two_concurrent_retries_requeue_once_and_a_live_job_is_not_retried() {
     let db = TestDatabase::create().await;

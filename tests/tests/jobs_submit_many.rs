@@ -366,3 +366,56 @@ async fn a_submission_still_in_flight_when_the_commit_loop_stops_is_committed_al
     assert_eq!(count(&db, "workflow_run").await, 1);
     assert_eq!(count(&db, "workflow_run_events_outbox").await, 1);
 }
+
+/// The same `jobId` and input with an edited inline workflow is a conflict, through
+/// both submit verbs: the definition is part of "the same submission" for an inline
+/// workflow (a stored one may change under a client's retry; an inline one is the
+/// client's own). Removing the definition from the comparison fails this test.
+#[tokio::test]
+async fn an_edited_inline_workflow_under_the_same_id_and_input_is_a_conflict() {
+    let (db, workflow, node) = quiet_node().await;
+    let job_id = uuid::Uuid::new_v4().to_string();
+    let input = json!({ "text": "same" });
+    node.ok(
+        "submit-workflow",
+        json!({ "jobId": job_id, "workflow": workflow, "input": input }),
+    )
+    .await;
+    let mut edited = workflow.clone();
+    edited["steps"][1]["rules"] = json!(["ids = tokenize.ids"]);
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "jobId": job_id, "workflow": edited, "input": input }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("already exists with a different workflow or input"),
+        "{answer}"
+    );
+    let batch = node
+        .ok(
+            "submit-workflows",
+            json!({ "submissions": [{ "jobId": job_id, "workflow": edited, "input": input }] }),
+        )
+        .await;
+    assert_eq!(batch["answers"][0]["ok"], false, "{batch}");
+    assert!(
+        error_message(&batch["answers"][0]).contains("already exists with a different workflow"),
+        "{batch}"
+    );
+    // The unedited one is still the same submission.
+    let again = node
+        .ok(
+            "submit-workflows",
+            json!({ "submissions": [{ "jobId": job_id, "workflow": workflow, "input": input }] }),
+        )
+        .await;
+    assert_eq!(again["answers"][0]["created"], false, "{again}");
+    assert_eq!(count(&db, "workflow_run").await, 1);
+    assert_eq!(count(&db, "workflow_run_events_outbox").await, 1);
+}

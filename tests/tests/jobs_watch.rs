@@ -121,16 +121,7 @@ async fn submit_as(node: &JobsNode, server: &FixtureServer, job_id: &str, text: 
 }
 
 /// `GET path`: the status and the JSON answer.
-async fn get(router: &Router, path: &str) -> (StatusCode, Value) {
-    let response = router
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap())
-}
+use protomolt_e2e::jobs::http_get as get;
 
 #[tokio::test]
 async fn a_watcher_that_subscribes_before_submitting_gets_every_event_in_order_and_can_resume() {

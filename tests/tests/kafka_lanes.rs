@@ -764,3 +764,76 @@ async fn drain_once(
         .expect("the outbox is readable")
         .expect("the broker answers")
 }
+
+/// The relay never takes a job's PENDING row while an earlier row of that job is
+/// FAILED (a row written PENDING by a transaction racing the one that dead-lettered
+/// its job's earlier row) or still PENDING (not yet due): a job's events reach the
+/// topic in order or not at all. Dropping either half of the relay's guard fails this
+/// test.
+#[tokio::test]
+async fn the_relay_never_takes_a_row_behind_an_earlier_failed_or_pending_one() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let behind_failed = node.submit(&workflow, json!({ "text": "a" })).await;
+    let behind_pending = node.submit(&workflow, json!({ "text": "b" })).await;
+    let client = db.connect().await;
+    // Each job: its ACCEPTED row first, then a later PENDING row (a copy of it).
+    for job in [&behind_failed, &behind_pending] {
+        client
+            .execute(
+                "INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
+                 SELECT gen_random_uuid(), job_id, 'STEP_CHECKPOINT', payload, 'PENDING'
+                   FROM workflow_run_events_outbox WHERE job_id = $1::text::uuid",
+                &[job],
+            )
+            .await
+            .unwrap();
+    }
+    // The first job's earlier row is dead-lettered; the second's is not due yet.
+    client
+        .execute(
+            "UPDATE workflow_run_events_outbox SET status = 'FAILED'
+              WHERE job_id = $1::text::uuid AND event_type = 'ACCEPTED'",
+            &[&behind_failed],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "UPDATE workflow_run_events_outbox SET next_attempt_at = now() + interval '1 hour'
+              WHERE job_id = $1::text::uuid AND event_type = 'ACCEPTED'",
+            &[&behind_pending],
+        )
+        .await
+        .unwrap();
+    let taken = std::sync::Mutex::new(Vec::new());
+    let report = node
+        .store
+        .drain_outbox(
+            100,
+            10,
+            |_| Duration::from_millis(10),
+            |events: Vec<jobs_role::store::PendingEvent>| async {
+                let outcomes = events
+                    .iter()
+                    .map(|_| jobs_role::store::PublishOutcome::Published)
+                    .collect();
+                taken
+                    .lock()
+                    .unwrap()
+                    .extend(events.into_iter().map(|e| e.job_id));
+                Ok::<_, ()>(outcomes)
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.published, 0, "{report:?}");
+    assert!(
+        taken.lock().unwrap().is_empty(),
+        "taken: {:?}",
+        taken.lock().unwrap()
+    );
+    node.stop().await;
+}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protomolt_e2e::cluster::{PgCluster, Shutdown};
+use protomolt_e2e::proxy::{FaultProxy, Trigger};
 
 use crate::fixture::{Targets, now_ms};
 use crate::rng::Rng;
@@ -28,11 +29,19 @@ pub enum Fault {
     CutConnections,
     /// The targets hang: no call is answered for a while.
     HangTarget,
+    /// The connection cut right after a `COMMIT` reached the database, before its
+    /// answer came back (the fault proxy, a few COMMITs in a row).
+    CommitLost,
+    /// The database unreachable for 1 to 5 s (the fault proxy refuses and cuts).
+    DbBlip,
+    /// Produce answers rewritten to an error: OUT_OF_ORDER_SEQUENCE_NUMBER (fatal for
+    /// an idempotent producer) or UNKNOWN_SERVER_ERROR (retriable), one to three.
+    BrokerError,
 }
 
 impl Fault {
     /// Every kind, in the order the summary prints them.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 10] = [
         Fault::KillNode,
         Fault::StopNode,
         Fault::RestartDatabaseFast,
@@ -40,6 +49,9 @@ impl Fault {
         Fault::RestartBroker,
         Fault::CutConnections,
         Fault::HangTarget,
+        Fault::CommitLost,
+        Fault::DbBlip,
+        Fault::BrokerError,
     ];
 
     /// The summary's name.
@@ -52,6 +64,9 @@ impl Fault {
             Fault::RestartBroker => "kill the broker, start it",
             Fault::CutConnections => "pg_terminate_backend a node's connections",
             Fault::HangTarget => "a target hangs",
+            Fault::CommitLost => "a COMMIT's answer lost",
+            Fault::DbBlip => "the database unreachable 1-5 s",
+            Fault::BrokerError => "produce answered with an error",
         }
     }
 }
@@ -79,6 +94,10 @@ pub struct Fleet {
     pub targets: Arc<Targets>,
     /// The nodes' lease.
     pub lease: Duration,
+    /// Between the nodes and the database.
+    pub database_proxy: Arc<FaultProxy>,
+    /// Between the nodes and the broker.
+    pub broker_proxy: Arc<FaultProxy>,
 }
 
 /// Injects faults of the `kinds` given until `until`, waiting `gap` (a range, ms)
@@ -167,6 +186,44 @@ async fn inject(fleet: &Fleet, fault: Fault, rng: &mut Rng) -> String {
             fleet.targets.hang_until(now_ms() + hold.as_millis() as i64);
             tokio::time::sleep(hold).await;
             "targets".into()
+        }
+        Fault::CommitLost => {
+            let proxy = &fleet.database_proxy;
+            let cuts = rng.between(1, 4);
+            let before = proxy.stats().cut_after_trigger;
+            proxy.cut_after(Trigger::Commit, 1, Some(cuts));
+            // Until the COMMITs were cut, or a while on an idle fleet.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while proxy.stats().cut_after_trigger < before + cuts && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            proxy.pass();
+            format!("{} COMMITs", proxy.stats().cut_after_trigger - before)
+        }
+        Fault::DbBlip => {
+            let length = pause(rng, 1_000, 5_000);
+            fleet.database_proxy.outage(length).await;
+            format!("{} ms", length.as_millis())
+        }
+        Fault::BrokerError => {
+            let proxy = &fleet.broker_proxy;
+            let (code, name) = if rng.between(0, 1) == 0 {
+                (45, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+            } else {
+                (-1, "UNKNOWN_SERVER_ERROR")
+            };
+            let answers = rng.between(1, 3);
+            let before = proxy.stats().rewritten_answers;
+            proxy.rewrite_produce_errors(code, answers);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while proxy.stats().rewritten_answers < before + answers && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            proxy.pass();
+            format!(
+                "{} answers {name}",
+                proxy.stats().rewritten_answers - before
+            )
         }
     }
 }

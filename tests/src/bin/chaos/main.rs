@@ -5,9 +5,11 @@
 //! cargo run --release -p protomolt-e2e --bin chaos -- --jobs 2000 --seed 42 --minutes 10 --gap-ms 1000
 //! ```
 //!
-//! It starts a PostgreSQL cluster and a Tansu broker of its own, serves the fixture
-//! targets in-process, and runs three `protomolt-node` processes (the real binary,
-//! built beside this one first when started by `cargo run`). It submits the jobs over
+//! It starts a PostgreSQL cluster and a Tansu broker of its own (the broker storing
+//! in a second cluster), serves the fixture targets in-process, and runs three
+//! `protomolt-node` processes (the real binary, built beside this one first when
+//! started by `cargo run`), each reaching the database and the broker through the
+//! test kit's fault proxies. It submits the jobs over
 //! the minutes given, half over HTTP and half over the request topic, while an
 //! operator answers external steps, cancels some jobs, retries the DEAD ones and
 //! re-runs some finished ones from a step, and a fault driver kills, freezes and
@@ -33,6 +35,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use protomolt_e2e::cluster::PgCluster;
 use protomolt_e2e::invariants;
+use protomolt_e2e::proxy::FaultProxy;
 use tokio_util::sync::CancellationToken;
 
 use crate::faults::{Fault, Fleet};
@@ -117,7 +120,8 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
             .await
             .expect("the cluster starts"),
     );
-    let broker = Arc::new(Broker::start(tansu, dir.join("broker")));
+    let (_broker_storage, storage) = world::broker_storage().await;
+    let broker = Arc::new(Broker::start(tansu, dir.join("broker"), storage));
     let topics = Topics {
         events: "chaos-events".into(),
         requests: "chaos-requests".into(),
@@ -125,6 +129,10 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     protomolt_e2e::create_topic_at(&broker.bootstrap(), &topics.events, 3).await;
     protomolt_e2e::create_topic_at(&broker.bootstrap(), &topics.requests, 3).await;
 
+    // The nodes reach the database and the broker through fault proxies (commit-lost,
+    // db-blip, broker-error); the run's own checks go direct.
+    let database_proxy = Arc::new(FaultProxy::postgres_for(&database.url("")).await);
+    let broker_proxy = Arc::new(FaultProxy::kafka_for(&broker.bootstrap()).await);
     let targets = Arc::new(Targets::default());
     let target = fixture::serve(targets.clone()).await.to_string();
     let workflows = dir.join("workflows");
@@ -133,13 +141,16 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         .map(|i| {
             let name = format!("n{i}");
             let port = world::free_port();
-            let url = format!("{}?application_name={name}", database.url(""));
+            let url = format!(
+                "{}&application_name={name}",
+                database_proxy.database_url(&database.url(""))
+            );
             let config = world::node_config(
                 &name,
                 port,
                 &workflows,
                 &url,
-                &broker.bootstrap(),
+                &broker_proxy.addr().to_string(),
                 &topics,
                 args.lease_ms,
             );
@@ -193,6 +204,8 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         nodes: nodes.clone(),
         targets: targets.clone(),
         lease: Duration::from_millis(args.lease_ms),
+        database_proxy: database_proxy.clone(),
+        broker_proxy: broker_proxy.clone(),
     };
     let kinds = if args.faults.is_empty() {
         Fault::ALL.to_vec()

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use protomolt_e2e::cluster::PgCluster;
+
 /// A free port on 127.0.0.1 (free when asked; kept for the process's restarts).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -63,22 +65,47 @@ fn terminate(child: &mut Child, patience: Duration) {
     let _ = child.wait();
 }
 
+/// Tansu 0.6.0's PostgreSQL schema (`third_party/tansu`), which the broker does not
+/// create itself.
+const TANSU_SCHEMA: &str = include_str!("../../../../third_party/tansu/postgres-schema-0.6.0.sql");
+
+/// The broker's storage: a PostgreSQL cluster of its own (not the one the nodes use,
+/// whose restarts are faults of the database, not of the broker), its schema applied.
+/// Not SQLite: Tansu 0.6.0's SQLite store panics on an idempotent retry of a batch it
+/// stored (`broker-error` and `commit-lost` make those) and stays unusable.
+pub async fn broker_storage() -> (PgCluster, String) {
+    let cluster = tokio::task::spawn_blocking(|| PgCluster::start(None))
+        .await
+        .expect("the broker's cluster starts");
+    let url = cluster.url("sslmode=disable");
+    protomolt_e2e::connect(&url)
+        .await
+        .batch_execute(TANSU_SCHEMA)
+        .await
+        .expect("the broker's schema applies");
+    (cluster, url)
+}
+
 /// The run's Tansu broker, on a port kept across restarts.
 pub struct Broker {
     bin: PathBuf,
     dir: PathBuf,
+    /// Where it keeps its data (`--storage-engine`).
+    storage: String,
     /// Its port on 127.0.0.1.
     pub port: u16,
     child: Mutex<Option<Child>>,
 }
 
 impl Broker {
-    /// Starts a broker storing into `dir` (sqlite, so a restart keeps the records).
-    pub fn start(bin: PathBuf, dir: PathBuf) -> Broker {
+    /// Starts a broker storing into `storage` (a restart keeps the records), its log
+    /// in `dir`.
+    pub fn start(bin: PathBuf, dir: PathBuf, storage: String) -> Broker {
         std::fs::create_dir_all(&dir).expect("the broker's directory");
         let broker = Broker {
             bin,
             dir,
+            storage,
             port: free_port(),
             child: Mutex::new(None),
         };
@@ -97,7 +124,7 @@ impl Broker {
         let log = self.dir.join("broker.log");
         let child = Command::new(&self.bin)
             .current_dir(&self.dir)
-            .args(["broker", "--storage-engine", "sqlite://tansu.db"])
+            .args(["broker", "--storage-engine", &self.storage])
             .args([
                 "--listener-url",
                 &listener,
@@ -312,7 +339,7 @@ pub fn tansu_binary(explicit: Option<PathBuf>) -> PathBuf {
             .map(PathBuf::from)
             .unwrap_or_else(|| {
                 let home = std::env::var_os("HOME").unwrap_or_default();
-                PathBuf::from(home).join(".cache/protomolt/tansu-0.6.0")
+                PathBuf::from(home).join(".cache/protomolt/tansu-0.6.0-dynostore-libsql-postgres")
             });
         root.join("bin/tansu")
     });

@@ -1,0 +1,135 @@
+//! The events lane against a broker that answers badly, through the test kit's fault
+//! proxy (which rewrites Produce answers and keeps the client behind it by rewriting
+//! the brokers' ports in Metadata answers).
+
+use std::time::Duration;
+
+use http::StatusCode;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, eventually, http_get, http_get_text, test_config};
+use protomolt_e2e::kafka::with_lanes;
+use protomolt_e2e::proxy::FaultProxy;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER, as a broker can answer after an unclean
+/// leader election.
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+/// Kafka's UNKNOWN_SERVER_ERROR.
+const UNKNOWN_SERVER_ERROR: i16 = -1;
+
+/// Outbox rows by status, with the attempts spent on them.
+async fn outbox(db: &TestDatabase) -> Vec<(String, i32)> {
+    db.connect()
+        .await
+        .query(
+            "SELECT status, attempts FROM workflow_run_events_outbox ORDER BY seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
+async fn all_published(db: &TestDatabase, rows: usize) -> bool {
+    let now = outbox(db).await;
+    now.len() == rows && now.iter().all(|(status, _)| status == "PUBLISHED")
+}
+
+/// The node's count of rebuilt producers, from `/metrics`.
+async fn rebuilds(node: &JobsNode) -> u64 {
+    let (_, text) = http_get_text(&node.router, "/metrics").await;
+    text.lines()
+        .find_map(|line| line.strip_prefix("protomolt_jobs_relay_producer_rebuilds_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A node with the lanes on, its producer behind `proxy`, running no jobs (each
+/// submission writes one ACCEPTED event). Publishes time out after 5 s.
+async fn lanes_behind(proxy: &FaultProxy, db: &TestDatabase) -> JobsNode {
+    let mut config = with_lanes(test_config(&db.url, "relay", 0)).await;
+    config.kafka_bootstrap = Some(proxy.addr().to_string());
+    config
+        .kafka_options
+        .insert("message.timeout.ms".into(), "5000".into());
+    JobsNode::start(config).await
+}
+
+/// One Produce answered OUT_OF_ORDER_SEQUENCE_NUMBER puts librdkafka's idempotent
+/// producer in a fatal state. The relay builds a new producer and publishes again,
+/// without a restart, spending no attempt. Before, every later batch failed as an
+/// outage for as long as the node ran.
+#[tokio::test]
+async fn a_fatal_producer_error_is_rebuilt_and_the_lane_publishes_again() {
+    let db = TestDatabase::create().await;
+    let proxy = FaultProxy::kafka_for(&protomolt_e2e::kafka_bootstrap()).await;
+    let node = lanes_behind(&proxy, &db).await;
+    let workflow = workflow::testkit::two_step_workflow("127.0.0.1:1");
+    node.submit(&workflow, json!({ "text": "before" })).await;
+    eventually("the first event to be published", WAIT, || async {
+        all_published(&db, 1).await
+    })
+    .await;
+
+    proxy.rewrite_produce_errors(OUT_OF_ORDER_SEQUENCE_NUMBER, 1);
+    for i in 0..8 {
+        node.submit(&workflow, json!({ "text": format!("after {i}") }))
+            .await;
+    }
+    eventually(
+        "the lane to publish again within a minute",
+        Duration::from_secs(60),
+        || async { all_published(&db, 9).await },
+    )
+    .await;
+    assert_eq!(proxy.stats().rewritten_answers, 1);
+    assert!(rebuilds(&node).await >= 1, "the fatal producer was rebuilt");
+    assert!(
+        outbox(&db).await.iter().all(|(_, attempts)| *attempts == 0),
+        "a producer fault spends no attempt: {:?}",
+        outbox(&db).await
+    );
+    node.stop().await;
+}
+
+/// A broker answering UNKNOWN_SERVER_ERROR more often than a row's publish budget (10)
+/// dead-letters nothing: it is not the record's fault. While the lane publishes
+/// nothing `/readyz` says so, and once its producer is stuck (a broker that will not
+/// take its retries: Tansu 0.6.0 refuses an idempotent retry of a batch it stored)
+/// the relay starts a new one. Before, ten hiccups landed a healthy event FAILED
+/// and held the job's later ones, while `/readyz` answered ready.
+#[tokio::test]
+async fn a_broker_that_hiccups_spends_no_attempt_and_readiness_says_so() {
+    let db = TestDatabase::create().await;
+    let proxy = FaultProxy::kafka_for(&protomolt_e2e::kafka_bootstrap()).await;
+    let node = lanes_behind(&proxy, &db).await;
+    eventually("the node to be ready", WAIT, || async {
+        http_get(&node.router, "/readyz").await.0 == StatusCode::OK
+    })
+    .await;
+    proxy.rewrite_produce_errors(UNKNOWN_SERVER_ERROR, 15);
+    let workflow = workflow::testkit::two_step_workflow("127.0.0.1:1");
+    node.submit(&workflow, json!({ "text": "hiccup" })).await;
+    eventually("/readyz to say the lane cannot publish", WAIT, || async {
+        let (status, ready) = http_get(&node.router, "/readyz").await;
+        status == StatusCode::SERVICE_UNAVAILABLE
+            && ready["checks"]["jobs/broker"]
+                .as_str()
+                .is_some_and(|why| why.contains("events lane"))
+    })
+    .await;
+    eventually("the event to be published", WAIT, || async {
+        all_published(&db, 1).await
+    })
+    .await;
+    assert_eq!(outbox(&db).await, [("PUBLISHED".to_owned(), 0)]);
+    eventually("/readyz to be ready again", WAIT, || async {
+        http_get(&node.router, "/readyz").await.0 == StatusCode::OK
+    })
+    .await;
+    node.stop().await;
+}
