@@ -121,6 +121,15 @@ pub struct RetentionConfig {
     /// PENDING rows), then turn it on. Dead-lettered (FAILED) and HELD rows keep
     /// their job either way.
     pub prune_unpublished: bool,
+    /// How long the ids of pruned jobs are remembered (30 days by default): within
+    /// it, a replay of a pruned job's submission (a request topic read again once
+    /// its group's offsets expired, a client's late retry) is refused instead of
+    /// being run again. Keep it above the requests topic's retention and the consumer
+    /// group offsets' expiry (`offsets.retention.minutes`, 7 days by default).
+    pub pruned_ids_ms: u64,
+    /// Dead-lettered request records (`workflow_run_request_rejects`), after they
+    /// were received. Kept for ever unless set.
+    pub rejects_ms: Option<u64>,
     /// How often the pruner runs.
     pub interval_ms: u64,
     /// Rows one delete takes (each its own short transaction).
@@ -136,6 +145,8 @@ impl Default for RetentionConfig {
             cancelled_ms: None,
             published_events_ms: None,
             prune_unpublished: false,
+            pruned_ids_ms: 30 * 86_400_000,
+            rejects_ms: None,
             interval_ms: 60_000,
             batch: 1_000,
         }
@@ -164,7 +175,17 @@ impl RetentionConfig {
 
     /// True when anything is to be pruned.
     pub fn is_on(&self) -> bool {
-        !self.jobs().is_empty() || self.published_events_ms.is_some()
+        !self.jobs().is_empty() || self.published_events_ms.is_some() || self.rejects_ms.is_some()
+    }
+
+    /// How long pruned jobs' ids are remembered.
+    pub fn pruned_ids(&self) -> Duration {
+        Duration::from_millis(self.pruned_ids_ms)
+    }
+
+    /// The dead-lettered request records' retention, if set.
+    pub fn rejects(&self) -> Option<Duration> {
+        self.rejects_ms.map(Duration::from_millis)
     }
 
     fn check(&self) -> Result<(), String> {
@@ -174,6 +195,8 @@ impl RetentionConfig {
             ("dead_ms", self.dead_ms),
             ("cancelled_ms", self.cancelled_ms),
             ("published_events_ms", self.published_events_ms),
+            ("pruned_ids_ms", Some(self.pruned_ids_ms)),
+            ("rejects_ms", self.rejects_ms),
         ];
         for (key, value) in retentions {
             if value.is_some_and(|ms| !(1..=MAX_RETENTION_MS).contains(&ms)) {

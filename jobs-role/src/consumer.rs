@@ -69,6 +69,11 @@ pub enum Disposition {
         /// Why.
         error: String,
     },
+    /// A replay: its job ran and retention deleted it; it is not run again.
+    AlreadyPruned {
+        /// The job.
+        job_id: Uuid,
+    },
 }
 
 /// Reads the requests topic and hands each record to a [`RequestHandler`].
@@ -253,6 +258,7 @@ impl RequestConsumer {
                             Disposition::Submitted { .. } => "submitted",
                             Disposition::FailedRow { .. } => "failed_row",
                             Disposition::Rejected { .. } => "rejected",
+                            Disposition::AlreadyPruned { .. } => "already_pruned",
                         };
                         crate::metrics::JobsMetrics::count(
                             &self.metrics.request_records,
@@ -319,6 +325,7 @@ impl RequestHandler {
     /// database could not record any of them (the caller retries, uncommitted).
     pub async fn process(&self, record: &OwnedMessage) -> Result<Disposition, StoreError> {
         match self.record_as_job(record).await {
+            Err(StoreError::Pruned(job_id)) => Ok(Disposition::AlreadyPruned { job_id }),
             Err(StoreError::Conflict(id)) => {
                 let error = format!(
                     "job {id} already exists with a different workflow or input (request at {}/{}/{})",
@@ -467,6 +474,9 @@ fn log_disposition(record: &OwnedMessage, disposition: &Disposition) {
         }
         Disposition::Rejected { error } => {
             tracing::warn!(%error, partition, offset, "request dead-lettered to workflow_run_request_rejects")
+        }
+        Disposition::AlreadyPruned { job_id } => {
+            tracing::info!(%job_id, partition, offset, "a replayed request: its job already ran and retention deleted it; not run again")
         }
     }
 }

@@ -21,11 +21,28 @@ pub async fn prune_loop(
     let interval = std::time::Duration::from_millis(retention.interval_ms);
     loop {
         let round = tokio::select! {
-            round = store.prune(&jobs, published, events_out, retention.batch) => round,
+            round = async {
+                let mut pruned = store.prune(&jobs, published, events_out, retention.batch).await?;
+                if !pruned.skipped {
+                    let records = store
+                        .prune_records(retention.pruned_ids(), retention.rejects(), retention.batch)
+                        .await?;
+                    pruned.pruned_ids = records.pruned_ids;
+                    pruned.rejects = records.rejects;
+                    pruned.skipped = records.skipped;
+                }
+                Ok::<_, crate::store::StoreError>(pruned)
+            } => round,
             () = shutdown.cancelled() => return,
         };
         match round {
-            Ok(pruned) if pruned.job_count() + pruned.published_events > 0 => {
+            Ok(pruned)
+                if pruned.job_count()
+                    + pruned.published_events
+                    + pruned.pruned_ids
+                    + pruned.rejects
+                    > 0 =>
+            {
                 let by_status: Vec<String> = pruned
                     .jobs
                     .iter()
@@ -36,6 +53,8 @@ pub async fn prune_loop(
                     jobs = pruned.job_count(),
                     by_status = %by_status.join(", "),
                     published_events = pruned.published_events,
+                    forgotten_pruned_ids = pruned.pruned_ids,
+                    request_rejects = pruned.rejects,
                     "pruned rows past their retention"
                 );
             }

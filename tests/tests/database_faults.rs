@@ -257,3 +257,143 @@ async fn a_three_second_database_outage_kills_no_job_on_its_last_attempt() {
     );
     node.stop().await;
 }
+
+/// A batch of writes that finds no connection (the database gone from the network:
+/// each new connection waits out its timeout) fails once, as a whole, and fast:
+/// never write by write, which waited for a connection once per write (20 writes,
+/// 200 s).
+#[tokio::test]
+async fn a_batch_with_no_connection_fails_whole_and_fast() {
+    let db = TestDatabase::create().await;
+    let direct = jobs_role::Store::connect(&db.url, 4).await.unwrap();
+    protomolt_e2e::jobs::queue_jobs(&direct, &two_step_workflow("127.0.0.1:1"), 20).await;
+    let claimed = direct
+        .claim_jobs("w", Duration::from_secs(300), 20)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 20);
+    let proxy = FaultProxy::postgres_for(&db.url).await;
+    let behind = jobs_role::Store::connect(&proxy.database_url(&db.url), 4)
+        .await
+        .unwrap();
+    proxy.black_hole();
+    let writes: Vec<jobs_role::store::ClaimWrite> = claimed
+        .iter()
+        .map(|job| {
+            jobs_role::store::ClaimWrite::checkpoint(
+                &job.claim,
+                jobs_role::store::StepCheckpoint {
+                    step: "tokenize".into(),
+                    position: 0,
+                    entry: json!({ "name": "tokenize", "skipped": false, "response": {} }),
+                },
+            )
+        })
+        .collect();
+    // First the pooled connection, cut: then a new one, which waits out its timeout.
+    for round in ["a connection lost", "no connection to be had"] {
+        let started = std::time::Instant::now();
+        let answers = behind.commit_claim_writes(&writes).await;
+        let took = started.elapsed();
+        assert!(answers.iter().all(Result::is_err), "{round}: {answers:?}");
+        assert!(
+            took < jobs_role::store::POOL_WAIT * 3,
+            "{round}: the batch took {took:?}: failed write by write"
+        );
+    }
+    proxy.accept();
+    // Nothing landed.
+    let stories = stories(&db.connect().await).await;
+    assert!(stories.values().all(|story| story.steps.is_empty()));
+}
+
+/// However many callers read (verbs, watchers, the relay, the pruner), they hold at
+/// most the pool less the connections reserved for the worker's own writes, and a
+/// running job's lease renewal and checkpoint get a connection in the middle of the
+/// storm. Before, 1,500 waiting `get-job` calls held every connection and the
+/// workers' writes answered 503.
+#[tokio::test]
+async fn readers_never_hold_the_connections_reserved_for_the_worker() {
+    let db = TestDatabase::create().await;
+    let store = jobs_role::Store::connect(&db.url, 8).await.unwrap();
+    let shared = 8 - jobs_role::store::reserved_for_the_worker(8);
+    assert_eq!(shared, 6);
+    protomolt_e2e::jobs::queue_jobs(&store, &two_step_workflow("127.0.0.1:1"), 3).await;
+    let claimed = store
+        .claim_next_job("w", Duration::from_secs(300))
+        .await
+        .unwrap()
+        .unwrap();
+    let job_id = claimed.claim.job_id;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let readers: Vec<_> = (0..100)
+        .map(|_| {
+            let (store, stop) = (store.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.is_cancelled() {
+                    let _ = store.get_job(job_id).await;
+                }
+            })
+        })
+        .collect();
+    let mut peak = 0;
+    let mut writes = Vec::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        let pool = store.pool_status();
+        peak = peak.max(pool.size - pool.available);
+        if writes.len() < 5 && started.elapsed() > Duration::from_millis(500) * writes.len() as u32
+        {
+            let began = std::time::Instant::now();
+            store
+                .renew_lease(&claimed.claim, Duration::from_secs(300))
+                .await
+                .expect("a renewal during the storm");
+            writes.push(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    assert!(
+        peak >= 4,
+        "the storm never filled the readers' share (peak {peak})"
+    );
+    assert!(
+        writes.iter().all(|took| *took < Duration::from_secs(2)),
+        "renewals waited behind the readers: {writes:?}"
+    );
+    // Readers alone: at most their share (the renewals above took one of the others).
+    let readers_alone = {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let readers: Vec<_> = (0..100)
+            .map(|_| {
+                let (store, stop) = (store.clone(), stop.clone());
+                tokio::spawn(async move {
+                    while !stop.is_cancelled() {
+                        let _ = store.get_job(job_id).await;
+                    }
+                })
+            })
+            .collect();
+        let mut peak = 0;
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(2) {
+            let pool = store.pool_status();
+            peak = peak.max(pool.size - pool.available);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        stop.cancel();
+        for reader in readers {
+            reader.await.unwrap();
+        }
+        peak
+    };
+    assert!(
+        readers_alone <= shared,
+        "readers held {readers_alone} connections, more than their {shared}"
+    );
+}

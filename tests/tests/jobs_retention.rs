@@ -413,3 +413,63 @@ async fn a_node_with_the_lanes_on_prunes_a_job_once_its_events_are_published() {
     assert_eq!(of_job(&records), 4);
     node.stop().await;
 }
+
+/// A dead-lettered request record is its place and its bytes: a redelivery is kept
+/// once, a new record at a reused offset (the topic recreated) is kept too (before, it
+/// was taken for the old one and dropped silently), and `rejects_ms` prunes them,
+/// while `pruned_ids_ms` forgets the ids of pruned jobs.
+#[tokio::test]
+async fn rejected_records_are_keyed_by_their_bytes_and_pruned_with_retention() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let record = |payload: &'static [u8]| jobs_role::store::RejectedRecord {
+        topic: "requests",
+        partition: 0,
+        offset: 7,
+        key: Some(b"k"),
+        payload: Some(payload),
+        error: "not a WorkflowRunRequest",
+    };
+    node.store.reject_request(&record(b"old")).await.unwrap();
+    node.store.reject_request(&record(b"old")).await.unwrap();
+    node.store.reject_request(&record(b"new")).await.unwrap();
+    let client = db.connect().await;
+    let count = |table: &'static str| {
+        let client = &client;
+        async move {
+            client
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        count("workflow_run_request_rejects").await,
+        2,
+        "a redelivery once, a new record too"
+    );
+
+    client
+        .batch_execute(
+            "UPDATE workflow_run_request_rejects SET received_at = now() - interval '2 days';
+             INSERT INTO workflow_run_pruned (job_id, pruned_at) VALUES
+                 (gen_random_uuid(), now() - interval '40 days'), (gen_random_uuid(), now())",
+        )
+        .await
+        .unwrap();
+    node.store.reject_request(&record(b"fresh")).await.unwrap();
+    let pruned = node
+        .store
+        .prune_records(
+            Duration::from_millis(30 * DAY_MS as u64),
+            Some(Duration::from_millis(DAY_MS as u64)),
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!((pruned.pruned_ids, pruned.rejects), (1, 2), "{pruned:?}");
+    assert_eq!(count("workflow_run_request_rejects").await, 1);
+    assert_eq!(count("workflow_run_pruned").await, 1);
+    node.stop().await;
+}

@@ -837,3 +837,73 @@ async fn the_relay_never_takes_a_row_behind_an_earlier_failed_or_pending_one() {
     );
     node.stop().await;
 }
+
+/// A requests topic read again from its start (its group's offsets expired, or a new
+/// group) never runs again a job retention already deleted: the pruner remembers the
+/// ids it deletes (`jobs.retention.pruned_ids_ms`), and the request is answered as a
+/// replay; the verb refuses the id too. Before, the job was created and run again.
+#[tokio::test]
+async fn a_replayed_request_whose_job_was_pruned_is_not_run_again() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let mut config = with_lanes(test_config(&db.url, "node-a", 1)).await;
+    config.retention.completed_ms = Some(1);
+    config.retention.interval_ms = 20;
+    let requests = config.requests_topic.clone();
+    let node = JobsNode::start(config.clone()).await;
+    let workflow = json!({ "workflow": two_step_workflow(&server.target()) });
+    node.ok("put-workflow", workflow.clone()).await;
+    let job_id = uuid::Uuid::new_v4().to_string();
+    send_request(&producer(), &requests, &job_id, "embed-text", "once").await;
+    let client = db.connect().await;
+    eventually("the job to run, publish and be pruned", WAIT, || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM workflow_run_pruned WHERE job_id = $1::text::uuid",
+                &[&job_id],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+    })
+    .await;
+    assert_eq!(server.stats.tokenize_calls(), 1);
+    node.stop().await;
+
+    // A node of a new group reads the requests topic from its start.
+    let mut replay = config.clone();
+    replay.worker_id = "node-b".into();
+    replay.consumer_group = format!("replay-{}", uuid::Uuid::new_v4().simple());
+    let node_b = JobsNode::start(replay).await;
+    node_b.ok("put-workflow", workflow).await;
+    eventually("the replayed request to be consumed", WAIT, || async {
+        let (_, metrics) = protomolt_e2e::jobs::http_get_text(&node_b.router, "/metrics").await;
+        metrics.lines().any(|l| {
+            l.starts_with("protomolt_jobs_request_records_total{outcome=\"already_pruned\"} 1")
+        })
+    })
+    .await;
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM workflow_run", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the replay created no job");
+    assert_eq!(server.stats.tokenize_calls(), 1, "and ran nothing again");
+    let (status, answer) = node_b
+        .call(
+            "submit-workflow",
+            json!({ "jobId": job_id, "workflowName": "embed-text", "input": { "text": "once" } }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("already ran and retention deleted it"),
+        "{answer}"
+    );
+    node_b.stop().await;
+}

@@ -581,3 +581,19 @@ async fn the_live_counts_are_an_index_only_scan_of_the_live_statuses() {
         "V17 dropped the index every live status change paid for: {indexes:?}"
     );
 }
+
+/// A database error names PostgreSQL's message and SQLSTATE wherever it is logged (the
+/// pruner's failed round said only `database error: db error`).
+#[tokio::test]
+async fn a_database_error_names_postgresqls_message_and_sqlstate() {
+    let db = TestDatabase::create().await;
+    let client = db.connect().await;
+    let error = client
+        .query("SELECT * FROM no_such_table", &[])
+        .await
+        .expect_err("no such table");
+    let shown = jobs_role::StoreError::from(error).to_string();
+    assert!(shown.contains("42P01"), "{shown}");
+    assert!(shown.contains("no_such_table"), "{shown}");
+    assert!(shown.starts_with("database error: "), "{shown}");
+}

@@ -66,6 +66,9 @@ pub fn submit_error(error: SubmitError) -> ActionError {
         SubmitError::Store(StoreError::Conflict(id)) => ActionError::invalid(format!(
             "jobId: job {id} already exists with a different workflow or input; use a new jobId"
         )),
+        SubmitError::Store(pruned @ StoreError::Pruned(_)) => {
+            ActionError::invalid(format!("jobId: {pruned}"))
+        }
         SubmitError::Store(e) => store_error(e),
     }
 }

@@ -126,6 +126,12 @@ pub enum StoreError {
     /// The job id exists with a different workflow or input.
     #[error("job {0} already exists with a different workflow or input; use a new jobId")]
     Conflict(Uuid),
+    /// A job of this id ran and retention deleted it: a replay of its submission (a
+    /// request topic read again, a client's late retry) is never run again.
+    #[error(
+        "job {0} already ran and retention deleted it (jobs.retention); an id is never run twice: use a new jobId"
+    )]
+    Pruned(Uuid),
     /// The event for a commit point breaks the wire contract (a defect, not data).
     #[error("the event breaks the wire contract: {0}")]
     Event(#[from] jobs_proto::ContractError),

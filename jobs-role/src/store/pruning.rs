@@ -14,6 +14,10 @@ pub struct Pruned {
     pub jobs: Vec<(JobStatus, u64)>,
     /// PUBLISHED outbox rows deleted.
     pub published_events: u64,
+    /// Remembered ids of pruned jobs forgotten.
+    pub pruned_ids: u64,
+    /// Dead-lettered request records deleted.
+    pub rejects: u64,
     /// Another node was pruning: this round stopped there.
     pub skipped: bool,
 }
@@ -84,6 +88,60 @@ impl Store {
             }
         }
         Ok(pruned)
+    }
+
+    /// The records kept beside the jobs: remembered ids of pruned jobs older than
+    /// `pruned_ids`, and dead-lettered request records older than `rejects` (when
+    /// set), `batch` rows per transaction, at most [`MAX_BATCHES_PER_ROUND`] batches
+    /// each, under the pruner's lock (`skipped` when another node holds it).
+    pub async fn prune_records(
+        &self,
+        pruned_ids: Duration,
+        rejects: Option<Duration>,
+        batch: i64,
+    ) -> Result<Pruned, StoreError> {
+        let mut pruned = Pruned::default();
+        let kinds = [
+            (sql::PRUNE_PRUNED_IDS, Some(pruned_ids)),
+            (sql::PRUNE_REQUEST_REJECTS, rejects),
+        ];
+        for (statement, retention) in kinds {
+            let Some(retention) = retention else { continue };
+            for _ in 0..MAX_BATCHES_PER_ROUND {
+                let Some(n) = self.delete_batch(statement, retention, batch).await? else {
+                    pruned.skipped = true;
+                    return Ok(pruned);
+                };
+                if statement == sql::PRUNE_PRUNED_IDS {
+                    pruned.pruned_ids += n;
+                } else {
+                    pruned.rejects += n;
+                }
+                if n < batch.unsigned_abs() {
+                    break;
+                }
+            }
+        }
+        Ok(pruned)
+    }
+
+    /// One batch of `statement` (`$1` retention in ms, `$2` batch) under the pruner's
+    /// lock; `None` when another node holds it.
+    async fn delete_batch(
+        &self,
+        statement: &str,
+        retention: Duration,
+        batch: i64,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut client = self.shared().await?;
+        let tx = client.transaction().await?;
+        if !take_pruner_lock(&tx).await? {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let deleted = tx.execute(statement, &[&millis(retention), &batch]).await?;
+        tx.commit().await?;
+        Ok(Some(deleted))
     }
 
     /// One batch of jobs: lock the candidates, lock their outbox rows, delete the

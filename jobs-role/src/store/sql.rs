@@ -51,14 +51,38 @@ SELECT 1 FROM workflow_run_events_outbox WHERE job_id = ANY($1) FOR UPDATE";
 
 /// Deletes the locked jobs (`$1` ids) with their outbox rows (the foreign key
 /// cascades), checking their events again now that they are locked: a row the relay
-/// dead-lettered or an operator redrove meanwhile keeps its job. `$2` as in
-/// [`PRUNABLE_JOBS`]'s `$4`.
+/// dead-lettered or an operator redrove meanwhile keeps its job. Each id deleted is
+/// recorded in `workflow_run_pruned`, so a replay of its submission never runs it
+/// again (migration V19). `$2` as in [`PRUNABLE_JOBS`]'s `$4`.
 pub const PRUNE_JOBS: &str = "\
-DELETE FROM workflow_run w
- WHERE w.job_id = ANY($1)
-   AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox o
-                    WHERE o.job_id = w.job_id
-                      AND (o.status IN ('FAILED', 'HELD') OR ($2 AND o.status <> 'PUBLISHED')))";
+WITH deleted AS (
+    DELETE FROM workflow_run w
+     WHERE w.job_id = ANY($1)
+       AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox o
+                        WHERE o.job_id = w.job_id
+                          AND (o.status IN ('FAILED', 'HELD') OR ($2 AND o.status <> 'PUBLISHED')))
+    RETURNING w.job_id)
+INSERT INTO workflow_run_pruned (job_id)
+SELECT job_id FROM deleted
+ON CONFLICT (job_id) DO UPDATE SET pruned_at = now()";
+
+/// Forgets up to `$2` pruned ids recorded more than `$1` milliseconds ago, oldest
+/// first.
+pub const PRUNE_PRUNED_IDS: &str = "\
+DELETE FROM workflow_run_pruned
+ WHERE job_id = ANY(ARRAY(SELECT job_id FROM workflow_run_pruned
+                           WHERE pruned_at < now() - $1::bigint * interval '1 millisecond'
+                           ORDER BY pruned_at
+                           LIMIT $2))";
+
+/// Deletes up to `$2` dead-lettered request records received more than `$1`
+/// milliseconds ago, oldest first.
+pub const PRUNE_REQUEST_REJECTS: &str = "\
+DELETE FROM workflow_run_request_rejects
+ WHERE reject_id = ANY(ARRAY(SELECT reject_id FROM workflow_run_request_rejects
+                              WHERE received_at < now() - $1::bigint * interval '1 millisecond'
+                              ORDER BY received_at
+                              LIMIT $2))";
 
 /// Deletes up to `$2` PUBLISHED outbox rows published more than `$1` milliseconds
 /// ago, oldest first (their jobs stay).
@@ -81,7 +105,8 @@ pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 /// Wakes the idle worker when the transaction commits. `$1` job id (text).
 pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
 
-/// Inserts a job unless its id exists. `$1` job id, `$2` workflow name, `$3`
+/// Inserts a job unless its id exists, or retention deleted a job of that id (a
+/// replay of a finished submission: see [`PRUNE_JOBS`]). `$1` job id, `$2` workflow name, `$3`
 /// definition, `$4` input, `$5` max attempts, `$6` the definition's digest (NULL: a
 /// trigger computes one; see migration V8), `$7` priority, `$8` when it becomes
 /// claimable (NULL, or a time past: now, so a past start never jumps the queue), `$9`
@@ -89,7 +114,9 @@ pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::t
 pub const INSERT_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after, trace_context)
-VALUES ($1, $2, $3, $4, $5, $6, $7, GREATEST(COALESCE($8, now()), now()), $9)
+SELECT $1::uuid, $2::text, $3::jsonb, $4::jsonb, $5::integer, $6::text, $7::smallint,
+       GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text
+ WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -114,6 +141,7 @@ SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.diges
                                 trace_context, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
+ WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
  ORDER BY j.at
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id";
@@ -127,7 +155,9 @@ RETURNING job_id";
 pub const INSERT_FAILED_JOB: &str = "\
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest,
                           priority, run_after, trace_context)
-VALUES ($1, $2, $3, $4, 'FAILED', $5, now(), $6, $7, COALESCE($8, now()), $9)
+SELECT $1::uuid, $2::text, $3::jsonb, $4::jsonb, 'FAILED', $5::text, now(), $6::text, $7::smallint,
+       COALESCE($8::timestamptz, now()), $9::text
+ WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
 
@@ -822,11 +852,16 @@ SELECT (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'PENDING'
        (SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'HELD') AS held,
        (SELECT count(*) FROM workflow_run_request_rejects) AS rejected";
 
-/// Keeps a poison record of the request topic, once per record. `$1` topic, `$2`
-/// partition, `$3` offset, `$4` key, `$5` payload, `$6` error.
+/// Keeps a poison record of the request topic, once per record: a record is its
+/// place and its bytes (a digest of the key's length, the key and the payload), so a
+/// redelivery is kept once and a new record at a reused offset (a recreated topic) is
+/// kept too. `$1` topic, `$2` partition, `$3` offset, `$4` key, `$5` payload, `$6`
+/// error.
 pub const INSERT_REQUEST_REJECT: &str = "\
-INSERT INTO workflow_run_request_rejects (topic, partition, record_offset, record_key, payload, error)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO workflow_run_request_rejects (topic, partition, record_offset, record_key, payload, error, record_digest)
+VALUES ($1, $2, $3, $4, $5, $6,
+        sha256(int4send(COALESCE(octet_length($4::bytea), -1)) || COALESCE($4::bytea, ''::bytea)
+               || COALESCE($5::bytea, ''::bytea)))
 ON CONFLICT ON CONSTRAINT request_rejects_once_per_record DO NOTHING";
 
 /// One outbox row by id (operators and tests). `$1` event id.

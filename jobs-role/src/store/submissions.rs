@@ -240,7 +240,9 @@ async fn insert_batch(
                 }
                 // A conflict is this item's answer; a database error the batch's.
                 match existing_submission(tx, job).await {
-                    Err(conflict @ StoreError::Conflict(_)) => Ok(Err(conflict)),
+                    Err(refused @ (StoreError::Conflict(_) | StoreError::Pruned(_))) => {
+                        Ok(Err(refused))
+                    }
                     seen => seen.map(Ok),
                 }
             }
@@ -363,7 +365,7 @@ struct FirstState<'a> {
 /// connection.
 async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inserted, StoreError> {
     let row = tx
-        .query_one(
+        .query_opt(
             sql::SAME_SUBMISSION,
             &[
                 &job.job_id,
@@ -374,6 +376,10 @@ async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inser
             ],
         )
         .await?;
+    // The insert found the id neither free nor taken: retention deleted its job.
+    let Some(row) = row else {
+        return Err(StoreError::Pruned(job.job_id));
+    };
     if row.get::<_, bool>("same") {
         Ok(Inserted {
             created: false,

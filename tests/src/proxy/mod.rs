@@ -8,6 +8,7 @@
 //! | [`FaultProxy::cut_all`]            | every open connection closed now                            |
 //! | [`FaultProxy::refuse`] / [`FaultProxy::accept`] | an outage: open connections cut, new ones closed as soon as they connect |
 //! | [`FaultProxy::outage`]             | [`FaultProxy::refuse`] for a while, then [`FaultProxy::accept`] |
+//! | [`FaultProxy::black_hole`]         | open connections cut, new ones accepted and never answered (a host gone from the network) |
 //! | [`FaultProxy::cut_after`]          | every n-th chosen client message ([`Trigger`]: a PostgreSQL `COMMIT`, a Kafka Produce) is forwarded, then the connection is cut before its answer comes back: the server acted on it, the client never hears |
 //! | [`FaultProxy::rewrite_produce_errors`] | the next Produce answers carry an error code of the test's choosing (45, OUT_OF_ORDER_SEQUENCE_NUMBER; -1, UNKNOWN_SERVER_ERROR) in every partition |
 //! | [`FaultProxy::set_latency`]        | every message delayed, both ways                            |
@@ -65,6 +66,7 @@ pub struct ProxyStats {
 #[derive(Debug, Default)]
 struct Faults {
     refusing: bool,
+    black_hole: bool,
     latency: Duration,
     cut_after: Option<CutAfter>,
     rewrite: Option<Rewrite>,
@@ -223,9 +225,24 @@ impl FaultProxy {
         self.cut_all();
     }
 
-    /// Ends an outage.
+    /// Ends an outage (or a black hole, letting go of the connections it held).
     pub fn accept(&self) {
-        self.shared.faults().refusing = false;
+        let was_black_hole = {
+            let mut faults = self.shared.faults();
+            faults.refusing = false;
+            std::mem::replace(&mut faults.black_hole, false)
+        };
+        if was_black_hole {
+            self.cut_all();
+        }
+    }
+
+    /// A host gone from the network: open connections are cut, new ones are accepted
+    /// and then never answered (the client waits for its own timeout), until
+    /// [`Self::accept`].
+    pub fn black_hole(&self) {
+        self.shared.faults().black_hole = true;
+        self.cut_all();
     }
 
     /// An outage of `length`: [`Self::refuse`], a wait, [`Self::accept`].
@@ -322,6 +339,18 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
         if shared.faults().refusing {
             shared.refused.fetch_add(1, Ordering::SeqCst);
             drop(client);
+            continue;
+        }
+        if shared.faults().black_hole {
+            // Held silently until the black hole ends (the next cut) or the proxy stops.
+            let (cut, stop) = (shared.epoch(), stop.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = cut.cancelled() => {}
+                    () = stop.cancelled() => {}
+                }
+                drop(client);
+            });
             continue;
         }
         let (shared, cut) = (shared.clone(), shared.epoch());
