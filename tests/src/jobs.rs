@@ -243,10 +243,22 @@ pub async fn http_get_text(router: &Router, path: &str) -> (StatusCode, String) 
 
 /// Calls a verb on `router`.
 pub async fn call(router: &Router, verb: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::post(format!("/v1/actions/{verb}"))
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("request");
+    call_as(router, None, verb, body).await
+}
+
+/// Calls a verb on `router` with a bearer `token`, if given.
+pub async fn call_as(
+    router: &Router,
+    token: Option<&str>,
+    verb: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let mut request =
+        Request::post(format!("/v1/actions/{verb}")).header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request.body(Body::from(body.to_string())).expect("request");
     let response = router
         .clone()
         .oneshot(request)

@@ -363,3 +363,73 @@ async fn complete_step_dry_run_checks_an_answer_and_writes_nothing() {
     assert_eq!(late["outcome"], "ALREADY_DONE", "{late}");
     node.stop().await;
 }
+
+/// What a `jobs:read` token without `registry:read` sees of workflow definitions,
+/// decided and kept: a job's own snapshot (`get-job include: ["definition"]`), since it
+/// is part of the job's record (steps, targets and descriptor set included), and a
+/// stored workflow's input form (`get-form {workflowName}`: the input type's fields and
+/// rules, never its steps or targets); the stored workflow itself (`get-workflow`,
+/// `list-workflows`) stays `registry:read`'s.
+#[tokio::test]
+async fn a_jobs_reader_sees_a_jobs_snapshot_and_an_input_form_not_the_registry() {
+    use registry_stub::auth::{AuthConfig, TokenConfig};
+    let db = TestDatabase::create().await;
+    let token = |name: &str, scopes: &[&str]| TokenConfig {
+        name: name.into(),
+        token: format!("{name}-token-0123456789"),
+        token_sha256: None,
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        requests_per_minute: None,
+        max_body_bytes: None,
+    };
+    let auth = AuthConfig {
+        tokens: vec![token("admin", &["*"]), token("reader", &["jobs:read"])],
+    };
+    let node = JobsNode::start_with_auth(test_config(&db.url, "idle", 0), Some(auth)).await;
+    let (admin, reader) = (
+        Some("admin-token-0123456789"),
+        Some("reader-token-0123456789"),
+    );
+    let call = |token, verb: &'static str, body: Value| {
+        let router = node.router.clone();
+        async move { protomolt_e2e::jobs::call_as(&router, token, verb, body).await }
+    };
+    let workflow = two_step_workflow("127.0.0.1:50071");
+    assert_eq!(
+        call(admin, "put-workflow", json!({ "workflow": workflow }))
+            .await
+            .0,
+        200
+    );
+    let (_, submitted) = call(
+        admin,
+        "submit-workflow",
+        json!({ "workflowName": "embed-text", "input": { "text": "a" } }),
+    )
+    .await;
+    let job_id = submitted["jobId"].as_str().unwrap().to_owned();
+
+    let (status, job) = call(
+        reader,
+        "get-job",
+        json!({ "jobId": job_id, "include": ["definition"] }),
+    )
+    .await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(
+        job["job"]["workflowDefinition"]["steps"][0]["target"], "127.0.0.1:50071",
+        "the job's own snapshot, targets included"
+    );
+    let (status, form) = call(reader, "get-form", json!({ "workflowName": "embed-text" })).await;
+    assert_eq!(status, 200, "{form}");
+    let text = form.to_string();
+    assert!(
+        !text.contains("\"steps\"") && !text.contains("50071") && !text.contains("descriptorSet"),
+        "the form holds the input type only: {form}"
+    );
+    for verb in ["get-workflow", "list-workflows"] {
+        let (status, _) = call(reader, verb, json!({ "name": "embed-text" })).await;
+        assert_eq!(status, 403, "{verb} is registry:read's");
+    }
+    node.stop().await;
+}

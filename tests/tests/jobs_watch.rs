@@ -10,7 +10,7 @@ use axum::body::Body;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::jobs::{JobsNode, eventually, http_get as get, test_config};
 use registry_stub::auth::{AuthConfig, TokenConfig};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -121,7 +121,6 @@ async fn submit_as(node: &JobsNode, server: &FixtureServer, job_id: &str, text: 
 }
 
 /// `GET path`: the status and the JSON answer.
-use protomolt_e2e::jobs::http_get as get;
 
 #[tokio::test]
 async fn a_watcher_that_subscribes_before_submitting_gets_every_event_in_order_and_can_resume() {
@@ -751,4 +750,69 @@ async fn streams_and_waits_end_when_the_node_shuts_down_and_waits_past_a_full_hu
         .unwrap();
     assert_eq!(status, StatusCode::OK);
     drop(store);
+}
+
+/// One token cannot take every watcher slot: each holds at most
+/// `max_watchers_per_token` (a quarter of `max_watchers` by default), past which its
+/// streams and waiting `get-job` calls are answered 429, while another token still
+/// watches.
+#[tokio::test]
+async fn each_token_holds_its_own_share_of_the_watchers() {
+    let db = TestDatabase::create().await;
+    let reader = |name: &str| TokenConfig {
+        name: name.into(),
+        token: format!("{name}-token-0123456789"),
+        token_sha256: None,
+        scopes: vec!["jobs:read".into()],
+        requests_per_minute: None,
+        max_body_bytes: None,
+    };
+    let auth = AuthConfig {
+        tokens: vec![reader("greedy"), reader("polite")],
+    };
+    let mut config = test_config(&db.url, "idle", 0);
+    config.max_watchers = 8;
+    let node = JobsNode::start_with_auth(config, Some(auth)).await;
+    let (greedy, polite) = ("greedy-token-0123456789", "polite-token-0123456789");
+    let some_job = || uuid::Uuid::now_v7().to_string();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            SseStream::open(&node.router, &some_job(), None, Some(greedy))
+                .await
+                .expect("within the share"),
+        );
+    }
+    let (status, error) = SseStream::open(&node.router, &some_job(), None, Some(greedy))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_watchers_per_token"),
+        "{error}"
+    );
+    let (status, error) = protomolt_e2e::jobs::call_as(
+        &node.router,
+        Some(greedy),
+        "get-job",
+        json!({ "jobId": some_job(), "waitMs": 5_000 }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    // Another token is not held back by the first one's streams.
+    let other = SseStream::open(&node.router, &some_job(), None, Some(polite)).await;
+    assert!(other.is_ok(), "the other token still watches");
+    // A slot given back is the token's again.
+    held.pop();
+    eventually("the slot to come back", WAIT, || async {
+        SseStream::open(&node.router, &some_job(), None, Some(greedy))
+            .await
+            .is_ok()
+    })
+    .await;
+    node.stop().await;
 }
