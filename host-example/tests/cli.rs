@@ -519,3 +519,39 @@ async fn token_new_prints_a_token_a_node_accepts_by_its_sha256() {
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn redrive_publishes_dead_lettered_events_again_by_job_or_all() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let url = serve(&node).await;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    let first = node.submit(&workflow, json!({ "text": "a" })).await;
+    let second = node.submit(&workflow, json!({ "text": "b" })).await;
+    db.connect()
+        .await
+        .execute(
+            "UPDATE workflow_run_events_outbox SET status = 'FAILED', attempts = 10",
+            &[],
+        )
+        .await
+        .unwrap();
+
+    let one = cli(&url, &["--json", "redrive", &first]).await;
+    assert_eq!(one.status.code(), Some(0), "{}", text(&one));
+    assert_eq!(json_lines(&one)[0]["jobIds"], json!([first]));
+    let rest = cli(&url, &["--json", "redrive", "--all"]).await;
+    assert_eq!(rest.status.code(), Some(0), "{}", text(&rest));
+    assert_eq!(json_lines(&rest)[0]["jobIds"], json!([second]));
+    let nothing = cli(&url, &["redrive", "--all", "--workflow", "embed-text"]).await;
+    assert_eq!(nothing.status.code(), Some(0), "{}", text(&nothing));
+    assert!(
+        text(&nothing).contains("redrove 0 events of 0 jobs"),
+        "{}",
+        text(&nothing)
+    );
+    // Neither ids nor --all: refused before anything is sent.
+    let neither = cli(&url, &["redrive"]).await;
+    assert_ne!(neither.status.code(), Some(0));
+    node.stop().await;
+}

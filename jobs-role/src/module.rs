@@ -230,6 +230,11 @@ impl Role for JobsModule {
             ),
         );
         if self.config.retention.is_on() {
+            if self.config.kafka_bootstrap.is_none() && !self.config.retention.prune_unpublished {
+                tracing::warn!(
+                    "jobs.retention is set on a node without the Kafka lanes: it prunes only jobs whose events another node published; if no node of the fleet publishes events, drain the outbox and set jobs.retention.prune_unpublished = true, or nothing is ever pruned"
+                );
+            }
             ctx.spawn_task(
                 "pruner",
                 prune_loop(

@@ -258,20 +258,39 @@ impl Publisher {
         })
     }
 
-    /// Records whether a batch got anything through.
+    /// Records whether a batch got anything through. Only a batch that met nothing
+    /// but outages counts as the lane failing: one whose records the broker refused
+    /// for their content (dead-lettered in time) shows the lane works.
     fn batch_went(&self, outcomes: &[PublishOutcome]) {
         let mut since = self
             .failing_since
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if outcomes
+        let through = outcomes
             .iter()
-            .any(|outcome| matches!(outcome, PublishOutcome::Published))
-        {
+            .any(|outcome| !matches!(outcome, PublishOutcome::Outage(_)));
+        if through {
             *since = None;
         } else if !outcomes.is_empty() {
             since.get_or_insert_with(std::time::Instant::now);
         }
+    }
+
+    /// Whether the lane's last batches got nothing through.
+    pub fn is_failing(&self) -> bool {
+        self.failing_since
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_some()
+    }
+
+    /// No row waits for the lane any more (none PENDING): whatever failed before is
+    /// no longer waiting, so the lane is not failing.
+    pub fn nothing_pending(&self) {
+        *self
+            .failing_since
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 
     /// Registers the contract under `<topic>-value` with a Confluent-compatible schema
@@ -416,16 +435,41 @@ impl Publisher {
             in_flight.push(producer.send_result(record).map_err(|(e, _)| e));
         }
         let mut outcomes = Vec::with_capacity(in_flight.len());
+        // The records refused with a code known neither as an outage nor as a refusal.
+        let mut unknown = Vec::new();
         for sent in in_flight {
+            let failed = |e: &KafkaError, unknown: &mut Vec<usize>, at: usize| {
+                if !is_known(e) {
+                    unknown.push(at);
+                }
+                classify(e)
+            };
+            let at = outcomes.len();
             outcomes.push(match sent {
-                Err(refused) => classify(&refused),
+                Err(refused) => failed(&refused, &mut unknown, at),
                 Ok(delivery) => match delivery.await {
                     Ok(Ok(_)) => PublishOutcome::Published,
-                    Ok(Err((e, _))) => classify(&e),
+                    Ok(Err((e, _))) => failed(&e, &mut unknown, at),
                     // The producer went away (shutdown): the row's fault it is not.
                     Err(_) => PublishOutcome::Outage("the producer dropped the delivery".into()),
                 },
             });
+        }
+        // A code this relay does not know is taken for an outage, unless the broker
+        // took other records of the same batch: then it is this record's, and it
+        // spends an attempt (so a record refused for good is dead-lettered in time,
+        // not left PENDING for ever holding its job's later events).
+        if outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, PublishOutcome::Published))
+        {
+            for at in unknown {
+                if let PublishOutcome::Outage(error) = &outcomes[at] {
+                    outcomes[at] = PublishOutcome::Failed(format!(
+                        "{error} (while the broker took other records of the batch)"
+                    ));
+                }
+            }
         }
         outcomes
     }
@@ -438,8 +482,17 @@ impl Publisher {
 /// and spending attempts on it would dead-letter healthy events and hold their job's
 /// later ones: the row waits PENDING instead.
 pub fn classify(error: &KafkaError) -> PublishOutcome {
+    if is_refusal(error) {
+        PublishOutcome::Failed(error.to_string())
+    } else {
+        PublishOutcome::Outage(error.to_string())
+    }
+}
+
+/// A refusal of the record's own content.
+fn is_refusal(error: &KafkaError) -> bool {
     use RDKafkaErrorCode::*;
-    let refused = matches!(
+    matches!(
         error.rdkafka_error_code(),
         Some(
             MessageSizeTooLarge
@@ -448,12 +501,54 @@ pub fn classify(error: &KafkaError) -> PublishOutcome {
                 | InvalidTimestamp
                 | InvalidRecord
         )
-    );
-    if refused {
-        PublishOutcome::Failed(error.to_string())
-    } else {
-        PublishOutcome::Outage(error.to_string())
-    }
+    )
+}
+
+/// Whether the code is one this relay knows: a refusal, an outage, or a fault of the
+/// producer or the broker.
+fn is_known(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode::*;
+    is_refusal(error)
+        || matches!(
+            error.rdkafka_error_code(),
+            Some(
+                MessageTimedOut
+                    | RequestTimedOut
+                    | OperationTimedOut
+                    | TimedOutQueue
+                    | QueueFull
+                    | BrokerTransportFailure
+                    | AllBrokersDown
+                    | BrokerNotAvailable
+                    | NetworkException
+                    | LeaderNotAvailable
+                    | NotLeaderForPartition
+                    | PreferredLeaderNotAvailable
+                    | EligibleLeadersNotAvailable
+                    | FencedLeaderEpoch
+                    | UnknownLeaderEpoch
+                    | ReplicaNotAvailable
+                    | NotEnoughReplicas
+                    | NotEnoughReplicasAfterAppend
+                    | KafkaStorageError
+                    | UnknownTopic
+                    | UnknownTopicOrPartition
+                    | ThrottlingQuotaExceeded
+                    | PurgeQueue
+                    | BrokerDestroy
+                    | TopicAuthorizationFailed
+                    | ClusterAuthorizationFailed
+                    | Fatal
+                    | Unknown
+                    | UnknownProducerId
+                    | OutOfOrderSequenceNumber
+                    | InvalidMessage
+                    | DuplicateSequenceNumber
+                    | InvalidProducerEpoch
+                    | ProducerFenced
+                    | InvalidProducerIdMapping
+            )
+        )
 }
 
 /// How often the relay reports rows held behind dead-lettered ones.
@@ -508,6 +603,18 @@ pub async fn relay_loop(
                 if tokio::time::Instant::now() >= next_held_report {
                     next_held_report = tokio::time::Instant::now() + HELD_REPORT_EVERY;
                     log_held(&store).await;
+                }
+                // Nothing due: if nothing waits at all (deferred rows still wait), a
+                // lane that failed before is not failing now.
+                if report.handled() == 0
+                    && report.outage == 0
+                    && publisher.is_failing()
+                    && store
+                        .lane_counts()
+                        .await
+                        .is_ok_and(|counts| counts.pending_events == 0)
+                {
+                    publisher.nothing_pending();
                 }
                 if report.handled() > 0 {
                     let count = crate::metrics::JobsMetrics::count;

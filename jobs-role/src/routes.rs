@@ -105,10 +105,19 @@ async fn open_stream(
                 })?,
         ),
     };
-    // A Last-Event-ID retention has pruned (`published_events_ms`) is not the
-    // client's mistake: the job's story resumes with the events still kept, which
-    // all follow it (a job's events are published, and so pruned, in order), after a
-    // first `resumed` event that says so.
+    // The slot first: a node at its bound (or a token at its share) answers before
+    // reading anything; the position is set once it is known.
+    let watching = state
+        .watchers
+        .watch(job_id, i64::MAX, caller.0)
+        .map_err(|e| match e {
+            NotWatching::TokenShare(_) => ActionError::new(Code::ResourceExhausted, e.to_string()),
+            _ => ActionError::unavailable(e.to_string()),
+        })?;
+    // A Last-Event-ID not among the job's events kept (retention pruned it,
+    // `published_events_ms`) is not the client's mistake: the job's story resumes
+    // with the events still kept, which all follow a pruned one (a job's events are
+    // published, and so pruned, in order), after a first `resumed` event that says so.
     let mut resumed_after_pruned = None;
     let after = match last_event {
         None => 0,
@@ -136,14 +145,7 @@ async fn open_stream(
             }
         },
     };
-    // The slot first: a node at its bound answers before reading anything more.
-    let watching = state
-        .watchers
-        .watch(job_id, after, caller.0)
-        .map_err(|e| match e {
-            NotWatching::TokenShare(_) => ActionError::new(Code::ResourceExhausted, e.to_string()),
-            _ => ActionError::unavailable(e.to_string()),
-        })?;
+    watching.start_after(after);
     // A job not submitted yet is waited for (a client may watch before it submits
     // with its own jobId), for a while.
     let job = state.store.get_job(job_id).await.map_err(store_error)?;
@@ -180,7 +182,7 @@ async fn open_stream(
 fn resumed_event(pruned: Uuid) -> Event {
     let data = serde_json::json!({
         "resumedAfter": pruned.to_string(),
-        "note": "that event was pruned by retention (jobs.retention.published_events_ms); the job's events still kept follow, all of them after it",
+        "note": "that event is not among the job's events kept (retention, jobs.retention.published_events_ms, deletes published events): the job's events still kept follow",
     });
     Event::default().event("resumed").data(data.to_string())
 }

@@ -131,6 +131,17 @@ impl Watching {
         Some(event)
     }
 
+    /// Moves the position the watcher wants events after (a watcher registered with
+    /// `i64::MAX`, to hold its slot before the position is read, is told it here).
+    pub fn start_after(&self, after: i64) {
+        let mut watches = self.inner.watches.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(watch) = watches.by_id.get_mut(&self.id) {
+            watch.after = after;
+        }
+        drop(watches);
+        self.inner.wake.notify_one();
+    }
+
     /// Every event already handed over, without waiting.
     pub fn drain(&mut self) {
         while self.events.try_recv().is_ok() {}

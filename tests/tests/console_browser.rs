@@ -740,3 +740,90 @@ async fn every_page_labels_its_inputs_and_fits_a_phone() {
     browser.stop().await;
     console.node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pages_the_jobs_by_keyset_and_redrives_dead_lettered_events() {
+    let console = Console::start(None).await;
+    // 60 jobs that wait an hour (more than one page of 50).
+    let submissions: Vec<Value> = (0..60)
+        .map(|i| json!({ "input": { "text": format!("{i}") }, "delayMs": 3_600_000 }))
+        .collect();
+    let answer = console
+        .node
+        .ok(
+            "submit-workflows",
+            json!({ "workflow": two_step_workflow("127.0.0.1:1"), "submissions": submissions }),
+        )
+        .await;
+    let ids: Vec<String> = answer["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["jobId"].as_str().unwrap().to_owned())
+        .collect();
+
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page("#/fleet")).await.unwrap();
+    wait_for_exact_text(&page, "#page-info", "Jobs 1–50").await;
+    click(&page, "#page-next").await;
+    wait_for_exact_text(&page, "#page-info", "Jobs 51–60").await;
+    assert!(
+        page.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("after="),
+        "the page's place is a keyset cursor in the URL"
+    );
+    click(&page, "#page-prev").await;
+    wait_for_exact_text(&page, "#page-info", "Jobs 1–50").await;
+
+    // Two jobs' events dead-lettered.
+    let client = console._db.connect().await;
+    for job in &ids[..2] {
+        client
+            .execute(
+                "UPDATE workflow_run_events_outbox SET status = 'FAILED', attempts = 10
+                  WHERE job_id = $1::text::uuid",
+                &[job],
+            )
+            .await
+            .unwrap();
+    }
+    // The job page redrives its own.
+    page.goto(&console.page(&format!("#/jobs/{}", ids[0])))
+        .await
+        .unwrap();
+    wait_for_text(&page, "#redrive-note", "the dead-lettered count", |t| {
+        t.starts_with("1 events")
+    })
+    .await;
+    click(&page, "#redrive-events").await;
+    wait_for_text(&page, "#action-outcome", "the redrive", |t| {
+        t.contains("Redrove 1 events")
+    })
+    .await;
+    // The fleet page shows the rest and redrives them all.
+    page.goto(&console.page("#/fleet")).await.unwrap();
+    wait_for_exact_text(&page, "[data-outbox=\"failed\"]", "1").await;
+    click(&page, "#redrive-all").await;
+    wait_for_text(&page, "#redrive-outcome", "the redrive", |t| {
+        t.contains("Redrove 1 events of 1 jobs")
+    })
+    .await;
+    wait_for_exact_text(&page, "[data-outbox=\"failed\"]", "0").await;
+    let failed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'FAILED'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(failed, 0);
+
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}

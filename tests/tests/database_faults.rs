@@ -397,3 +397,59 @@ async fn readers_never_hold_the_connections_reserved_for_the_worker() {
         "readers held {readers_alone} connections, more than their {shared}"
     );
 }
+
+/// The database connection goes silent for 20 s (the peer gone without a word: no
+/// error, no close, TCP still acknowledging): a batch waits at most
+/// `COMMIT_DEADLINE` (15 s) for its answer, then is read back; a renewal waits at most
+/// a third of the lease; the silent connections are closed, never handed to the next
+/// caller. When the database answers again every job completes, each step
+/// checkpointed once, none DEAD on its single attempt. Before, a silent connection
+/// held the flusher's every write until the kernel gave up (about 15 minutes).
+#[tokio::test]
+async fn a_connection_gone_silent_holds_no_write_past_its_deadline() {
+    const JOBS: usize = 60;
+    let db = TestDatabase::create().await;
+    let direct = db.connect().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(300)),
+        embed_delay: Some(Duration::from_millis(300)),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let proxy = FaultProxy::postgres_for(&db.url).await;
+    let node = node_behind(&proxy, &db, "silent", 60_000).await;
+    submit_all(
+        &node,
+        &two_step_workflow(&server.target()),
+        JOBS,
+        json!({ "maxAttempts": 1 }),
+    )
+    .await;
+    eventually("some jobs to complete", WAIT, || async {
+        count_in(&direct, "COMPLETED").await >= 5
+    })
+    .await;
+    proxy.stall();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    proxy.pass();
+    eventually("every job to finish", WAIT, || async {
+        let finished: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        finished == JOBS as i64
+    })
+    .await;
+    let stories = stories(&direct).await;
+    let broken: Vec<_> = stories
+        .iter()
+        .filter(|(_, story)| story.status != "COMPLETED" || story.steps != ["tokenize", "embed"])
+        .take(5)
+        .collect();
+    assert!(broken.is_empty(), "{broken:#?}");
+    node.stop().await;
+}

@@ -693,26 +693,37 @@ async fn streams_and_waits_end_when_the_node_shuts_down_and_waits_past_a_full_hu
         .await
         .unwrap();
     let (router, store) = (node.router.clone(), node.store.clone());
-    let waited = queued.clone();
-    let waiting = tokio::spawn(async move {
-        protomolt_e2e::jobs::call(
-            &router,
-            "get-job",
-            json!({ "jobId": waited, "waitMs": 60_000 }),
-        )
-        .await
-    });
-    protomolt_e2e::jobs::eventually("the waiting get-job to hold its slot", WAIT, || async {
-        // The hub is full once the waiting call registered: a fourth is refused.
-        let (status, _) = protomolt_e2e::jobs::call(
-            &node.router,
-            "get-job",
-            json!({ "jobId": queued, "waitMs": 700 }),
-        )
-        .await;
-        status == StatusCode::TOO_MANY_REQUESTS
-    })
-    .await;
+    let wait_in_the_last_slot = || {
+        let (router, waited) = (router.clone(), queued.clone());
+        tokio::spawn(async move {
+            protomolt_e2e::jobs::call(
+                &router,
+                "get-job",
+                json!({ "jobId": waited, "waitMs": 60_000 }),
+            )
+            .await
+        })
+    };
+    let mut waiting = wait_in_the_last_slot();
+    // The hub is full once the waiting call registered: a stream is refused (503).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if waiting.is_finished() {
+            // Refused while this loop's own probe held the slot: ask again.
+            waiting = wait_in_the_last_slot();
+            continue;
+        }
+        let probe =
+            SseStream::open(&node.router, &uuid::Uuid::now_v7().to_string(), None, None).await;
+        if matches!(probe, Err((StatusCode::SERVICE_UNAVAILABLE, _))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiting get-job never held its slot"
+        );
+    }
     // Past the bound a waiting get-job is answered at once, never left polling the
     // row on the pool running jobs write through.
     let started = Instant::now();

@@ -169,6 +169,14 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         10
     );
     assert_eq!(node.store.lane_counts().await.unwrap().failed_events, 1);
+    // A record refused for its content is not the lane failing: the node is ready.
+    eventually("/readyz to say ready", WAIT, || async {
+        protomolt_e2e::jobs::http_get(&node.router, "/readyz")
+            .await
+            .0
+            == 200
+    })
+    .await;
     node.stop().await;
 }
 
@@ -734,8 +742,29 @@ async fn a_jobs_later_events_are_held_behind_its_failed_row_until_redriven() {
         )
         .await
         .unwrap();
-    assert!(node.store.redrive_failed_event(big).await.unwrap());
-    assert!(!node.store.redrive_failed_event(big).await.unwrap(), "once");
+    let redriven = node
+        .ok(
+            "redrive-events",
+            json!({ "jobIds": [job.job_id.to_string()] }),
+        )
+        .await;
+    assert_eq!(
+        (&redriven["jobs"], &redriven["events"]),
+        (&json!(1), &json!(1)),
+        "{redriven}"
+    );
+    // The FAILED row starts over; the rows behind it stay HELD until it publishes.
+    assert_eq!(
+        statuses(node.store.job_events(job.job_id).await.unwrap()),
+        ["PUBLISHED", "PENDING", "HELD", "HELD"]
+    );
+    let again = node
+        .ok("redrive-events", json!({ "all": true, "limit": 10 }))
+        .await;
+    assert_eq!(
+        again["jobs"], 0,
+        "nothing FAILED is left to redrive: {again}"
+    );
     for _ in 0..3 {
         assert_eq!(drain_once(&node.store, &strict).await.published, 1);
     }
@@ -906,4 +935,82 @@ async fn a_replayed_request_whose_job_was_pruned_is_not_run_again() {
         "{answer}"
     );
     node_b.stop().await;
+}
+
+/// `redrive-events {all: true}` picks the jobs with a dead-lettered event, oldest
+/// first, narrowed by `workflowName`, and says `more` past its limit; hostile and
+/// ambiguous selections are refused naming the fix, and nothing changes.
+#[tokio::test]
+async fn redrive_events_selects_by_workflow_and_limit_and_refuses_ambiguity() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let mut jobs = Vec::new();
+    for (i, name) in ["alpha", "alpha", "beta"].iter().enumerate() {
+        let mut workflow = two_step_workflow("127.0.0.1:1");
+        workflow["name"] = json!(name);
+        jobs.push(
+            node.submit(&workflow, json!({ "text": format!("{i}") }))
+                .await,
+        );
+    }
+    let client = db.connect().await;
+    client
+        .execute(
+            "UPDATE workflow_run_events_outbox SET status = 'FAILED', attempts = 10",
+            &[],
+        )
+        .await
+        .unwrap();
+    let failed = || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM workflow_run_events_outbox WHERE status = 'FAILED'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    for (body, needle) in [
+        (json!({}), "give jobIds (1 to 1,000) or all: true"),
+        (json!({ "all": true }), "needs a limit"),
+        (
+            json!({ "all": true, "limit": 5, "jobIds": [jobs[0]] }),
+            "not both",
+        ),
+        (
+            json!({ "jobIds": [jobs[0]], "workflowName": "alpha" }),
+            "workflowName narrows all",
+        ),
+        (json!({ "jobIds": ["not-a-uuid"] }), "jobIds"),
+        (json!({ "all": true, "limit": 10_001 }), "limit"),
+    ] {
+        let (status, answer) = node.call("redrive-events", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains(needle),
+            "{body}: {answer}"
+        );
+    }
+    assert_eq!(failed().await, 3, "nothing changed");
+
+    let alpha = node
+        .ok(
+            "redrive-events",
+            json!({ "all": true, "workflowName": "alpha", "limit": 1 }),
+        )
+        .await;
+    assert_eq!(
+        alpha["jobIds"],
+        json!([jobs[0]]),
+        "the oldest first: {alpha}"
+    );
+    assert_eq!(alpha["more"], true, "{alpha}");
+    let rest = node
+        .ok("redrive-events", json!({ "all": true, "limit": 10 }))
+        .await;
+    assert_eq!(rest["jobs"], 2, "{rest}");
+    assert_eq!(rest["more"], false, "{rest}");
+    assert_eq!(failed().await, 0);
+    node.stop().await;
 }

@@ -902,6 +902,11 @@ fn valid_target(target: &str) -> Result<(), String> {
             .strip_suffix(']')
             .and_then(ipv6_with_zone)
             .is_some(),
+        None if host.parse::<std::net::IpAddr>().is_err() && ends_in_a_number(host) => {
+            return Err(format!(
+                "'{target}': '{host}' is neither a name nor an IP address as written (a host ending in a number is read as an IPv4 address in some other form, 10.6488325 or 0xA630005): write the address as four decimal numbers (10.99.1.5), or a name: {TARGET_FORMS}"
+            ));
+        }
         None => {
             // A fully-qualified name may end with a dot (`svc.cluster.local.`).
             let name = host.strip_suffix('.').unwrap_or(host);
@@ -921,6 +926,21 @@ fn valid_target(target: &str) -> Result<(), String> {
             "'{target}': '{host}' is not a hostname or an IP address: {TARGET_FORMS}"
         ))
     }
+}
+
+/// Whether a host that is not an IP address as Rust reads it ends in a number (its
+/// last label all digits, or `0x` and hex digits): the C resolver reads such a host
+/// as an IPv4 address in another form (`10.6488325`, `0xA630005`, `012.0.0.1` as
+/// 10.0.0.1), so it is no name, and an address the outbound policy would check by
+/// name patterns only. Refused, as the WHATWG URL standard refuses it.
+pub(crate) fn ends_in_a_number(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let last = host.rsplit('.').next().unwrap_or(host);
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()));
+    !last.is_empty() && (last.bytes().all(|b| b.is_ascii_digit()) || hex)
 }
 
 /// The address of a bracketed IPv6 host (without its brackets), which may carry a

@@ -209,7 +209,17 @@ impl tower::Service<http::Uri> for PolicyConnector {
                 } else {
                     80
                 });
-            if format!("{host}:{port}") != target {
+            // The host and port the policy checked, as written (case aside; a port
+            // by its number, so `050051` is 50051).
+            let checked = target
+                .rsplit_once(':')
+                .and_then(|(checked_host, checked_port)| {
+                    Some((checked_host, checked_port.parse::<u16>().ok()?))
+                });
+            let same = checked.is_some_and(|(checked_host, checked_port)| {
+                checked_host.eq_ignore_ascii_case(&host) && checked_port == port
+            });
+            if !same {
                 return Err(std::io::Error::other(OutboundRefused(format!(
                     "the outbound policy refuses the connection: target '{target}' was read as '{host}:{port}' by the HTTP stack; no connection was made"
                 ))));
@@ -217,7 +227,14 @@ impl tower::Service<http::Uri> for PolicyConnector {
             let bare = host.trim_start_matches('[').trim_end_matches(']');
             let addresses: Vec<std::net::SocketAddr> = match bare.parse::<std::net::IpAddr>() {
                 Ok(ip) => vec![std::net::SocketAddr::new(ip, port)],
-                Err(_) => tokio::net::lookup_host((bare, port)).await?.collect(),
+                Err(_) => {
+                    // A zone is written `%25` in a URI; the resolver reads `%`, and
+                    // gives the address its interface.
+                    let resolvable = bare.replacen("%25", "%", 1);
+                    tokio::net::lookup_host((resolvable.as_str(), port))
+                        .await?
+                        .collect()
+                }
             };
             let (allowed, refused): (Vec<_>, Vec<_>) = addresses
                 .into_iter()

@@ -283,6 +283,8 @@ impl Target {
             Some(v6) => TargetHost::Address(IpAddr::V6(crate::compile::ipv6_with_zone(v6)?)),
             None => match host.parse::<IpAddr>() {
                 Ok(ip) => TargetHost::Address(ip),
+                // An address in another form (`10.6488325`) is neither.
+                Err(_) if crate::compile::ends_in_a_number(host) => return None,
                 Err(_) => TargetHost::Name(host.trim_end_matches('.').to_ascii_lowercase()),
             },
         };
@@ -483,6 +485,9 @@ impl OutboundPolicy {
         if named_by_address {
             return listed;
         }
+        if crate::compile::ends_in_a_number(bare) {
+            return false;
+        }
         let name = Target {
             host: TargetHost::Name(bare.trim_end_matches('.').to_ascii_lowercase()),
             port,
@@ -635,6 +640,26 @@ mod tests {
         let p = policy(&["[fd00::/8]:*"]);
         assert!(allowed(&p, "[fd00::1%25eth0]:50099"));
         assert!(allowed(&p, "[fd00::1%25en0.1_a-b]:50099"));
+        let names = policy(&["*:*"]);
+        for number in [
+            "0XA630005:443",
+            "10.6488325:443",
+            "012.0.0.1:443",
+            "127.1:443",
+            "10.0.0.1.:80",
+        ] {
+            assert!(Target::parse(number).is_none(), "{number} is no name");
+            let host = number.rsplit_once(':').unwrap().0;
+            assert!(
+                !names.allows_connection(host, "10.99.0.5".parse().unwrap(), 443),
+                "{number} never connects as a name"
+            );
+        }
+        assert!(allowed(&names, "api.example.com:443"));
+        assert!(
+            allowed(&names, "svc-1.internal:443"),
+            "digits inside a label are fine"
+        );
         for hostile in [
             "[fd00::1%25@3221225986]:50099",
             "[fd00::1%25@192.0.2.2]:50099",

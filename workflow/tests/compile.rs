@@ -601,6 +601,24 @@ fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
         ("host/path:1", "has a path"),
         ("bad host:1", "is not a hostname or an IP address"),
         ("[::1:50051", "is not a hostname or an IP address"),
+        // An IPv4 address in another form is no name (the C resolver reads it as one).
+        (
+            "10.6488325:443",
+            "is neither a name nor an IP address as written",
+        ),
+        (
+            "0XA630005:443",
+            "is neither a name nor an IP address as written",
+        ),
+        (
+            "012.0.0.1:443",
+            "is neither a name nor an IP address as written",
+        ),
+        // A zone is an interface name or number, nothing a URI could read otherwise.
+        (
+            "[fd00::1%25@10.0.0.1]:443",
+            "is not a hostname or an IP address",
+        ),
     ] {
         let mut envelope = two_step_workflow(TARGET);
         envelope["steps"][0]["target"] = json!(target);
@@ -616,6 +634,8 @@ fn a_target_that_is_not_host_and_port_is_a_finding_naming_the_forms() {
         "tokenizer.internal:443",
         "[::1]:50051",
         "10.0.0.5:1",
+        "[fe80::1%25eth0]:50051",
+        "svc-2.internal:443",
     ] {
         let mut envelope = two_step_workflow(TARGET);
         envelope["steps"][0]["target"] = json!(target);

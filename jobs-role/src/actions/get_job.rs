@@ -102,6 +102,18 @@ async fn settled_row(
     with_definition: bool,
 ) -> Result<Option<Value>, ActionError> {
     let deadline = tokio::time::Instant::now() + wait;
+    // The slot first: past the node's bound (or the token's share) the call is
+    // answered at once, before any read, never left to read the row over and over on
+    // the pool the running jobs write through.
+    let mut watching = state
+        .watchers
+        .watch(job_id, i64::MAX, request.caller.0)
+        .map_err(|e| {
+            ActionError::new(
+                Code::ResourceExhausted,
+                format!("waitMs: {e}; or call get-job without waitMs"),
+            )
+        })?;
     // Watch from the latest event before reading the row: an event committed between
     // the read and the wait still wakes it.
     let position = state
@@ -109,18 +121,7 @@ async fn settled_row(
         .latest_event_position(job_id)
         .await
         .map_err(store_error)?;
-    // Past the node's bound (or the token's share) the call is answered at once,
-    // never left to read the row over and over on the pool the running jobs write
-    // through.
-    let mut watching = state
-        .watchers
-        .watch(job_id, position, request.caller.0)
-        .map_err(|e| {
-            ActionError::new(
-                Code::ResourceExhausted,
-                format!("waitMs: {e}; or call get-job without waitMs"),
-            )
-        })?;
+    watching.start_after(position);
     loop {
         let row = state
             .store

@@ -153,11 +153,14 @@ impl Store {
         self.act_on(CancelAct::new(reason), job_ids, recheck).await
     }
 
-    /// Settles CANCELLED, with its event, a claimed job whose cancel was requested.
+    /// Settles CANCELLED, with its event, a claimed job whose cancel was requested
+    /// (a worker's own write: on the connections reserved for the worker).
     /// [`StoreError::LostClaim`] when the fence matches nothing or no cancel was
-    /// requested: the caller's own outcome stands then.
+    /// requested: the caller's own outcome stands then. Sent again after a COMMIT
+    /// whose answer was lost, it finds the job CANCELLED under this claim's token and
+    /// answers `Ok`.
     pub async fn settle_cancelled(&self, claim: &Claim) -> Result<(), StoreError> {
-        let mut client = self.shared().await?;
+        let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let Some(row) = tx
             .query_opt(
@@ -167,7 +170,14 @@ impl Store {
             .await?
         else {
             tx.rollback().await?;
-            return Err(claim.lost());
+            let state = client
+                .query_opt(sql::CLAIM_WRITES_STATE, &[&vec![claim.job_id]])
+                .await?;
+            let landed = state.is_some_and(|state| {
+                state.get::<_, i32>("claims") == claim.token
+                    && state.get::<_, String>("status") == JobStatus::Cancelled.as_str()
+            });
+            return if landed { Ok(()) } else { Err(claim.lost()) };
         };
         insert_cancelled_event(&tx, claim.job_id, &claim.workflow_name, &row).await?;
         tx.commit().await?;

@@ -77,12 +77,26 @@ impl Store {
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
+        self.claim_jobs_stamped(owner, lease, limit, Uuid::new_v4())
+            .await
+    }
+
+    /// [`Store::claim_jobs`], stamping the rows with `nonce` (the worker keeps the
+    /// nonce of a claim whose answer was lost, to give back exactly what it took:
+    /// [`Store::release_unheard_claims`]).
+    pub async fn claim_jobs_stamped(
+        &self,
+        owner: &str,
+        lease: Duration,
+        limit: usize,
+        nonce: Uuid,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(sql::CLAIM_JOBS).await?;
         let asked_at = std::time::Instant::now();
         let rows = client
-            .query(&statement, &[&owner, &millis(lease), &limit])
+            .query(&statement, &[&owner, &millis(lease), &limit, &nonce])
             .await?;
         Ok(rows
             .iter()
@@ -106,18 +120,19 @@ impl Store {
             .collect())
     }
 
-    /// Gives back the jobs RUNNING under `owner` that are not in `running` (claims
-    /// whose answer was lost: no task holds them), attempt returned, claimable now;
-    /// answers how many. See [`sql::RELEASE_UNHEARD_CLAIMS`].
+    /// Gives back the jobs the claims `nonces` (whose answers were lost) took under
+    /// `owner`, but for those in `running` (a task holds them), attempt returned,
+    /// claimable now; answers how many. See [`sql::RELEASE_UNHEARD_CLAIMS`].
     pub async fn release_unheard_claims(
         &self,
         owner: &str,
+        nonces: &[Uuid],
         running: &[Uuid],
     ) -> Result<usize, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let released = tx
-            .query(sql::RELEASE_UNHEARD_CLAIMS, &[&owner, &running])
+            .query(sql::RELEASE_UNHEARD_CLAIMS, &[&owner, &nonces, &running])
             .await?;
         for row in &released {
             let job_id: Uuid = row.get("job_id");

@@ -365,17 +365,44 @@ impl Store {
                     }
                 }
             }
-            // Unread, they stay lost claims: nothing was written by them either way.
-            Err(e) => tracing::debug!(error = %e, "reading back refused writes failed"),
+            // Unread, whether they landed is unknown: a failure that may pass (the
+            // worker sends them again and reads back again), never a lost claim, on
+            // which the worker would walk away from a job it still holds.
+            Err(e) => {
+                for &i in &refused {
+                    answers[i] = Err(StoreError::GroupCommit(format!(
+                        "the write's fence matched nothing and reading the row back failed ({e}): whether it landed is unknown"
+                    )));
+                }
+            }
         }
     }
 
-    /// What the rows of `writes` show about each of them, in order.
+    /// What the rows of `writes` show about each of them, in order (within
+    /// [`COMMIT_DEADLINE`], on a connection closed if it goes silent).
     async fn read_back(&self, writes: &[&ClaimWrite]) -> Result<Vec<Landing>, StoreError> {
         let ids: Vec<Uuid> = writes.iter().map(|w| w.claim.job_id).collect();
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(sql::CLAIM_WRITES_STATE).await?;
-        let rows = client.query(&statement, &[&ids]).await?;
+        let mut client = Abandonable::new(self.pool.get().await?);
+        let read = tokio::time::timeout(COMMIT_DEADLINE, async {
+            let statement = client
+                .object()
+                .prepare_cached(sql::CLAIM_WRITES_STATE)
+                .await?;
+            Ok::<_, StoreError>(client.object().query(&statement, &[&ids]).await?)
+        })
+        .await;
+        let rows = match read {
+            Ok(rows) => {
+                client.finished();
+                rows?
+            }
+            Err(_) => {
+                return Err(StoreError::GroupCommit(format!(
+                    "reading the rows back got no answer within {} s",
+                    COMMIT_DEADLINE.as_secs()
+                )));
+            }
+        };
         let states: std::collections::HashMap<Uuid, RowState> = rows
             .iter()
             .map(|row| {
@@ -396,20 +423,47 @@ impl Store {
             .collect())
     }
 
+    /// One try at committing `writes`, within [`COMMIT_DEADLINE`]: past it the
+    /// batch is answered as unanswered (its COMMIT may have been sent; the rows are
+    /// read back) and its connection closed, never handed to the next caller with a
+    /// statement still waiting for its answer.
     async fn try_commit(
         &self,
         writes: &[&ClaimWrite],
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         let plans: Vec<Vec<Part<'_>>> = writes.iter().map(|write| parts(write)).collect();
-        let mut client = batch_connection(&self.pool).await?;
-        let tx = begin_batch(&mut client).await?;
+        let mut client = Abandonable::new(batch_connection(&self.pool).await?);
+        let tried = tokio::time::timeout(
+            COMMIT_DEADLINE,
+            self.commit_on(client.object(), writes, &plans),
+        )
+        .await;
+        match tried {
+            Ok(answered) => {
+                client.finished();
+                answered
+            }
+            Err(_) => Err(BatchFailure::Unanswered(StoreError::GroupCommit(format!(
+                "no answer within {} s (a connection that went silent)",
+                COMMIT_DEADLINE.as_secs()
+            )))),
+        }
+    }
+
+    async fn commit_on(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        writes: &[&ClaimWrite],
+        plans: &[Vec<Part<'_>>],
+    ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
+        let tx = begin_batch(client).await?;
         // A write blocked on a row lock (an operator's open transaction) must not hold
         // the node's every other write for ever: it fails the batch, which then commits
         // each write alone.
         tx.batch_execute(sql::BATCH_LOCK_TIMEOUT)
             .await
             .map_err(|e| BatchFailure::Rolledback(e.into()))?;
-        let answers = self.run_batch(&tx, writes, &plans).await?;
+        let answers = self.run_batch(&tx, writes, plans).await?;
         tx.commit().await.map_err(commit_failure)?;
         Ok(answers)
     }

@@ -69,6 +69,9 @@ mod embedded {
     refinery::embed_migrations!("../migrations");
 }
 
+/// How long the readiness check waits for the database.
+const READY_WITHIN: Duration = Duration::from_secs(3);
+
 /// How long a caller waits for a pooled connection before the store answers
 /// [`StoreError::Pool`] (a timeout) instead of waiting for ever.
 pub const POOL_WAIT: Duration = Duration::from_secs(10);
@@ -247,16 +250,43 @@ impl StoreError {
 /// Applies every pending migration on `client`. Safe to call from many nodes at once:
 /// an advisory lock serialises them, and applying an up-to-date schema is a no-op.
 pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
-    client.execute(sql::LOCK_MIGRATIONS, &[]).await?;
+    client.batch_execute(sql::LOCK_MIGRATIONS).await?;
     let applied = embedded::migrations::runner()
         .set_abort_divergent(true)
         .run_async(client)
         .await;
     // Release even when the migration failed, so a fixed node can retry at once.
-    let released = client.execute(sql::UNLOCK_MIGRATIONS, &[]).await;
+    let released = client.batch_execute(sql::UNLOCK_MIGRATIONS).await;
     applied?;
     released?;
     Ok(())
+}
+
+/// What every connection of the node sets unless `database_url` says otherwise:
+/// - `lock_timeout` of 5 s for the session: a statement waiting on a row another
+///   transaction holds (an operator's open transaction; a lease renewal, a
+///   `complete-step`) fails and is tried again instead of hanging for as long as that
+///   transaction lasts; the transactions that must wait longer set their own;
+/// - TCP keepalives (after 30 s idle, every 10 s, 3 probes) and a TCP user timeout of
+///   30 s: a connection whose peer vanished without a word (a failover leaving a
+///   stale address, a NAT forgetting the flow) is found dead in seconds, not after
+///   the kernel's 15 minutes, which would hold the flusher's every write meanwhile.
+fn session_defaults(config: &mut tokio_postgres::Config) {
+    let options = config.get_options().unwrap_or_default().to_owned();
+    if !options.contains("lock_timeout") {
+        config.options(format!("{options} -c lock_timeout=5000").trim());
+    }
+    // tokio-postgres's defaults (keepalives on, idle 2 h) mean no one chose these.
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(30));
+    }
 }
 
 /// The stream a listener's connection runs over (TLS or not, as `sslmode` says).
@@ -308,7 +338,8 @@ impl Store {
     /// Builds the pool and applies the migrations. Waiting for a connection is
     /// bounded by [`POOL_WAIT`], and so is opening one.
     pub async fn connect(database_url: &str, max_connections: usize) -> Result<Store, StoreError> {
-        let (config, tls) = tls::connect_options(database_url).map_err(StoreError::Config)?;
+        let (mut config, tls) = tls::connect_options(database_url).map_err(StoreError::Config)?;
+        session_defaults(&mut config);
         let manager = deadpool_postgres::Manager::from_config(
             config.clone(),
             tls.clone(),
@@ -374,11 +405,18 @@ impl Store {
             .map(|m| i64::from(m.version()))
             .max()
             .unwrap_or(0);
-        let applied: Result<Option<i64>, StoreError> = async {
-            let client = self.shared().await?;
+        // On the pool directly (not the readers' share) and within a few seconds: a
+        // storm of readers must not make a healthy node look unready.
+        let applied: Result<Option<i64>, StoreError> = tokio::time::timeout(READY_WITHIN, async {
+            let client = self.pool.get().await?;
             Ok(client.query_one(sql::APPLIED_MIGRATION, &[]).await?.get(0))
-        }
-        .await;
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Pool(deadpool_postgres::PoolError::Timeout(
+                deadpool_postgres::TimeoutType::Wait,
+            )))
+        });
         match applied {
             Ok(Some(applied)) if applied >= needed => Ok(()),
             Ok(applied) => Err(format!(
@@ -453,6 +491,53 @@ fn commit_failure(error: tokio_postgres::Error) -> BatchFailure {
         BatchFailure::Whole(error.into())
     } else {
         BatchFailure::Unanswered(error.into())
+    }
+}
+
+/// How long a batch of claim writes (or reading its rows back) may go unanswered
+/// before the store stops waiting: a connection that went silent (its peer gone
+/// without a word) must not hold every running job's writes for the kernel's 15
+/// minutes. A healthy batch of 512 writes takes milliseconds.
+pub const COMMIT_DEADLINE: Duration = Duration::from_secs(15);
+
+/// A pooled connection closed, not given back to the pool, unless the work on it
+/// [`Abandonable::finished`]: one whose statement was abandoned (a deadline passed)
+/// may still owe an answer, and its next user would wait behind it.
+pub(crate) struct Abandonable {
+    object: Option<deadpool_postgres::Object>,
+    finished: bool,
+}
+
+impl Abandonable {
+    pub(crate) fn new(object: deadpool_postgres::Object) -> Abandonable {
+        Abandonable {
+            object: Some(object),
+            finished: false,
+        }
+    }
+
+    /// The connection (present until dropped).
+    pub(crate) fn object(&mut self) -> &mut deadpool_postgres::Object {
+        // Taken only in `drop`: present for as long as `self` is.
+        self.object
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("an Abandonable's connection is taken only on drop"))
+    }
+
+    /// The work on it ended with an answer: it goes back to the pool.
+    pub(crate) fn finished(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Abandonable {
+    fn drop(&mut self) {
+        if !self.finished
+            && let Some(object) = self.object.take()
+        {
+            // Detached from the pool and dropped: the connection closes.
+            drop(deadpool_postgres::Object::take(object));
+        }
     }
 }
 

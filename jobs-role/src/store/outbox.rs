@@ -136,6 +136,8 @@ impl Store {
             })
             .collect();
         let ids: Vec<(Uuid, i32)> = pending.iter().map(|p| (p.event_id, p.attempts)).collect();
+        let job_of: std::collections::HashMap<Uuid, Uuid> =
+            pending.iter().map(|p| (p.event_id, p.job_id)).collect();
         let outcomes = match publish(pending).await {
             Ok(outcomes) => outcomes,
             Err(unreachable) => {
@@ -177,6 +179,13 @@ impl Store {
         }
         if !published.is_empty() {
             tx.execute(sql::MARK_PUBLISHED, &[&published]).await?;
+            // A redriven row that published lets the rows held behind it go.
+            let published_jobs: Vec<Uuid> = published
+                .iter()
+                .filter_map(|event_id| job_of.get(event_id).copied())
+                .collect();
+            tx.execute(sql::RELEASE_HELD_OF_JOBS, &[&published_jobs])
+                .await?;
         }
         if !deferred.is_empty() {
             // Not the rows' fault: no attempt is spent, but the next batch reaches
@@ -223,8 +232,8 @@ impl Store {
     }
 
     /// An operator's redrive of jobs' events: their FAILED rows PENDING again with a
-    /// fresh budget and their HELD rows PENDING too, published in order. Answers, per
-    /// job released, how many rows.
+    /// fresh budget; their HELD rows follow, in order, as the rows ahead of them
+    /// publish. Answers, per job redriven, how many FAILED rows.
     pub async fn redrive_job_events(
         &self,
         job_ids: &[Uuid],

@@ -11,14 +11,17 @@
 //! answer to a parked step give it back, since neither is a failure).
 
 /// Serialises migrations across nodes starting together (session-level advisory lock;
-/// the key is the ASCII bytes of "pmjobs").
-pub const LOCK_MIGRATIONS: &str = "SELECT pg_advisory_lock(123615239430771)";
+/// the key is the ASCII bytes of "pmjobs"). The session's `lock_timeout` is lifted
+/// first: a node waits for another node's migration however long it takes (the
+/// node's connections bound lock waits otherwise: see `store::session_defaults`).
+pub const LOCK_MIGRATIONS: &str = "SET lock_timeout = 0; SELECT pg_advisory_lock(123615239430771)";
 
 /// The newest migration applied (refinery's history table), for readiness.
 pub const APPLIED_MIGRATION: &str = "SELECT max(version)::bigint FROM refinery_schema_history";
 
-/// Releases [`LOCK_MIGRATIONS`].
-pub const UNLOCK_MIGRATIONS: &str = "SELECT pg_advisory_unlock(123615239430771)";
+/// Releases [`LOCK_MIGRATIONS`], and gives the session its `lock_timeout` back.
+pub const UNLOCK_MIGRATIONS: &str =
+    "SELECT pg_advisory_unlock(123615239430771); RESET lock_timeout";
 
 /// Takes the pruner's lock for the transaction, answering whether it was free: one
 /// node prunes at a time, and the others skip their round.
@@ -210,12 +213,13 @@ SELECT e.event_id, e.job_id, e.event_type, e.payload,
 /// attempt left (a CHECK constraint says so), so nothing claimable is ever skipped for
 /// its budget.
 ///
-/// Parameters: `$1` lease owner, `$2` lease length in milliseconds, `$3` most rows.
+/// Parameters: `$1` lease owner, `$2` lease length in milliseconds, `$3` most rows,
+/// `$4` the claim's nonce (see [`RELEASE_UNHEARD_CLAIMS`]).
 pub const CLAIM_JOBS: &str = "\
 UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
-       claims = claims + 1, attempt = attempt + 1, updated_at = now()
+       claims = claims + 1, attempt = attempt + 1, claim_nonce = $4, updated_at = now()
  WHERE job_id = ANY(ARRAY(SELECT eligible.job_id
                              FROM generate_series(9, 0, -1) AS level(priority),
                                   LATERAL (SELECT job_id FROM workflow_run
@@ -230,17 +234,19 @@ RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
               AS definition_digest";
 
-/// Gives back the RUNNING jobs stamped with `$1` (the node's worker id) that the node
-/// does not run (`$2`, the ids it does): claims whose answer never came (the
-/// connection broke after the claim was sent), which no task holds. Nothing ran under
-/// them, so the attempt is given back and they are claimable at once. Only live
-/// leases (an expired one is the sweeper's), and not one an operator asked to cancel
-/// (the sweeper settles those CANCELLED). Answers the ids given back.
+/// Gives back the RUNNING jobs a claim statement whose answer never came took (the
+/// connection broke after it was sent): stamped with `$1` (the node's worker id) and
+/// one of the nonces `$2` of such claims, and not run by the node (`$3`, the ids its
+/// tasks hold). No task holds them and nothing ran under them, so the attempt is
+/// given back (the release is counted, as any release without progress) and they are
+/// claimable at once. Only live leases (an expired one is the sweeper's), and not one
+/// an operator asked to cancel (the sweeper settles those CANCELLED). Answers the ids
+/// given back.
 pub const RELEASE_UNHEARD_CLAIMS: &str = "\
 UPDATE workflow_run
-   SET status = 'QUEUED', attempt = attempt - 1, lease_owner = NULL, lease_until = NULL,
-       run_after = now(), updated_at = now()
- WHERE status = 'RUNNING' AND lease_owner = $1 AND NOT (job_id = ANY($2))
+   SET status = 'QUEUED', attempt = attempt - 1, releases = releases + 1,
+       lease_owner = NULL, lease_until = NULL, run_after = now(), updated_at = now()
+ WHERE status = 'RUNNING' AND lease_owner = $1 AND claim_nonce = ANY($2) AND NOT (job_id = ANY($3))
    AND lease_until > now() AND NOT cancel_requested
 RETURNING job_id";
 
@@ -801,24 +807,33 @@ SELECT o.job_id FROM workflow_run_events_outbox o
  LIMIT $2";
 
 /// An operator's redrive of jobs' events (`redrive-events`): every FAILED row of the
-/// jobs `$1` PENDING again with a fresh budget, and every HELD row PENDING too. The
-/// relay takes only each job's earliest PENDING row, so they publish in order.
-/// Returns the job of each row released.
+/// jobs `$1` PENDING again with a fresh budget. Their HELD rows stay HELD until the
+/// row ahead of them publishes ([`RELEASE_HELD_OF_JOBS`]): a redrive of rows still
+/// refused never leaves blocked PENDING rows for every relay batch to walk past.
+/// Returns the job of each row redriven.
 pub const REDRIVE_JOB_EVENTS: &str = "\
 UPDATE workflow_run_events_outbox
-   SET status = 'PENDING', next_attempt_at = now(),
-       attempts = CASE WHEN status = 'FAILED' THEN 0 ELSE attempts END
- WHERE job_id = ANY($1) AND status IN ('FAILED', 'HELD')
+   SET status = 'PENDING', next_attempt_at = now(), attempts = 0
+ WHERE job_id = ANY($1) AND status = 'FAILED'
 RETURNING job_id";
 
-/// HELD rows that no earlier FAILED row of their job holds back any more (one
-/// written HELD while a redrive of its job committed): PENDING, so they publish.
-/// Returns how many.
+/// HELD rows of the jobs `$1` (their latest rows just published) that nothing holds
+/// back any more (no FAILED or PENDING row ahead of them): PENDING, so they publish,
+/// in order.
+pub const RELEASE_HELD_OF_JOBS: &str = "\
+UPDATE workflow_run_events_outbox h SET status = 'PENDING', next_attempt_at = now()
+ WHERE h.status = 'HELD' AND h.job_id = ANY($1)
+   AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox f
+                    WHERE f.job_id = h.job_id AND f.status IN ('FAILED', 'PENDING') AND f.seq < h.seq)";
+
+/// HELD rows of any job that nothing holds back any more (one written HELD while its
+/// job's redrive committed, a row whose head was published by a relay of an older
+/// version): PENDING. The relay runs it now and then. Returns how many.
 pub const RELEASE_UNBLOCKED_HELD: &str = "\
 UPDATE workflow_run_events_outbox h SET status = 'PENDING', next_attempt_at = now()
  WHERE h.status = 'HELD'
    AND NOT EXISTS (SELECT 1 FROM workflow_run_events_outbox f
-                    WHERE f.job_id = h.job_id AND f.status = 'FAILED' AND f.seq < h.seq)";
+                    WHERE f.job_id = h.job_id AND f.status IN ('FAILED', 'PENDING') AND f.seq < h.seq)";
 
 /// Puts a row an outage kept from the broker back for later without spending an
 /// attempt, so the next batch reaches other rows (other partitions may be healthy).

@@ -169,15 +169,32 @@ impl ClaimWrite {
 impl Store {
     /// Extends the lease of a running claim; answers whether an operator asked to
     /// cancel the job meanwhile ([`Lease::CancelRequested`]).
+    ///
+    /// Within a third of the lease (at most [`COMMIT_DEADLINE`]): a renewal on a
+    /// connection gone silent is given up (and the connection closed), so the next one
+    /// goes out in time.
     pub async fn renew_lease(&self, claim: &Claim, lease: Duration) -> Result<Lease, StoreError> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(sql::RENEW_LEASE).await?;
-        let renewed = client
-            .query_opt(
-                &statement,
-                &[&claim.job_id, &claim.owner, &claim.token, &millis(lease)],
-            )
-            .await?;
+        let mut client = Abandonable::new(self.pool.get().await?);
+        let deadline = (lease / 3).clamp(Duration::from_secs(1), COMMIT_DEADLINE);
+        let asked = tokio::time::timeout(deadline, async {
+            let statement = client.object().prepare_cached(sql::RENEW_LEASE).await?;
+            let params: [&(dyn ToSql + Sync); 4] =
+                [&claim.job_id, &claim.owner, &claim.token, &millis(lease)];
+            Ok::<_, StoreError>(client.object().query_opt(&statement, &params).await?)
+        })
+        .await;
+        let renewed = match asked {
+            Ok(renewed) => {
+                client.finished();
+                renewed?
+            }
+            Err(_) => {
+                return Err(StoreError::GroupCommit(format!(
+                    "the lease renewal got no answer within {} ms",
+                    deadline.as_millis()
+                )));
+            }
+        };
         match renewed {
             None => Err(claim.lost()),
             Some(row) if row.get::<_, bool>("cancel_requested") => Ok(Lease::CancelRequested),
@@ -212,6 +229,13 @@ impl Store {
     pub async fn settle(&self, claim: &Claim, settlement: Settlement) -> Result<(), StoreError> {
         self.commit_one(ClaimWrite::settle(claim, None, settlement)?)
             .await
+    }
+
+    /// Commits one claim's write in a transaction of its own, outside any flusher (a
+    /// write a row lock held up, which must not cost every other job's batch the
+    /// lock timeout again).
+    pub async fn commit_alone(&self, write: ClaimWrite) -> Result<(), StoreError> {
+        self.commit_one(write).await
     }
 
     async fn commit_one(&self, write: ClaimWrite) -> Result<(), StoreError> {

@@ -38,6 +38,7 @@ mod sweeper;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -189,9 +190,10 @@ impl Worker {
         let mut running = JoinSet::new();
         // The job each running task holds, by task.
         let mut held: HashMap<tokio::task::Id, Uuid> = HashMap::new();
-        // Set when a claim's answer was lost: jobs may be RUNNING under this node with
-        // no task holding them, to be given back before the next claim.
-        let mut unheard_claims = false;
+        // The claims whose answer was lost, by nonce: jobs may be RUNNING under this
+        // node with no task holding them, to be given back (tried a few times, a
+        // second apart: a claim the server was still running may commit late).
+        let mut unheard: Vec<UnheardClaim> = Vec::new();
         while !shutdown.is_cancelled() {
             // Register for the wake-up before looking, so a NOTIFY that lands between
             // an empty claim and the wait is not missed.
@@ -212,14 +214,22 @@ impl Worker {
                 held.remove(&task);
                 report_panic(done.map(|_| ()));
             }
-            if unheard_claims {
+            if unheard.iter().any(UnheardClaim::due) {
                 let mine: Vec<Uuid> = held.values().copied().collect();
-                match self.store.release_unheard_claims(&owner, &mine).await {
+                let nonces: Vec<Uuid> = unheard.iter().map(|claim| claim.nonce).collect();
+                match self
+                    .store
+                    .release_unheard_claims(&owner, &nonces, &mine)
+                    .await
+                {
                     Ok(released) => {
-                        unheard_claims = false;
                         if released > 0 {
                             tracing::warn!(%owner, released, "a claim's answer was lost; gave back the jobs it took (attempts returned)");
                         }
+                        for claim in &mut unheard {
+                            claim.tried();
+                        }
+                        unheard.retain(|claim| !claim.done());
                     }
                     Err(e) => {
                         tracing::debug!(%owner, error = %e, "giving back unheard claims failed; trying again")
@@ -227,9 +237,10 @@ impl Worker {
                 }
             }
             let free = (1 + slots.available_permits()).min(MAX_CLAIM_BATCH);
+            let nonce = Uuid::new_v4();
             match self
                 .store
-                .claim_jobs(&owner, self.config.lease(), free)
+                .claim_jobs_stamped(&owner, self.config.lease(), free, nonce)
                 .await
             {
                 Ok(jobs) => {
@@ -262,7 +273,9 @@ impl Worker {
                 Err(e) => {
                     // Not answered by the server: the claim may have been sent and
                     // committed, its answer lost on the way back.
-                    unheard_claims |= !e.is_answered_by_server();
+                    if !e.is_answered_by_server() {
+                        unheard.push(UnheardClaim::new(nonce));
+                    }
                     tracing::warn!(%owner, error = %e, "claiming failed; retrying after the poll interval")
                 }
             }
@@ -375,11 +388,12 @@ impl Worker {
         claim: &Claim,
         write: ClaimWrite,
     ) -> Result<(), StoreError> {
+        let alone = AtomicBool::new(false);
         retry::until_written(
             "settlement",
             claim.job_id,
             || true,
-            || flusher.commit(write.clone()),
+            || commit_through(&self.store, flusher, write.clone(), &alone),
         )
         .await
     }
@@ -388,7 +402,17 @@ impl Worker {
     /// stands) or an operator asked to cancel the job, which is then settled
     /// CANCELLED.
     async fn cancelled_instead(&self, claim: &Claim, lost: StoreError) -> Result<(), StoreError> {
-        match self.store.settle_cancelled(claim).await {
+        // Sent again through a database blip for as long as the lease would last;
+        // past it the sweeper settles the job CANCELLED anyway.
+        let until = std::time::Instant::now() + self.config.lease();
+        let settled = retry::until_written(
+            "cancelled settlement",
+            claim.job_id,
+            || std::time::Instant::now() < until,
+            || self.store.settle_cancelled(claim),
+        )
+        .await;
+        match settled {
             Ok(()) => {
                 self.metrics.settled("cancelled", &claim.workflow_name);
                 tracing::info!(job_id = %claim.job_id, "cancelled by an operator");
@@ -527,6 +551,7 @@ impl Worker {
         };
 
         let mut sink = StoreSink {
+            store: &self.store,
             flusher,
             claim,
             clock,
@@ -938,6 +963,42 @@ impl Cancels {
     }
 }
 
+/// A claim statement whose answer was lost, to be given back by its nonce.
+struct UnheardClaim {
+    nonce: Uuid,
+    /// Give-backs tried so far.
+    tries: u32,
+    /// When the next may be tried.
+    next: std::time::Instant,
+}
+
+impl UnheardClaim {
+    /// Give-backs tried per lost claim: a claim the server was still running when the
+    /// first ran may commit after it.
+    const TRIES: u32 = 3;
+
+    fn new(nonce: Uuid) -> UnheardClaim {
+        UnheardClaim {
+            nonce,
+            tries: 0,
+            next: std::time::Instant::now(),
+        }
+    }
+
+    fn due(&self) -> bool {
+        std::time::Instant::now() >= self.next
+    }
+
+    fn tried(&mut self) {
+        self.tries += 1;
+        self.next = std::time::Instant::now() + Duration::from_secs(1);
+    }
+
+    fn done(&self) -> bool {
+        self.tries >= Self::TRIES
+    }
+}
+
 /// What a segment's outcome comes to.
 enum Decision {
     /// Write this settlement.
@@ -976,6 +1037,7 @@ enum Ran {
 /// Persists each checkpoint, fenced, through the flusher before the engine runs the
 /// next step; the last step's checkpoint is held for the settlement instead.
 struct StoreSink<'a> {
+    store: &'a Store,
     flusher: &'a Flusher,
     claim: &'a Claim,
     /// Whether the claim may have lapsed: checked before each step call.
@@ -1031,17 +1093,39 @@ impl CheckpointSink for StoreSink<'_> {
         // position, so safe to send twice) is sent again until it lands, while the
         // lease renewal beside this keeps the claim, or until the claim may have
         // lapsed.
-        let (flusher, claim, clock) = (self.flusher, self.claim, self.clock);
+        let (store, flusher, claim, clock) = (self.store, self.flusher, self.claim, self.clock);
         let write = ClaimWrite::checkpoint(claim, checkpoint);
+        let alone = AtomicBool::new(false);
         retry::until_written(
             "checkpoint",
             claim.job_id,
             || !clock.lapsed(),
-            || flusher.commit(write.clone()),
+            || commit_through(store, flusher, write.clone(), &alone),
         )
         .await
         .map_err(|e| Box::new(e) as SinkError)
     }
+}
+
+/// Commits `write` through the flusher, or in a transaction of its own once a row
+/// lock held it up (`alone`): a write waiting on a row another transaction holds (an
+/// operator's open transaction) must not cost every other job's batch the lock
+/// timeout, retry after retry.
+async fn commit_through(
+    store: &Store,
+    flusher: &Flusher,
+    write: ClaimWrite,
+    alone: &AtomicBool,
+) -> Result<(), StoreError> {
+    let written = if alone.load(Ordering::SeqCst) {
+        store.commit_alone(write).await
+    } else {
+        flusher.commit(write).await
+    };
+    if matches!(&written, Err(e) if e.is_lock_timeout()) {
+        alone.store(true, Ordering::SeqCst);
+    }
+    written
 }
 
 /// The metadata every step call of a job carries.

@@ -9,6 +9,7 @@
 //! | [`FaultProxy::refuse`] / [`FaultProxy::accept`] | an outage: open connections cut, new ones closed as soon as they connect |
 //! | [`FaultProxy::outage`]             | [`FaultProxy::refuse`] for a while, then [`FaultProxy::accept`] |
 //! | [`FaultProxy::black_hole`]         | open connections cut, new ones accepted and never answered (a host gone from the network) |
+//! | [`FaultProxy::stall`]              | nothing moves on any connection, open or new, and nothing is closed (a peer gone silent: TCP still acknowledges), until [`FaultProxy::pass`]; what was held then flows on |
 //! | [`FaultProxy::cut_after`]          | every n-th chosen client message ([`Trigger`]: a PostgreSQL `COMMIT`, a Kafka Produce) is forwarded, then the connection is cut before its answer comes back: the server acted on it, the client never hears |
 //! | [`FaultProxy::rewrite_produce_errors`] | the next Produce answers carry an error code of the test's choosing (45, OUT_OF_ORDER_SEQUENCE_NUMBER; -1, UNKNOWN_SERVER_ERROR) in every partition |
 //! | [`FaultProxy::set_latency`]        | every message delayed, both ways                            |
@@ -67,6 +68,7 @@ pub struct ProxyStats {
 struct Faults {
     refusing: bool,
     black_hole: bool,
+    stalled: bool,
     latency: Duration,
     cut_after: Option<CutAfter>,
     rewrite: Option<Rewrite>,
@@ -269,6 +271,12 @@ impl FaultProxy {
         self.shared.faults().rewrite = Some(Rewrite { code, left: count });
     }
 
+    /// Stops every byte on every connection, open or new, without closing any,
+    /// until [`Self::pass`] (then what was held flows on, late).
+    pub fn stall(&self) {
+        self.shared.faults().stalled = true;
+    }
+
     /// Delays every message by `latency`, both ways.
     pub fn set_latency(&self, latency: Duration) {
         self.shared.faults().latency = latency;
@@ -423,11 +431,14 @@ async fn serve(
 }
 
 impl Connection {
-    /// Waits the configured latency, if any.
+    /// Waits the configured latency, if any, and for as long as the proxy stalls.
     async fn delay(&self) {
         let latency = self.shared.latency();
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        while self.shared.faults().stalled {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
