@@ -403,12 +403,14 @@ fn probe(path: &[String]) -> (KeyKind, &'static [&'static str]) {
 /// `PROTOMOLT_*` variables the project itself uses that are not node config, so the
 /// node never warns about them. `./dev` exports `PROTOMOLT_DEV` (its own path; the
 /// broker-outage tests restart the broker through it) and reads
-/// `PROTOMOLT_TANSU_ROOT` (where the pinned broker is installed); the `protomolt`
+/// `PROTOMOLT_TANSU_ROOT` (where the pinned broker is installed) and
+/// `PROTOMOLT_TANSU_STORAGE` (where the development broker stores); the `protomolt`
 /// command line reads `PROTOMOLT_URL` and `PROTOMOLT_TOKEN`. Whatever starts reading
 /// another such variable adds it here (a test checks the repository's uses).
 pub const NOT_CONFIG_VARIABLES: &[&str] = &[
     "PROTOMOLT_DEV",
     "PROTOMOLT_TANSU_ROOT",
+    "PROTOMOLT_TANSU_STORAGE",
     "PROTOMOLT_URL",
     "PROTOMOLT_TOKEN",
 ];

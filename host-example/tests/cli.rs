@@ -456,8 +456,8 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     db.connect()
         .await
         .execute(
-            "INSERT INTO workflow_run_request_rejects (topic, partition, record_offset, record_key, payload, error)
-             VALUES ('requests', 0, 7, '\\x6b6579'::bytea, '\\x7b7d'::bytea, 'the record''s value is JSON')",
+            "INSERT INTO workflow_run_request_rejects (topic, partition, record_offset, record_key, payload, error, record_digest)
+             VALUES ('requests', 0, 7, '\\x6b6579'::bytea, '\\x7b7d'::bytea, 'the record''s value is JSON', '\\x00'::bytea)",
             &[],
         )
         .await

@@ -37,6 +37,13 @@ pub async fn with_lanes(mut config: JobsConfig) -> JobsConfig {
     config.relay_poll_interval_ms = 100;
     config.relay_backoff_base_ms = 50;
     config.relay_backoff_max_ms = 1_000;
+    // The development broker (Tansu 0.6.0 storing in PostgreSQL 15) cannot answer the
+    // latest offset under read_committed (its query needs PostgreSQL 16) and drops
+    // the connection; nothing here produces transactionally, so read_uncommitted
+    // reads the same records (docs/reliability.md, the broker's workarounds).
+    config
+        .kafka_options
+        .insert("isolation.level".into(), "read_uncommitted".into());
     create_topic(&config.events_topic, 3).await;
     create_topic(&config.requests_topic, 1).await;
     config

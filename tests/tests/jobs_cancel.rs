@@ -233,8 +233,23 @@ async fn once_a_cancel_is_requested_no_settlement_but_cancelled_ends_the_claim()
         json!([]),
         "nothing of the refused writes landed"
     );
-    // The fence holds for the cancelled settlement too.
-    assert!(idle.store.settle_cancelled(&claim).await.is_err());
+    // Sent again (its first answer lost), the cancelled settlement is answered as
+    // having landed, and writes nothing twice; an older claim's is refused.
+    idle.store.settle_cancelled(&claim).await.unwrap();
+    let cancelled_events = idle
+        .store
+        .job_events(claim.job_id)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.event_type == "CANCELLED")
+        .count();
+    assert_eq!(cancelled_events, 1);
+    let older = jobs_role::store::Claim {
+        token: claim.token - 1,
+        ..claim.clone()
+    };
+    assert!(idle.store.settle_cancelled(&older).await.is_err());
 }
 
 #[tokio::test]

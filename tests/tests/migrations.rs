@@ -221,7 +221,7 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
     let plan = client
         .query(
             &format!("EXPLAIN {}", sql::CLAIM_JOBS),
-            &[&"worker-1", &lease_ms, &1i64],
+            &[&"worker-1", &lease_ms, &1i64, &uuid::Uuid::new_v4()],
         )
         .await
         .expect("EXPLAIN the claim")
@@ -253,7 +253,10 @@ async fn the_claim_walks_an_index_with_100k_queued_rows() {
         .unwrap()
         .get(0);
     let claimed = client
-        .query_one(sql::CLAIM_JOBS, &[&"worker-1", &lease_ms, &1i64])
+        .query_one(
+            sql::CLAIM_JOBS,
+            &[&"worker-1", &lease_ms, &1i64, &uuid::Uuid::new_v4()],
+        )
         .await
         .unwrap();
     assert_eq!(claimed.get::<_, i32>("attempt"), 1);
@@ -302,7 +305,10 @@ async fn a_claim_never_walks_the_rows_backing_off() {
     let tx = client.transaction().await.unwrap();
     let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_JOBS);
     let plan: serde_json::Value = tx
-        .query_one(&explain, &[&"worker-1", &300_000i64, &10i64])
+        .query_one(
+            &explain,
+            &[&"worker-1", &300_000i64, &10i64, &uuid::Uuid::new_v4()],
+        )
         .await
         .unwrap()
         .get(0);
@@ -342,7 +348,10 @@ async fn the_claim_by_priority_is_a_range_scan_per_priority_at_depth() {
     let tx = client.transaction().await.unwrap();
     let explain = format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", sql::CLAIM_JOBS);
     let plan: serde_json::Value = tx
-        .query_one(&explain, &[&"worker-1", &300_000i64, &10i64])
+        .query_one(
+            &explain,
+            &[&"worker-1", &300_000i64, &10i64, &uuid::Uuid::new_v4()],
+        )
         .await
         .unwrap()
         .get(0);

@@ -254,3 +254,76 @@ async fn a_name_that_resolves_into_a_forbidden_range_is_refused_at_connect_time(
     .await;
     node.stop().await;
 }
+
+/// An IPv6 zone smuggling another host (`[fd00::1%25@<number>]:port`, which the policy
+/// read as `fd00::1` and the HTTP stack as a userinfo and the host `<number>`) is no
+/// target: refused by the verbs with a finding, and a job holding it (accepted before
+/// this check) fails without any connection. Before, the node connected to the
+/// smuggled address for `run-workflow` and for a job alike, whatever `allow` said.
+#[tokio::test]
+async fn a_zone_smuggling_another_host_is_refused_and_never_connects() {
+    let db = TestDatabase::create().await;
+    let (target, accepted) = counting_listener().await;
+    let port = target.rsplit_once(':').unwrap().1;
+    // 2130706433 is 127.0.0.1 as one number; nothing is denied, so only the target's
+    // reading stands between the step and the listener.
+    let node = JobsNode::start_with(
+        test_config(&db.url, "zone", 1),
+        None,
+        policy(OutboundRules {
+            allow: vec!["[fd00::/8]:*".into()],
+            deny_addresses: Vec::new(),
+            require_tls: false,
+            ..OutboundRules::default()
+        }),
+    )
+    .await;
+    let smuggling = two_step_workflow(&format!("[fd00::1%25@2130706433]:{port}"));
+    for (verb, body) in [
+        (
+            "submit-workflow",
+            json!({ "workflow": smuggling, "input": { "text": "hi" } }),
+        ),
+        (
+            "run-workflow",
+            json!({ "workflow": smuggling, "input": { "text": "hi" } }),
+        ),
+    ] {
+        let (status, answer) = node.call(verb, body).await;
+        assert_eq!(status, 400, "{verb}: {answer}");
+        assert!(
+            finding_messages(&answer)
+                .iter()
+                .any(|(_, path, message)| path == "$.steps[0].target"
+                    && message.contains("is not a hostname or an IP address")),
+            "{verb}: {answer}"
+        );
+    }
+    // A job holding it, written straight to the store (as by an older node).
+    let job_id = uuid::Uuid::now_v7();
+    node.store
+        .insert_job(&jobs_role::store::NewJob {
+            job_id,
+            workflow_name: "embed-text".into(),
+            definition: std::sync::Arc::new(smuggling),
+            definition_digest: None,
+            priority: jobs_role::store::DEFAULT_PRIORITY,
+            run_after: None,
+            input: json!({ "text": "hi" }),
+            max_attempts: 1,
+            trace_context: None,
+            by_name: false,
+        })
+        .await
+        .unwrap();
+    let job = node
+        .wait_for_status(&job_id.to_string(), "FAILED", WAIT)
+        .await;
+    assert!(
+        job["error"].as_str().unwrap().starts_with("WORKFLOW:"),
+        "{job}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "no connection was made");
+    node.stop().await;
+}

@@ -30,15 +30,17 @@
 //! see migration V18), because a retried step may have done its side effect before
 //! its checkpoint landed.
 
+mod cancels;
 pub mod flusher;
 mod lease;
 mod limits;
 mod retry;
+mod sink;
 mod sweeper;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -48,13 +50,15 @@ use tracing::Instrument;
 use uuid::Uuid;
 use workflow::compile::decode_json;
 use workflow::{
-    CallMetadata, Checkpoint, CheckpointSink, CompiledStep, CompiledWorkflow, FailureKind, Runner,
-    SegmentError, SegmentOutcome, SinkError, StepFailure, replay_checkpoints,
+    CompiledWorkflow, FailureKind, Runner, SegmentError, SegmentOutcome, StepFailure,
+    replay_checkpoints,
 };
 
+use cancels::{CANCEL_CHECK_GAP, CancelWatch, Cancels};
 pub use flusher::Flusher;
 pub use lease::LeaseClock;
 pub use limits::TargetLimits;
+use sink::{JobMetadata, StoreSink, commit_through};
 pub use sweeper::sweep_loop;
 
 use crate::compiled::{CompiledCache, SNAPSHOT_DIGEST_PREFIX};
@@ -893,76 +897,6 @@ impl LeaseEnd {
     }
 }
 
-/// A running job's registration for [`Worker::hear_cancel`], removed on drop.
-struct CancelWatch<'a> {
-    worker: &'a Worker,
-    job_id: Uuid,
-    cancel: Arc<Notify>,
-}
-
-impl Drop for CancelWatch<'_> {
-    fn drop(&mut self) {
-        let mut cancels = self
-            .worker
-            .cancels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        // Only its own entry: a newer claim of the same job on this node (while an old
-        // task winds down) has replaced it.
-        if cancels
-            .running
-            .get(&self.job_id)
-            .is_some_and(|watch| Arc::ptr_eq(watch, &self.cancel))
-        {
-            cancels.running.remove(&self.job_id);
-        }
-    }
-}
-
-/// The least time between two lease renewals a heard cancel triggers.
-const CANCEL_CHECK_GAP: Duration = Duration::from_millis(250);
-
-/// How long a cancel heard for a job this node does not run (yet) is kept.
-const EARLY_CANCEL_KEPT: Duration = Duration::from_secs(10);
-/// Most such cancels kept (notifications for jobs other nodes run are most of them):
-/// room for a `cancel-jobs` of 10,000 RUNNING jobs, a few hundred kilobytes.
-const EARLY_CANCELS_KEPT: usize = 16_384;
-
-/// The node's running jobs, for [`Worker::hear_cancel`].
-#[derive(Default)]
-struct Cancels {
-    running: HashMap<Uuid, Arc<Notify>>,
-    /// Cancels heard for jobs not registered, with when.
-    early: HashMap<Uuid, std::time::Instant>,
-    /// When `early`, full, may next be swept of expired entries.
-    next_sweep: Option<std::time::Instant>,
-}
-
-impl Cancels {
-    fn heard_early(&mut self, job_id: Uuid) {
-        let now = std::time::Instant::now();
-        // Forget the expired ones only when full, and at most once a second: a burst
-        // of notifications (a bulk cancel) costs a scan now and then, not one each.
-        if self.early.len() >= EARLY_CANCELS_KEPT && self.next_sweep.is_none_or(|at| now >= at) {
-            self.early
-                .retain(|_, heard| now.duration_since(*heard) < EARLY_CANCEL_KEPT);
-            self.next_sweep = Some(now + Duration::from_secs(1));
-        }
-        if self.early.len() < EARLY_CANCELS_KEPT {
-            self.early.insert(job_id, now);
-        }
-    }
-
-    fn take_early(&mut self, job_id: Uuid) -> bool {
-        if self.early.is_empty() {
-            return false;
-        }
-        self.early
-            .remove(&job_id)
-            .is_some_and(|heard| heard.elapsed() < EARLY_CANCEL_KEPT)
-    }
-}
-
 /// A claim statement whose answer was lost, to be given back by its nonce.
 struct UnheardClaim {
     nonce: Uuid,
@@ -1032,158 +966,4 @@ enum Ran {
     /// The snapshot could not be read (a store failure that may pass): give the
     /// claim back without spending the attempt.
     Unavailable(StoreError),
-}
-
-/// Persists each checkpoint, fenced, through the flusher before the engine runs the
-/// next step; the last step's checkpoint is held for the settlement instead.
-struct StoreSink<'a> {
-    store: &'a Store,
-    flusher: &'a Flusher,
-    claim: &'a Claim,
-    /// Whether the claim may have lapsed: checked before each step call.
-    clock: &'a LeaseClock,
-    metrics: &'a JobsMetrics,
-    /// When the previous step of the segment ended (or the segment started).
-    last_step_ended: std::time::Instant,
-    /// The index of the step the next checkpoint is for.
-    next_step: usize,
-    /// The index of the workflow's last step.
-    last_step: usize,
-    held: Option<StepCheckpoint>,
-}
-
-impl CheckpointSink for StoreSink<'_> {
-    /// A claim that may have lapsed (the node was stalled past its lease) calls
-    /// nothing more: another node may hold the job and have run this step already.
-    /// The segment ends as a lost claim; the sweeper requeues the job if no one else
-    /// took it.
-    fn before_call(&mut self, _step: &str) -> Result<(), SinkError> {
-        if self.clock.lapsed() {
-            return Err(Box::new(self.claim.lost()));
-        }
-        Ok(())
-    }
-
-    async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        let checkpoint = StepCheckpoint {
-            step: checkpoint.name.clone(),
-            // A workflow has at most a few hundred steps (compile bounds them).
-            position: i32::try_from(self.next_step).unwrap_or(i32::MAX),
-            entry: checkpoint.to_json(),
-        };
-        // A NUL PostgreSQL would refuse is refused here, before it can fail a batch of
-        // other jobs' writes.
-        if let Some(path) = nul_path(&checkpoint.entry, "checkpoint") {
-            return Err(Box::new(StoreError::unstorable(&path)));
-        }
-        let is_last = self.next_step >= self.last_step;
-        self.next_step += 1;
-        let ended = std::time::Instant::now();
-        self.metrics.step_took(
-            &self.claim.workflow_name,
-            &checkpoint.step,
-            ended - self.last_step_ended,
-        );
-        self.last_step_ended = ended;
-        if is_last {
-            self.held = Some(checkpoint);
-            return Ok(());
-        }
-        // A database outage does not cost the step: the checkpoint (conditional on its
-        // position, so safe to send twice) is sent again until it lands, while the
-        // lease renewal beside this keeps the claim, or until the claim may have
-        // lapsed.
-        let (store, flusher, claim, clock) = (self.store, self.flusher, self.claim, self.clock);
-        let write = ClaimWrite::checkpoint(claim, checkpoint);
-        let alone = AtomicBool::new(false);
-        retry::until_written(
-            "checkpoint",
-            claim.job_id,
-            || !clock.lapsed(),
-            || commit_through(store, flusher, write.clone(), &alone),
-        )
-        .await
-        .map_err(|e| Box::new(e) as SinkError)
-    }
-}
-
-/// Commits `write` through the flusher, or in a transaction of its own once a row
-/// lock held it up (`alone`): a write waiting on a row another transaction holds (an
-/// operator's open transaction) must not cost every other job's batch the lock
-/// timeout, retry after retry.
-async fn commit_through(
-    store: &Store,
-    flusher: &Flusher,
-    write: ClaimWrite,
-    alone: &AtomicBool,
-) -> Result<(), StoreError> {
-    let written = if alone.load(Ordering::SeqCst) {
-        store.commit_alone(write).await
-    } else {
-        flusher.commit(write).await
-    };
-    if matches!(&written, Err(e) if e.is_lock_timeout()) {
-        alone.store(true, Ordering::SeqCst);
-    }
-    written
-}
-
-/// The metadata every step call of a job carries.
-struct JobMetadata {
-    job_id: String,
-    attempt: i32,
-    /// The steps an operator's retries re-ran (their checkpoints dropped), with how
-    /// many times: such a step must not be answered from a target's idempotency
-    /// cache. A step only resumed keeps its plain key.
-    reruns: HashMap<String, i32>,
-}
-
-impl JobMetadata {
-    /// `<job_id>/<step>`; for a step re-run `n` times, `<job_id>/<step>/rerun-<n>`.
-    fn idempotency_key(&self, step: &CompiledStep) -> String {
-        match self.reruns.get(&step.name) {
-            None => format!("{}/{}", self.job_id, step.name),
-            Some(n) => format!("{}/{}/rerun-{n}", self.job_id, step.name),
-        }
-    }
-}
-
-impl CallMetadata for JobMetadata {
-    fn for_step(&self, step: &CompiledStep) -> Vec<(String, String)> {
-        let mut metadata = vec![
-            ("x-protomolt-job-id".into(), self.job_id.clone()),
-            ("x-protomolt-step".into(), step.name.clone()),
-            ("x-protomolt-attempt".into(), self.attempt.to_string()),
-            ("idempotency-key".into(), self.idempotency_key(step)),
-        ];
-        // Called inside the step's span: the target's own spans join the job's trace.
-        if let Some(traceparent) = registry_stub::telemetry::current_traceparent() {
-            metadata.push((registry_stub::telemetry::TRACEPARENT.into(), traceparent));
-        }
-        metadata
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cancel_heard_before_its_job_registers_is_kept_for_a_while_and_taken_once() {
-        let mut cancels = Cancels::default();
-        let (heard, other) = (Uuid::now_v7(), Uuid::now_v7());
-        cancels.heard_early(heard);
-        assert!(!cancels.take_early(other));
-        assert!(cancels.take_early(heard));
-        assert!(!cancels.take_early(heard), "taken once");
-    }
-
-    #[test]
-    fn cancels_heard_for_jobs_of_other_nodes_are_bounded() {
-        let mut cancels = Cancels::default();
-        for _ in 0..EARLY_CANCELS_KEPT * 3 {
-            cancels.heard_early(Uuid::now_v7());
-        }
-        assert_eq!(cancels.early.len(), EARLY_CANCELS_KEPT);
-    }
 }

@@ -65,7 +65,10 @@ pub async fn run(size: Size) -> Report {
                 let tx = client.transaction().await.expect("BEGIN");
                 let started = Instant::now();
                 let claimed = tx
-                    .query(&claim, &[&"bench", &300_000i64, &1i64])
+                    .query(
+                        &claim,
+                        &[&"bench", &300_000i64, &1i64, &uuid::Uuid::new_v4()],
+                    )
                     .await
                     .expect("the claim");
                 samples.push(started.elapsed());

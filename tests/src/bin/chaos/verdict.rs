@@ -463,7 +463,12 @@ pub fn check(
     // hung target is refused, not answered, and the broker holds no step.
     let windows: Vec<(i64, i64)> = faults
         .iter()
-        .filter(|f| !matches!(f.fault, Fault::HangTarget | Fault::RestartBroker))
+        .filter(|f| {
+            !matches!(
+                f.fault,
+                Fault::HangTarget | Fault::RestartBroker | Fault::BrokerError
+            )
+        })
         .map(|f| (f.started_ms, f.ended_ms))
         .collect();
     for ((job, step), mut step_calls) in by_step {

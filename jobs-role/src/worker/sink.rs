@@ -1,0 +1,143 @@
+//! What a segment writes as it runs: each step's checkpoint, through the flusher and
+//! before the next step is called (the last one held back for the settlement), and
+//! the metadata every step call carries.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use workflow::{CallMetadata, Checkpoint, CheckpointSink, CompiledStep, SinkError};
+
+use super::{LeaseClock, retry};
+use crate::metrics::JobsMetrics;
+use crate::store::{Claim, ClaimWrite, StepCheckpoint, Store, StoreError, nul_path};
+use crate::worker::Flusher;
+
+/// Persists each checkpoint, fenced, through the flusher before the engine runs the
+/// next step; the last step's checkpoint is held for the settlement instead.
+pub(super) struct StoreSink<'a> {
+    pub(super) store: &'a Store,
+    pub(super) flusher: &'a Flusher,
+    pub(super) claim: &'a Claim,
+    /// Whether the claim may have lapsed: checked before each step call.
+    pub(super) clock: &'a LeaseClock,
+    pub(super) metrics: &'a JobsMetrics,
+    /// When the previous step of the segment ended (or the segment started).
+    pub(super) last_step_ended: std::time::Instant,
+    /// The index of the step the next checkpoint is for.
+    pub(super) next_step: usize,
+    /// The index of the workflow's last step.
+    pub(super) last_step: usize,
+    pub(super) held: Option<StepCheckpoint>,
+}
+
+impl CheckpointSink for StoreSink<'_> {
+    /// A claim that may have lapsed (the node was stalled past its lease) calls
+    /// nothing more: another node may hold the job and have run this step already.
+    /// The segment ends as a lost claim; the sweeper requeues the job if no one else
+    /// took it.
+    fn before_call(&mut self, _step: &str) -> Result<(), SinkError> {
+        if self.clock.lapsed() {
+            return Err(Box::new(self.claim.lost()));
+        }
+        Ok(())
+    }
+
+    async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        let checkpoint = StepCheckpoint {
+            step: checkpoint.name.clone(),
+            // A workflow has at most a few hundred steps (compile bounds them).
+            position: i32::try_from(self.next_step).unwrap_or(i32::MAX),
+            entry: checkpoint.to_json(),
+        };
+        // A NUL PostgreSQL would refuse is refused here, before it can fail a batch of
+        // other jobs' writes.
+        if let Some(path) = nul_path(&checkpoint.entry, "checkpoint") {
+            return Err(Box::new(StoreError::unstorable(&path)));
+        }
+        let is_last = self.next_step >= self.last_step;
+        self.next_step += 1;
+        let ended = std::time::Instant::now();
+        self.metrics.step_took(
+            &self.claim.workflow_name,
+            &checkpoint.step,
+            ended - self.last_step_ended,
+        );
+        self.last_step_ended = ended;
+        if is_last {
+            self.held = Some(checkpoint);
+            return Ok(());
+        }
+        // A database outage does not cost the step: the checkpoint (conditional on its
+        // position, so safe to send twice) is sent again until it lands, while the
+        // lease renewal beside this keeps the claim, or until the claim may have
+        // lapsed.
+        let (store, flusher, claim, clock) = (self.store, self.flusher, self.claim, self.clock);
+        let write = ClaimWrite::checkpoint(claim, checkpoint);
+        let alone = AtomicBool::new(false);
+        retry::until_written(
+            "checkpoint",
+            claim.job_id,
+            || !clock.lapsed(),
+            || commit_through(store, flusher, write.clone(), &alone),
+        )
+        .await
+        .map_err(|e| Box::new(e) as SinkError)
+    }
+}
+
+/// Commits `write` through the flusher, or in a transaction of its own once a row
+/// lock held it up (`alone`): a write waiting on a row another transaction holds (an
+/// operator's open transaction) must not cost every other job's batch the lock
+/// timeout, retry after retry.
+pub(super) async fn commit_through(
+    store: &Store,
+    flusher: &Flusher,
+    write: ClaimWrite,
+    alone: &AtomicBool,
+) -> Result<(), StoreError> {
+    let written = if alone.load(Ordering::SeqCst) {
+        store.commit_alone(write).await
+    } else {
+        flusher.commit(write).await
+    };
+    if matches!(&written, Err(e) if e.is_lock_timeout()) {
+        alone.store(true, Ordering::SeqCst);
+    }
+    written
+}
+
+/// The metadata every step call of a job carries.
+pub(super) struct JobMetadata {
+    pub(super) job_id: String,
+    pub(super) attempt: i32,
+    /// The steps an operator's retries re-ran (their checkpoints dropped), with how
+    /// many times: such a step must not be answered from a target's idempotency
+    /// cache. A step only resumed keeps its plain key.
+    pub(super) reruns: HashMap<String, i32>,
+}
+
+impl JobMetadata {
+    /// `<job_id>/<step>`; for a step re-run `n` times, `<job_id>/<step>/rerun-<n>`.
+    fn idempotency_key(&self, step: &CompiledStep) -> String {
+        match self.reruns.get(&step.name) {
+            None => format!("{}/{}", self.job_id, step.name),
+            Some(n) => format!("{}/{}/rerun-{n}", self.job_id, step.name),
+        }
+    }
+}
+
+impl CallMetadata for JobMetadata {
+    fn for_step(&self, step: &CompiledStep) -> Vec<(String, String)> {
+        let mut metadata = vec![
+            ("x-protomolt-job-id".into(), self.job_id.clone()),
+            ("x-protomolt-step".into(), step.name.clone()),
+            ("x-protomolt-attempt".into(), self.attempt.to_string()),
+            ("idempotency-key".into(), self.idempotency_key(step)),
+        ];
+        // Called inside the step's span: the target's own spans join the job's trace.
+        if let Some(traceparent) = registry_stub::telemetry::current_traceparent() {
+            metadata.push((registry_stub::telemetry::TRACEPARENT.into(), traceparent));
+        }
+        metadata
+    }
+}
