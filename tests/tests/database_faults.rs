@@ -57,6 +57,22 @@ async fn stories(db: &Client) -> HashMap<Uuid, JobStory> {
         .collect()
 }
 
+/// Waits until `jobs` jobs are finished (COMPLETED, FAILED or DEAD).
+async fn all_finished(db: &Client, jobs: usize) {
+    eventually("every job to finish", WAIT, || async {
+        let finished: i64 = db
+            .query_one(
+                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        finished == jobs as i64
+    })
+    .await;
+}
+
 async fn count_in(db: &Client, status: &str) -> i64 {
     db.query_one(
         "SELECT count(*) FROM workflow_run WHERE status = $1",
@@ -156,18 +172,7 @@ async fn commits_whose_answers_are_lost_land_every_write_exactly_once() {
             );
         }
     }
-    eventually("every job to complete", WAIT, || async {
-        let finished: i64 = direct
-            .query_one(
-                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        finished == JOBS as i64
-    })
-    .await;
+    all_finished(&direct, JOBS).await;
     let cuts = proxy.stats().cut_after_trigger;
     proxy.pass();
 
@@ -232,18 +237,7 @@ async fn a_three_second_database_outage_kills_no_job_on_its_last_attempt() {
         "the node tried to reach the database during the outage"
     );
 
-    eventually("every job to finish", WAIT, || async {
-        let finished: i64 = direct
-            .query_one(
-                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        finished == JOBS as i64
-    })
-    .await;
+    all_finished(&direct, JOBS).await;
     let stories = stories(&direct).await;
     let not_completed: Vec<_> = stories
         .iter()
@@ -432,18 +426,7 @@ async fn a_connection_gone_silent_holds_no_write_past_its_deadline() {
     proxy.stall();
     tokio::time::sleep(Duration::from_secs(20)).await;
     proxy.pass();
-    eventually("every job to finish", WAIT, || async {
-        let finished: i64 = direct
-            .query_one(
-                "SELECT count(*) FROM workflow_run WHERE status IN ('COMPLETED', 'FAILED', 'DEAD')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        finished == JOBS as i64
-    })
-    .await;
+    all_finished(&direct, JOBS).await;
     let stories = stories(&direct).await;
     let broken: Vec<_> = stories
         .iter()

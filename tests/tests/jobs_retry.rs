@@ -159,22 +159,8 @@ async fn from_step_reruns_exactly_the_steps_from_there_on() {
     assert_eq!(detail(&retried[1])["fromStep"], "tokenize");
     // Each re-run is called with a key of its own, so a target's idempotency cache
     // cannot answer it with the first run's result.
-    let keys: Vec<String> = server
-        .stats
-        .calls()
-        .iter()
-        .filter(|call| call.method == "Embed")
-        .map(|call| {
-            call.metadata
-                .iter()
-                .find(|(name, _)| name == "idempotency-key")
-                .unwrap()
-                .1
-                .clone()
-        })
-        .collect();
     assert_eq!(
-        keys,
+        keys_of(&server, "Embed"),
         [
             format!("{job_id}/embed"),
             format!("{job_id}/embed/rerun-1"),

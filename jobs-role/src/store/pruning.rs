@@ -194,17 +194,8 @@ impl Store {
         retention: Duration,
         batch: i64,
     ) -> Result<Option<u64>, StoreError> {
-        let mut client = self.shared().await?;
-        let tx = client.transaction().await?;
-        if !take_pruner_lock(&tx).await? {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        let deleted = tx
-            .execute(sql::PRUNE_PUBLISHED_EVENTS, &[&millis(retention), &batch])
-            .await?;
-        tx.commit().await?;
-        Ok(Some(deleted))
+        self.delete_batch(sql::PRUNE_PUBLISHED_EVENTS, retention, batch)
+            .await
     }
 }
 

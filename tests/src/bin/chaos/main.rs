@@ -272,6 +272,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         rejects: database_state.rejects,
         logs,
         drained,
+        requests: verdict::read_request_keys(&broker.bootstrap(), &topics.requests, 3).await,
     };
 
     let calls = targets.calls();

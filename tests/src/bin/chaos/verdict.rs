@@ -20,7 +20,7 @@ use tokio_postgres::Client;
 
 use crate::faults::{Fault, Injected};
 use crate::fixture::{Call, Outcome};
-use crate::load::{JobSpec, Kind, Ledger};
+use crate::load::{JobSpec, Kind, Lane, Ledger};
 
 /// WAITING jobs are the ones whose review the operator never answers, and a review
 /// job completes only after its answer.
@@ -116,6 +116,9 @@ pub struct Evidence {
     pub logs: Vec<(String, String)>,
     /// Whether the fleet drained, or what was left.
     pub drained: Result<(), String>,
+    /// Where each request on the requests topic is (`partition/offset`), by its key:
+    /// tells a request the broker lost from one no consumer turned into a row.
+    pub requests: BTreeMap<String, String>,
 }
 
 /// What the database holds: each job's status, the decoded outbox (in `seq` order),
@@ -169,6 +172,47 @@ pub async fn read_database(client: &Client) -> Database {
 /// with fewer (those missing are then breaches). Answers the ids per job in offset
 /// order, the records read, and those that did not decode or were not keyed by their
 /// job.
+/// The keys of every record on `topic` (the requests topic), with where each is,
+/// read by assignment from the beginning until nothing comes for 10 s.
+pub async fn read_request_keys(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<String, String> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set(
+            "group.id",
+            format!("chaos-request-reader-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .expect("a consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment
+            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .expect("a partition");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let mut keys = BTreeMap::new();
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_secs(10) {
+        if let Ok(Ok(message)) = tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await
+        {
+            quiet_since = Instant::now();
+            if let Some(key) = message.key() {
+                keys.insert(
+                    String::from_utf8_lossy(key).into_owned(),
+                    format!("{}/{}", message.partition(), message.offset()),
+                );
+            }
+        }
+    }
+    keys
+}
+
 pub async fn read_topic(
     bootstrap: &str,
     topic: &str,
@@ -406,9 +450,14 @@ pub fn check(
                 ),
             ));
         } else if !evidence.statuses.contains_key(id) {
+            let on_topic = match (spec.lane, evidence.requests.get(id)) {
+                (Lane::Kafka, Some(place)) => format!(" (its request is on the topic at {place})"),
+                (Lane::Kafka, None) => " (its request is not on the topic)".to_owned(),
+                _ => String::new(),
+            };
             findings.breaches.push(breach(
                 SUBMISSIONS,
-                format!("job {id}: accepted ({:?}) but no row", spec.lane),
+                format!("job {id}: accepted ({:?}) but no row{on_topic}", spec.lane),
             ));
         } else if accepted_events.get(id) != Some(&1) {
             findings.breaches.push(breach(
