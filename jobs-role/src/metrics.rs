@@ -91,6 +91,9 @@ pub struct JobsMetrics {
     /// Request records the consumer handled, by `outcome` (submitted, failed_row,
     /// rejected).
     pub request_records: Family<Labels, Counter>,
+    /// Request consumers that found their group stuck on a partition, by `action`
+    /// (rejoin, rebuild).
+    pub request_consumer_recoveries: Family<Labels, Counter>,
     /// Records of the requests topic not yet consumed, by `partition` (as of the
     /// last record this node took from it).
     pub request_lag: Family<Labels, Gauge>,
@@ -132,6 +135,7 @@ impl Default for JobsMetrics {
             relay_publish_seconds: latency_family(),
             relay_producer_rebuilds: Counter::default(),
             request_records: Family::default(),
+            request_consumer_recoveries: Family::default(),
             request_lag: Family::default(),
             jobs: Family::default(),
             oldest_claimable_seconds: SecondsGauge::default(),
@@ -209,6 +213,11 @@ impl JobsMetrics {
             "request_records",
             "Request records the consumer handled, by outcome",
             m.request_records,
+        );
+        jobs.register(
+            "request_consumer_recoveries",
+            "Request consumers that found their group stuck on a partition, by action (rejoin, rebuild)",
+            m.request_consumer_recoveries,
         );
         jobs.register(
             "request_lag",

@@ -133,3 +133,94 @@ async fn a_broker_that_hiccups_spends_no_attempt_and_readiness_says_so() {
     .await;
     node.stop().await;
 }
+
+/// The node's count of request-consumer recoveries of one `action`, from `/metrics`.
+async fn recoveries(node: &JobsNode, action: &str) -> u64 {
+    let (_, text) = http_get_text(&node.router, "/metrics").await;
+    let line = format!("protomolt_jobs_request_consumer_recoveries_total{{action=\"{action}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A request record keyed by its job id, naming the stored `embed-text`.
+async fn request_embed_text(topic: &str, job_id: &str, text: &str) {
+    use prost::Message as _;
+    let input = prost_types::Struct {
+        fields: [(
+            "text".to_owned(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue(text.into())),
+            },
+        )]
+        .into(),
+    };
+    let request = jobs_proto::v1::WorkflowRunRequest {
+        job_id: job_id.into(),
+        workflow_name: "embed-text".into(),
+        input: Some(input),
+    }
+    .encode_to_vec();
+    let producer = protomolt_e2e::kafka::producer();
+    protomolt_e2e::kafka::produce(&producer, topic, job_id, &request).await;
+}
+
+/// A request consumer that fetches nothing while the broker answers everything else
+/// (its group's committed offset unmoved, records waiting) is noticed from the group's
+/// side: it rejoins its group after 30 s and, still stuck 30 s later, replaces its
+/// client, whose new connections fetch, and the waiting request runs. librdkafka alone
+/// would have waited out its 300 s socket timeout on the withheld answer. Before, the
+/// consumer looked only at the partitions it believed it held, and a 2,000-job chaos
+/// run ended with 85 requests waiting behind one partition's offset, no rejoin logged.
+#[tokio::test]
+async fn a_request_consumer_that_fetches_nothing_rejoins_then_is_replaced() {
+    let db = TestDatabase::create().await;
+    let server = workflow::testkit::FixtureServer::start().await;
+    let proxy = FaultProxy::kafka_for(&protomolt_e2e::kafka_bootstrap()).await;
+    let mut config = with_lanes(test_config(&db.url, "consumer", 1)).await;
+    let requests = config.requests_topic.clone();
+    config.kafka_bootstrap = Some(proxy.addr().to_string());
+    // librdkafka gives up on a withheld answer only after this (its largest value):
+    // nothing but the consumer's own remedies can free it within the test.
+    config
+        .kafka_options
+        .insert("socket.timeout.ms".into(), "300000".into());
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": workflow::testkit::two_step_workflow(&server.target()) }),
+    )
+    .await;
+    let first = uuid::Uuid::new_v4().to_string();
+    request_embed_text(&requests, &first, "before").await;
+    node.wait_for_status(&first, "COMPLETED", WAIT).await;
+
+    proxy.withhold_fetches_on_open_connections();
+    let second = uuid::Uuid::new_v4().to_string();
+    request_embed_text(&requests, &second, "waiting").await;
+    let id = uuid::Uuid::parse_str(&second).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let seen = node.store.get_job(id).await.unwrap().is_some();
+        let (rejoins, rebuilds) = (
+            recoveries(&node, "rejoin").await,
+            recoveries(&node, "rebuild").await,
+        );
+        if seen {
+            assert!(
+                rejoins >= 1 && rebuilds >= 1,
+                "the request was taken only once a new client fetched: {rejoins} rejoins, {rebuilds} rebuilds"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled consumer was never replaced: {rejoins} rejoins, {rebuilds} rebuilds"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let job = node.wait_for_status(&second, "COMPLETED", WAIT).await;
+    assert_eq!(job["result"]["sourceText"], "waiting");
+    node.stop().await;
+}

@@ -3,14 +3,19 @@
 //! Every request and answer is an `int32 size` and that many bytes. A request starts
 //! `api_key int16, api_version int16, correlation_id int32`; its answer starts with the
 //! same correlation id, so the proxy remembers each request's key and version to read
-//! the answer. Two answers are rewritten in place:
+//! the answer. Three answers are rewritten in place:
 //!
 //! - **Metadata** (key 3): each broker's port, when it is the upstream's, becomes the
 //!   proxy's, so a client that bootstrapped through the proxy stays behind it (the
 //!   host is left alone: tests run on 127.0.0.1).
+//! - **FindCoordinator** (key 10): the group coordinator's port, likewise (a consumer
+//!   told the real address would move its connection there, around the proxy; flexible
+//!   from version 3).
 //! - **Produce** (key 0): every partition's error code, when a rewrite is armed.
 //!
-//! Versions from 9 on (both keys) are "flexible": compact arrays and strings (unsigned
+//! And one is dropped when the test asks: **Fetch** (key 1).
+//!
+//! Versions from 9 on (Produce, Metadata) are "flexible": compact arrays and strings (unsigned
 //! varint lengths, plus one) and tagged fields, in the answer header too.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,7 +24,11 @@ use super::{Connection, Trigger, read_exact_or_end};
 use std::sync::atomic::Ordering;
 
 const PRODUCE: i16 = 0;
+const FETCH: i16 = 1;
 const METADATA: i16 = 3;
+const FIND_COORDINATOR: i16 = 10;
+/// The first flexible version of FindCoordinator.
+const FIND_COORDINATOR_FIRST_FLEXIBLE: i16 = 3;
 /// The first flexible version of Produce and of Metadata.
 const FIRST_FLEXIBLE: i16 = 9;
 
@@ -73,12 +82,19 @@ pub(crate) async fn server_to_client(
                     // An answer this reader cannot follow is passed on as it is.
                     let _ = rewrite_metadata_ports(&mut frame, version, from_port, to_port);
                 }
+                Some((FIND_COORDINATOR, version)) => {
+                    let (from_port, to_port) = (conn.shared.upstream.port(), conn.shared.port);
+                    let _ = rewrite_coordinator_ports(&mut frame, version, from_port, to_port);
+                }
                 Some((PRODUCE, version)) => {
                     if let Some(code) = conn.shared.take_rewrite()
                         && rewrite_produce_errors(&mut frame, version, code).is_some()
                     {
                         conn.shared.rewritten_answers.fetch_add(1, Ordering::SeqCst);
                     }
+                }
+                Some((FETCH, _)) if conn.number < conn.shared.faults().withhold_fetches_below => {
+                    continue;
                 }
                 _ => {}
             }
@@ -182,10 +198,15 @@ impl Reader<'_> {
 /// A reader past the size and the answer header (correlation id; tagged fields when
 /// flexible).
 fn body_reader(frame: &mut [u8], version: i16) -> Option<Reader<'_>> {
+    flexible_body_reader(frame, version >= FIRST_FLEXIBLE)
+}
+
+/// [`body_reader`] for an answer whose first flexible version is another.
+fn flexible_body_reader(frame: &mut [u8], flexible: bool) -> Option<Reader<'_>> {
     let mut reader = Reader {
         bytes: frame,
         at: 8,
-        flexible: version >= FIRST_FLEXIBLE,
+        flexible,
     };
     reader.skip_tagged_fields()?;
     Some(reader)
@@ -215,6 +236,54 @@ fn rewrite_metadata_ports(
         r.skip_tagged_fields()?;
     }
     Some(())
+}
+
+/// Replaces `from_port` by `to_port` in a FindCoordinator answer: without it a
+/// consumer group's client would follow its coordinator's address around the proxy
+/// (librdkafka moves a broker it knows to the address it is last told).
+fn rewrite_coordinator_ports(
+    frame: &mut [u8],
+    version: i16,
+    from_port: u16,
+    to_port: u16,
+) -> Option<()> {
+    let mut r = flexible_body_reader(frame, version >= FIND_COORDINATOR_FIRST_FLEXIBLE)?;
+    let port = |r: &mut Reader<'_>| -> Option<()> {
+        let at = r.at;
+        if r.int32()? == i32::from(from_port) {
+            r.write_int32(at, i32::from(to_port));
+        }
+        Some(())
+    };
+    match version {
+        0 => {
+            r.int16()?; // error_code
+            r.int32()?; // node_id
+            r.skip_string()?; // host
+            port(&mut r)
+        }
+        1..=3 => {
+            r.int32()?; // throttle_time_ms
+            r.int16()?; // error_code
+            r.skip_string()?; // error_message
+            r.int32()?; // node_id
+            r.skip_string()?; // host
+            port(&mut r)
+        }
+        _ => {
+            r.int32()?; // throttle_time_ms
+            for _ in 0..r.array_len()? {
+                r.skip_string()?; // key
+                r.int32()?; // node_id
+                r.skip_string()?; // host
+                port(&mut r)?;
+                r.int16()?; // error_code
+                r.skip_string()?; // error_message
+                r.skip_tagged_fields()?;
+            }
+            Some(())
+        }
+    }
 }
 
 /// Sets every partition's error code in a Produce answer to `code`.
@@ -299,6 +368,43 @@ mod tests {
         frame.push(0);
         assert!(rewrite_produce_errors(&mut frame, 9, -1).is_some());
         assert_eq!(&frame[code_at..code_at + 2], &(-1i16).to_be_bytes());
+    }
+
+    #[test]
+    fn coordinator_ports_of_the_upstream_become_the_proxys() {
+        // Version 2 (not flexible): one coordinator.
+        let mut frame = vec![0, 0, 0, 0];
+        frame.extend_from_slice(&1i32.to_be_bytes());
+        frame.extend_from_slice(&0i32.to_be_bytes()); // throttle
+        frame.extend_from_slice(&0i16.to_be_bytes()); // error code
+        frame.extend_from_slice(&(-1i16).to_be_bytes()); // no error message
+        frame.extend_from_slice(&0i32.to_be_bytes()); // node 0
+        frame.extend_from_slice(&9i16.to_be_bytes());
+        frame.extend_from_slice(b"127.0.0.1");
+        let port_at = frame.len();
+        frame.extend_from_slice(&9092i32.to_be_bytes());
+        assert!(rewrite_coordinator_ports(&mut frame, 2, 9092, 40000).is_some());
+        assert_eq!(&frame[port_at..port_at + 4], &40000i32.to_be_bytes());
+
+        // Version 4 (flexible): a list of coordinators, one per key.
+        let mut frame = vec![0, 0, 0, 0];
+        frame.extend_from_slice(&1i32.to_be_bytes());
+        frame.push(0); // header tagged fields
+        frame.extend_from_slice(&0i32.to_be_bytes()); // throttle
+        frame.push(2); // one coordinator
+        frame.push(6);
+        frame.extend_from_slice(b"group");
+        frame.extend_from_slice(&0i32.to_be_bytes()); // node 0
+        frame.push(10);
+        frame.extend_from_slice(b"127.0.0.1");
+        let port_at = frame.len();
+        frame.extend_from_slice(&9092i32.to_be_bytes());
+        frame.extend_from_slice(&0i16.to_be_bytes()); // error code
+        frame.push(0); // null error message
+        frame.push(0); // tagged fields
+        frame.push(0);
+        assert!(rewrite_coordinator_ports(&mut frame, 4, 9092, 40000).is_some());
+        assert_eq!(&frame[port_at..port_at + 4], &40000i32.to_be_bytes());
     }
 
     #[test]

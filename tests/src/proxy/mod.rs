@@ -12,11 +12,13 @@
 //! | [`FaultProxy::stall`]              | nothing moves on any connection, open or new, and nothing is closed (a peer gone silent: TCP still acknowledges), until [`FaultProxy::pass`]; what was held then flows on |
 //! | [`FaultProxy::cut_after`]          | every n-th chosen client message ([`Trigger`]: a PostgreSQL `COMMIT`, a Kafka Produce) is forwarded, then the connection is cut before its answer comes back: the server acted on it, the client never hears |
 //! | [`FaultProxy::rewrite_produce_errors`] | the next Produce answers carry an error code of the test's choosing (45, OUT_OF_ORDER_SEQUENCE_NUMBER; -1, UNKNOWN_SERVER_ERROR) in every partition |
+//! | [`FaultProxy::withhold_fetches`]   | every Kafka Fetch answer is dropped (the client waits for it), every other answer passes: a consumer that fetches nothing while the broker answers everything else |
+//! | [`FaultProxy::withhold_fetches_on_open_connections`] | the same on the connections open now; a connection opened later fetches as usual (a client stuck until it is replaced) |
 //! | [`FaultProxy::set_latency`]        | every message delayed, both ways                            |
 //!
 //! It understands just enough of each protocol to find message boundaries
 //! ([`postgres`], [`kafka`]). For Kafka it also rewrites the brokers' ports in Metadata
-//! answers to its own, so a client that bootstraps through it stays behind it.
+//! and FindCoordinator answers to its own, so a client that bootstraps through it stays behind it.
 
 pub mod kafka;
 pub mod postgres;
@@ -72,6 +74,8 @@ struct Faults {
     latency: Duration,
     cut_after: Option<CutAfter>,
     rewrite: Option<Rewrite>,
+    /// Fetch answers are dropped on connections numbered below this.
+    withhold_fetches_below: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -271,6 +275,19 @@ impl FaultProxy {
         self.shared.faults().rewrite = Some(Rewrite { code, left: count });
     }
 
+    /// Drops every Kafka Fetch answer until [`Self::pass`]; every other answer passes.
+    pub fn withhold_fetches(&self) {
+        self.shared.faults().withhold_fetches_below = u64::MAX;
+    }
+
+    /// Drops Kafka Fetch answers on the connections open now (not on those opened
+    /// later) until [`Self::pass`]: a client that keeps its connections fetches
+    /// nothing, a new client fetches as usual.
+    pub fn withhold_fetches_on_open_connections(&self) {
+        let open = self.shared.connections.load(Ordering::SeqCst);
+        self.shared.faults().withhold_fetches_below = open;
+    }
+
     /// Stops every byte on every connection, open or new, without closing any,
     /// until [`Self::pass`] (then what was held flows on, late).
     pub fn stall(&self) {
@@ -343,7 +360,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
             () = stop.cancelled() => return,
         };
         let Ok((client, _)) = accepted else { continue };
-        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let number = shared.connections.fetch_add(1, Ordering::SeqCst);
         if shared.faults().refusing {
             shared.refused.fetch_add(1, Ordering::SeqCst);
             drop(client);
@@ -368,7 +385,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
             };
             let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);
-            serve(client, server, shared, cut).await;
+            serve(client, server, shared, cut, number).await;
         });
     }
 }
@@ -376,6 +393,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
 /// What one connection's two directions share.
 pub(crate) struct Connection {
     shared: Arc<Shared>,
+    /// Which connection this is, counting from 0 in the order they were accepted.
+    number: u64,
     /// Cut this connection (after a trigger), or all of them (the epoch's token).
     cut: CancellationToken,
     /// Set once a trigger was forwarded: nothing more goes back to the client.
@@ -389,9 +408,11 @@ async fn serve(
     server: TcpStream,
     shared: Arc<Shared>,
     epoch: CancellationToken,
+    number: u64,
 ) {
     let conn = Arc::new(Connection {
         shared,
+        number,
         cut: epoch.child_token(),
         muted: std::sync::atomic::AtomicBool::new(false),
         requests: Mutex::default(),

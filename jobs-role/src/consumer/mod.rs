@@ -20,11 +20,13 @@
 //! refusing a value) is never mistaken for an outage: the record is dead-lettered,
 //! so one hostile record cannot stall its partition.
 //!
-//! A consumer that holds partitions with records waiting past its committed offsets,
-//! yet receives nothing for [`STALL_AFTER`], rejoins its group (unsubscribes and
-//! subscribes again), logged at warn. The chaos run found consumers that, after
-//! broker restarts, kept their assignment and fetched nothing for minutes until a
-//! rebalance; a rejoin is that rebalance.
+//! Every few seconds the consumer looks at its group on every partition of the topic
+//! (in the background, while it keeps taking records): a partition whose committed
+//! offset stays put while records wait past it, for [`STALL_AFTER`] when this member
+//! holds it or nobody does (longer when another member does), makes the consumer
+//! rejoin its group, and, if that does not free it, replace its client with a new one,
+//! each further remedy after a longer wait; logged at warn and counted in
+//! `protomolt_jobs_request_consumer_recoveries_total` ([`stall`] says why).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -33,11 +35,16 @@ use jobs_proto::WireMessage;
 use jobs_proto::wire::{RequestRecord, read_request_record};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message, OwnedMessage};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
+
+pub mod stall;
+
+pub use stall::STALL_AFTER;
+use stall::{Reading, Remedy, StallWatch};
 
 use crate::config::JobsConfig;
 use crate::relay::{LaneError, client_config};
@@ -80,7 +87,11 @@ pub enum Disposition {
 pub struct RequestConsumer {
     /// The requests topic (subscribed again on a rejoin).
     topic: String,
+    /// The consumer group (described when the consumer looks for stalls).
+    group: String,
     consumer: std::sync::Arc<StreamConsumer>,
+    /// What a new consumer is built from, when this one stalls for good.
+    settings: ClientConfig,
     handler: RequestHandler,
     metrics: crate::metrics::JobsMetrics,
 }
@@ -111,17 +122,26 @@ impl RequestConsumer {
             ("auto.offset.reset", "earliest"),
             ("session.timeout.ms", "10000"),
         ];
-        let consumer: StreamConsumer = client_config(config, bootstrap, &defaults)
+        let mut settings = client_config(config, bootstrap, &defaults);
+        settings
             .set("group.id", &config.consumer_group)
-            .set("enable.auto.commit", "false")
-            .create()?;
-        consumer.subscribe(&[&config.requests_topic])?;
+            .set("enable.auto.commit", "false");
+        let consumer = Self::subscribed(&settings, &config.requests_topic)?;
         Ok(RequestConsumer {
             topic: config.requests_topic.clone(),
+            group: config.consumer_group.clone(),
             consumer: std::sync::Arc::new(consumer),
+            settings,
             handler: RequestHandler::new(submitter),
             metrics: crate::metrics::JobsMetrics::default(),
         })
+    }
+
+    /// A consumer built from `settings`, subscribed to `topic`.
+    fn subscribed(settings: &ClientConfig, topic: &str) -> Result<StreamConsumer, LaneError> {
+        let consumer: StreamConsumer = settings.create()?;
+        consumer.subscribe(&[topic])?;
+        Ok(consumer)
     }
 
     /// Sets the lag gauge of every partition this consumer has taken records from:
@@ -154,67 +174,94 @@ impl RequestConsumer {
         self
     }
 
-    /// Whether an assigned partition has records past its committed offset (a blocking
-    /// round trip per partition: run it off the async threads).
-    fn holds_waiting_records(consumer: &StreamConsumer) -> bool {
-        let Ok(assigned) = consumer.assignment() else {
-            return false;
-        };
-        let Ok(committed) = consumer.committed_offsets(assigned, Duration::from_secs(5)) else {
-            return false;
-        };
-        committed.elements().iter().any(|entry| {
-            let Ok((low, high)) =
-                consumer.fetch_watermarks(entry.topic(), entry.partition(), Duration::from_secs(5))
-            else {
-                return false;
-            };
-            let next = match entry.offset() {
-                Offset::Offset(next) => next,
-                // Nothing committed yet: the group starts from the earliest record.
-                _ => low,
-            };
-            high > next
-        })
+    /// Starts a look at the group on every partition (blocking round trips, off the
+    /// async threads).
+    fn start_look(&self) -> tokio::task::JoinHandle<Reading> {
+        let (consumer, group, topic) = (
+            self.consumer.clone(),
+            self.group.clone(),
+            self.topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || stall::read_positions(&consumer, &group, &topic))
     }
 
-    /// Rejoins the group when it [holds waiting records](Self::holds_waiting_records)
-    /// it is not receiving.
-    async fn rejoin_if_stalled(&self, topic: &str) {
-        let consumer = self.consumer.clone();
-        let stalled = tokio::task::spawn_blocking(move || Self::holds_waiting_records(&consumer))
-            .await
-            .unwrap_or(false);
-        if stalled {
-            tracing::warn!(
-                topic,
-                stalled_for_s = STALL_AFTER.as_secs(),
-                "the request consumer holds waiting records but receives none; rejoining its group"
-            );
-            self.consumer.unsubscribe();
-            if let Err(e) = self.consumer.subscribe(&[topic]) {
-                tracing::error!(error = %e, topic, "subscribing again failed; retrying at the next check");
+    fn count_recovery(&self, action: &str) {
+        self.metrics
+            .request_consumer_recoveries
+            .get_or_create(&vec![("action", action.to_owned())])
+            .inc();
+    }
+
+    /// Applies what the [`StallWatch`] said: a rejoin, or a new client in place of
+    /// this one.
+    async fn apply(&mut self, remedy: Remedy) {
+        match remedy {
+            Remedy::Wait => {}
+            Remedy::Rejoin { reason } => {
+                tracing::warn!(topic = %self.topic, %reason, "the request consumer is stalled; rejoining its group");
+                self.count_recovery("rejoin");
+                self.consumer.unsubscribe();
+                if let Err(e) = self.consumer.subscribe(&[&self.topic]) {
+                    tracing::error!(error = %e, topic = %self.topic, "subscribing again failed; retrying at the next remedy");
+                }
+            }
+            Remedy::Rebuild { reason } => {
+                tracing::warn!(topic = %self.topic, %reason, "the request consumer is stalled; replacing it with a new client");
+                self.count_recovery("rebuild");
+                let fresh: StreamConsumer = match self.settings.create() {
+                    Ok(fresh) => fresh,
+                    Err(e) => {
+                        tracing::error!(error = %e, topic = %self.topic, "building a new request consumer failed; keeping the old one until the next remedy");
+                        return;
+                    }
+                };
+                let old = std::mem::replace(&mut self.consumer, std::sync::Arc::new(fresh));
+                // The old client leaves the group (closing is a blocking round trip)
+                // before the new one joins: one rebalance, not two, and a configured
+                // `group.instance.id` is not fenced by its own successor. A close the
+                // broker does not answer is not waited out.
+                let closing = tokio::task::spawn_blocking(move || drop(old));
+                let _ = tokio::time::timeout(CLOSE_FOR, closing).await;
+                if let Err(e) = self.consumer.subscribe(&[&self.topic]) {
+                    tracing::error!(error = %e, topic = %self.topic, "subscribing the new client failed; retrying at the next remedy");
+                }
             }
         }
     }
 
     /// Consumes until `shutdown`.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let mut last_lag_read = std::time::Instant::now() - LAG_READ_EVERY;
-        // The last record handled, or the last stall check.
-        let mut last_progress = std::time::Instant::now();
         // The next offset to take, per partition taken from.
         let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
+        let mut watch = StallWatch::default();
+        // A clock of its own, which neither records nor errors reset: a consumer busy
+        // with some partitions, or failing every second, still looks for stuck ones.
+        let mut looks = tokio::time::interval(LOOK_EVERY);
+        looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The look under way: records keep being taken while it waits on the broker.
+        let mut look: Option<tokio::task::JoinHandle<Reading>> = None;
         loop {
             let received = tokio::select! {
                 received = self.consumer.recv() => received.map(|m| m.detach()),
-                () = tokio::time::sleep(LAG_READ_EVERY) => {
-                    // Idle: the lag may have grown (or the last burst been taken).
+                _ = looks.tick(), if look.is_none() => {
+                    // The lag may have grown (or the last burst been taken).
                     last_lag_read = std::time::Instant::now();
                     self.read_lag(&consumed);
-                    if last_progress.elapsed() >= STALL_AFTER {
-                        last_progress = std::time::Instant::now();
-                        self.rejoin_if_stalled(&self.topic).await;
+                    look = Some(self.start_look());
+                    continue;
+                }
+                reading = async {
+                    match look.as_mut() {
+                        Some(under_way) => under_way.await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    look = None;
+                    // A look that panicked or was cancelled is no reading.
+                    if let Ok(reading) = reading {
+                        let remedy = watch.observe(reading, std::time::Instant::now());
+                        self.apply(remedy).await;
                     }
                     continue;
                 }
@@ -233,6 +280,7 @@ impl RequestConsumer {
             // Keep the record until it is recorded somewhere; a database outage pauses
             // here, without committing, and resumes when the database answers.
             let mut pause = Duration::from_millis(200);
+            let mut paused = false;
             loop {
                 // One span per record, the producer's trace context its parent, so
                 // the job it submits joins that trace.
@@ -285,12 +333,14 @@ impl RequestConsumer {
                             self.read_lag(&consumed);
                         }
                         pause = (pause * 2).min(Duration::from_secs(10));
+                        paused = true;
                     }
                 }
             }
-            // Handling it may have waited out a database outage: the stall clock
-            // starts again from here, not from when the record arrived.
-            last_progress = std::time::Instant::now();
+            // A pause on the database committed nothing, on purpose: not a stall.
+            if paused {
+                watch.restart_clocks(std::time::Instant::now());
+            }
             consumed.insert(
                 (record.topic().to_owned(), record.partition()),
                 record.offset() + 1,
@@ -316,9 +366,11 @@ impl RequestConsumer {
 /// How often the consumer reads how far behind the requests topic it is.
 const LAG_READ_EVERY: Duration = Duration::from_secs(5);
 
-/// How long a consumer may receive nothing while records wait on its partitions
-/// before it rejoins its group.
-pub const STALL_AFTER: Duration = Duration::from_secs(30);
+/// How often the consumer looks at its group for [stuck partitions](stall).
+const LOOK_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a stalled client is given to leave its group before its successor joins.
+const CLOSE_FOR: Duration = Duration::from_secs(15);
 
 impl RequestHandler {
     /// Turns one record into a job, a FAILED row or a reject. `Err` only when the
