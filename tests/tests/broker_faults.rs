@@ -224,3 +224,65 @@ async fn a_request_consumer_that_fetches_nothing_rejoins_then_is_replaced() {
     assert_eq!(job["result"]["sourceText"], "waiting");
     node.stop().await;
 }
+
+/// A group that starts at the end of its topic (`auto.offset.reset = latest`, records
+/// already there) has nothing to take, though it has committed nothing below them: its
+/// stall watch does not take the records before the end for waiting ones (it would
+/// rebalance the group now and then for ever). The first record after the end is
+/// taken, and committed.
+#[tokio::test]
+async fn a_group_that_starts_at_the_end_never_looks_stuck() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let db = TestDatabase::create().await;
+    let server = workflow::testkit::FixtureServer::start().await;
+    let mut config = with_lanes(test_config(&db.url, "latest", 1)).await;
+    let (requests, group) = (config.requests_topic.clone(), config.consumer_group.clone());
+    let mut old = Vec::new();
+    for i in 0..3 {
+        let job = uuid::Uuid::new_v4();
+        request_embed_text(&requests, &job.to_string(), &format!("old {i}")).await;
+        old.push(job);
+    }
+    config
+        .kafka_options
+        .insert("auto.offset.reset".into(), "latest".into());
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": workflow::testkit::two_step_workflow(&server.target()) }),
+    )
+    .await;
+    // Past the watch's 30 s (and a look): no condition to wait on for a remedy that
+    // must not come.
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    assert_eq!(recoveries(&node, "rejoin").await, 0, "the group rebalanced");
+    let new = uuid::Uuid::new_v4().to_string();
+    request_embed_text(&requests, &new, "new").await;
+    node.wait_for_status(&new, "COMPLETED", WAIT).await;
+    for job in old {
+        assert!(
+            node.store.get_job(job).await.unwrap().is_none(),
+            "nothing before the end was taken"
+        );
+    }
+    let reader: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", protomolt_e2e::kafka_bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    eventually(
+        "the group to commit past the record it took",
+        WAIT,
+        || async {
+            let mut partitions = rdkafka::TopicPartitionList::new();
+            partitions.add_partition(&requests, 0);
+            reader
+                .committed_offsets(partitions, Duration::from_secs(5))
+                .ok()
+                .and_then(|c| c.elements().first().map(|e| e.offset()))
+                == Some(rdkafka::Offset::Offset(4))
+        },
+    )
+    .await;
+    node.stop().await;
+}

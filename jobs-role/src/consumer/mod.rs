@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use jobs_proto::WireMessage;
 use jobs_proto::wire::{RequestRecord, read_request_record};
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
@@ -92,6 +92,13 @@ pub struct RequestConsumer {
     consumer: std::sync::Arc<StreamConsumer>,
     /// What a new consumer is built from, when this one stalls for good.
     settings: ClientConfig,
+    /// The client the stall watch asks the broker through (the same group, never
+    /// subscribed), so a consumer whose own connections are wedged is not asked about
+    /// itself.
+    observer: std::sync::Arc<BaseConsumer>,
+    /// Looks in a row the broker did not answer (the watching client is replaced after
+    /// [`OBSERVER_PATIENCE`]).
+    unanswered_looks: u32,
     handler: RequestHandler,
     metrics: crate::metrics::JobsMetrics,
 }
@@ -127,7 +134,10 @@ impl RequestConsumer {
             .set("group.id", &config.consumer_group)
             .set("enable.auto.commit", "false");
         let consumer = Self::subscribed(&settings, &config.requests_topic)?;
+        let observer: BaseConsumer = settings.create()?;
         Ok(RequestConsumer {
+            observer: std::sync::Arc::new(observer),
+            unanswered_looks: 0,
             topic: config.requests_topic.clone(),
             group: config.consumer_group.clone(),
             consumer: std::sync::Arc::new(consumer),
@@ -135,6 +145,15 @@ impl RequestConsumer {
             handler: RequestHandler::new(submitter),
             metrics: crate::metrics::JobsMetrics::default(),
         })
+    }
+
+    /// librdkafka's `max.poll.interval.ms` as configured (its default otherwise).
+    fn max_poll_interval(&self) -> Duration {
+        self.settings
+            .get("max.poll.interval.ms")
+            .and_then(|ms| ms.parse().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(stall::DEFAULT_MAX_POLL_INTERVAL)
     }
 
     /// A consumer built from `settings`, subscribed to `topic`.
@@ -177,12 +196,70 @@ impl RequestConsumer {
     /// Starts a look at the group on every partition (blocking round trips, off the
     /// async threads).
     fn start_look(&self) -> tokio::task::JoinHandle<Reading> {
-        let (consumer, group, topic) = (
+        let (observer, consumer, group, topic) = (
+            self.observer.clone(),
             self.consumer.clone(),
             self.group.clone(),
             self.topic.clone(),
         );
-        tokio::task::spawn_blocking(move || stall::read_positions(&consumer, &group, &topic))
+        let starts_at_end = matches!(
+            self.settings.get("auto.offset.reset"),
+            Some("latest" | "largest" | "end")
+        );
+        tokio::task::spawn_blocking(move || {
+            stall::read_positions(&observer, &consumer, &group, &topic, starts_at_end)
+        })
+    }
+
+    /// Takes in a finished look: commits where this member has taken its idle
+    /// partitions to, replaces a watching client that has not been answered for a
+    /// while, and applies what the [`StallWatch`] says.
+    async fn after_look(
+        &mut self,
+        reading: Reading,
+        watch: &mut StallWatch,
+        consumed: &HashMap<(String, i32), i64>,
+        shutdown: &CancellationToken,
+    ) {
+        if let Reading::Positions { positions, .. } = &reading {
+            self.unanswered_looks = 0;
+            // Every record handed to this loop has been handled by now (a look is
+            // taken in only between records), so everything below a position is done;
+            // what lies between the last record's commit and the position is markers.
+            let mut position = TopicPartitionList::new();
+            for p in positions {
+                let Some(to) = p.commit_to else { continue };
+                let handled = consumed.get(&(self.topic.clone(), p.partition));
+                if handled.is_some_and(|next| *next > to) {
+                    continue;
+                }
+                // Refused only for an offset that is none, which `to` is not.
+                let _ = position.add_partition_offset(&self.topic, p.partition, Offset::Offset(to));
+            }
+            if position.count() > 0
+                && let Err(e) = self.consumer.commit(&position, CommitMode::Async)
+            {
+                tracing::warn!(error = %e, "committing the position of an idle partition failed; it is tried again at the next look");
+            }
+        }
+        if let Reading::BrokerUnreachable(why) = &reading {
+            self.unanswered_looks += 1;
+            if self.unanswered_looks >= OBSERVER_PATIENCE {
+                self.unanswered_looks = 0;
+                match self.settings.create::<BaseConsumer>() {
+                    Ok(fresh) => {
+                        tracing::warn!(error = %why, "the request consumer's watching client has not been answered for a while; replacing it");
+                        let old = std::mem::replace(&mut self.observer, std::sync::Arc::new(fresh));
+                        tokio::task::spawn_blocking(move || drop(old));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "building a new watching client failed; keeping the old one");
+                    }
+                }
+            }
+        }
+        let remedy = watch.observe(reading, std::time::Instant::now());
+        self.apply(remedy, shutdown).await;
     }
 
     fn count_recovery(&self, action: &str) {
@@ -194,7 +271,7 @@ impl RequestConsumer {
 
     /// Applies what the [`StallWatch`] said: a rejoin, or a new client in place of
     /// this one.
-    async fn apply(&mut self, remedy: Remedy) {
+    async fn apply(&mut self, remedy: Remedy, shutdown: &CancellationToken) {
         match remedy {
             Remedy::Wait => {}
             Remedy::Rejoin { reason } => {
@@ -218,10 +295,26 @@ impl RequestConsumer {
                 let old = std::mem::replace(&mut self.consumer, std::sync::Arc::new(fresh));
                 // The old client leaves the group (closing is a blocking round trip)
                 // before the new one joins: one rebalance, not two, and a configured
-                // `group.instance.id` is not fenced by its own successor. A close the
-                // broker does not answer is not waited out.
-                let closing = tokio::task::spawn_blocking(move || drop(old));
-                let _ = tokio::time::timeout(CLOSE_FOR, closing).await;
+                // `group.instance.id` is not fenced by its own successor. It closes
+                // when its last handle goes (a lag reading may hold one for a moment).
+                // A close the broker does not answer is not waited out.
+                let closed = async move {
+                    let mut old = old;
+                    loop {
+                        match std::sync::Arc::try_unwrap(old) {
+                            Ok(alone) => {
+                                let _ = tokio::task::spawn_blocking(move || drop(alone)).await;
+                                return;
+                            }
+                            Err(shared) => old = shared,
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::timeout(CLOSE_FOR, closed) => {}
+                    () = shutdown.cancelled() => return,
+                }
                 if let Err(e) = self.consumer.subscribe(&[&self.topic]) {
                     tracing::error!(error = %e, topic = %self.topic, "subscribing the new client failed; retrying at the next remedy");
                 }
@@ -234,7 +327,7 @@ impl RequestConsumer {
         let mut last_lag_read = std::time::Instant::now() - LAG_READ_EVERY;
         // The next offset to take, per partition taken from.
         let mut consumed: HashMap<(String, i32), i64> = HashMap::new();
-        let mut watch = StallWatch::default();
+        let mut watch = StallWatch::new(self.max_poll_interval());
         // A clock of its own, which neither records nor errors reset: a consumer busy
         // with some partitions, or failing every second, still looks for stuck ones.
         let mut looks = tokio::time::interval(LOOK_EVERY);
@@ -260,8 +353,7 @@ impl RequestConsumer {
                     look = None;
                     // A look that panicked or was cancelled is no reading.
                     if let Ok(reading) = reading {
-                        let remedy = watch.observe(reading, std::time::Instant::now());
-                        self.apply(remedy).await;
+                        self.after_look(reading, &mut watch, &consumed, &shutdown).await;
                     }
                     continue;
                 }
@@ -371,6 +463,9 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a stalled client is given to leave its group before its successor joins.
 const CLOSE_FOR: Duration = Duration::from_secs(15);
+
+/// Looks in a row unanswered before the watching client is replaced (a minute).
+const OBSERVER_PATIENCE: u32 = 12;
 
 impl RequestHandler {
     /// Turns one record into a job, a FAILED row or a reject. `Err` only when the

@@ -8,47 +8,50 @@
 //! while 85 requests waited behind it, never noticed because the check then asked only
 //! about the partitions the consumer believed it held, and only while it was idle.
 //!
-//! So the watch looks at every partition of the requests topic: the group's committed
-//! offset, the partition's end, and who holds it (this member, by its assignment;
-//! another, by the group's description; nobody). A partition whose committed offset
-//! stays put while records wait past it is stuck once that lasts
-//! [`STALL_AFTER`] when this member holds it or nobody does, or [`OTHERS_AFTER`] when
-//! another member does or the holder cannot be told (that member watches its own
-//! partitions; it is only helped when it has neither recovered nor been evicted by
-//! librdkafka's own `max.poll.interval.ms`, whose default the wait outlasts). A member
-//! paused on the database holds its partitions still on purpose: its clocks restart
-//! when it resumes, and its peers give it [`OTHERS_AFTER`], so a fleet does not
-//! rebalance around a database outage.
+//! So the watch looks at every partition of the requests topic ([`look`], through a
+//! client of its own, so a consumer whose connections are wedged is not asked about
+//! itself): the group's committed offset, the partition's end, and who holds it (this
+//! member, by its assignment; another, by the group's description; nobody). A
+//! partition this member holds counts as taken up to where the member has fetched
+//! (markers of transactions, which no record follows, included; the consumer commits
+//! that position when idle). A partition whose position stays put while records wait
+//! past it is stuck once that lasts [`STALL_AFTER`] when this member holds it or
+//! nobody does, or longer when another member does or the holder cannot be told
+//! ([`StallWatch::new`]: librdkafka's `max.poll.interval.ms` and [`STALL_AFTER`] more,
+//! since a member that stops taking records for that long leaves the group by
+//! itself). A partition that changes hands starts its clock again. A member paused on
+//! the database holds its partitions still on purpose: its clocks restart when it
+//! resumes, and its peers give it the longer wait, so a fleet does not rebalance around
+//! a short database outage.
 //!
 //! The first remedy is a rejoin (unsubscribe and subscribe: a rebalance, which hands
 //! every partition out again); the next, [`STALL_AFTER`] later, replaces the client
 //! with a new one (as after a restart); each further one waits twice as long as the
-//! last, up to [`MOST_BETWEEN_REMEDIES`], so a partition that only looks stuck (a
-//! transaction marker past the last record under `read_committed`, say) costs a
-//! rebalance now and then, not a storm. A group whose offsets cannot be read while the
-//! broker answers is treated the same way. A broker that does not answer at all is an
-//! outage, which librdkafka rides out by itself: the watch starts over.
+//! last, up to [`MOST_BETWEEN_REMEDIES`], until the stuck partitions move or nothing
+//! waits on them, so a partition that only looks stuck costs a rebalance now and then,
+//! not a storm. A group whose offsets cannot be read while the broker answers is
+//! treated the same way. A broker that does not answer the watch's client at all is an
+//! outage, which librdkafka rides out by itself: the clocks start again (the remedies
+//! given so far are remembered); a partition whose end alone could not be read keeps
+//! its clock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::{Offset, TopicPartitionList};
+pub mod look;
+
+pub use look::{assigned_partitions, read_positions};
 
 /// How long a partition this member holds (or nobody holds) may keep its committed
 /// offset while records wait past it before the consumer acts.
 pub const STALL_AFTER: Duration = Duration::from_secs(30);
 
-/// The same for a partition another member holds (or whose holder cannot be told):
-/// past librdkafka's default `max.poll.interval.ms` (300 s), after which a member that
-/// stopped taking records leaves the group by itself.
-pub const OTHERS_AFTER: Duration = Duration::from_secs(330);
+/// librdkafka's default `max.poll.interval.ms`: a member that takes no record for this
+/// long leaves its group by itself.
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
 
 /// The longest wait between two remedies of one stall.
 pub const MOST_BETWEEN_REMEDIES: Duration = Duration::from_secs(30 * 60);
-
-/// How long one question to the broker may take.
-const ASK_FOR: Duration = Duration::from_secs(5);
 
 /// Who holds a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,19 +73,29 @@ pub struct PartitionPosition {
     pub partition: i32,
     /// The next offset the group will take: its committed offset, or the partition's
     /// first record when it has committed none or retention removed what it had not
-    /// taken.
+    /// taken; for a partition this member holds, where it has fetched to, when that is
+    /// further.
     pub next: i64,
     /// The offset the next record produced will get.
     pub end: i64,
     /// Who holds it.
     pub holder: Holder,
+    /// This member's position, when it holds the partition and has taken it past the
+    /// committed offset with nothing left to handle (a transaction marker, say): to be
+    /// committed.
+    pub commit_to: Option<i64>,
 }
 
 /// What one look at the group found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reading {
-    /// Every partition's position.
-    Positions(Vec<PartitionPosition>),
+    /// Every partition's position, but those whose end could not be read (`unread`).
+    Positions {
+        /// The partitions read.
+        positions: Vec<PartitionPosition>,
+        /// The partitions whose end could not be read (their clocks keep running).
+        unread: Vec<i32>,
+    },
     /// The broker answered, but the group's committed offsets could not be read.
     GroupUnreadable(String),
     /// The broker did not answer: an outage.
@@ -108,22 +121,59 @@ pub enum Remedy {
 
 /// Remembers, between looks, since when each waiting partition's position stayed put
 /// and what was done about it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StallWatch {
-    /// Per partition with records waiting: its position and since when it held it.
-    unmoved: HashMap<i32, (i64, Instant)>,
+    /// How long a partition another member holds may stand still.
+    others_after: Duration,
+    /// Per partition with records waiting: its position, whether another member (or
+    /// an unknown one) holds it, and since when both are so.
+    unmoved: HashMap<i32, Unmoved>,
     /// Since when the group's offsets could not be read.
     unreadable_since: Option<Instant>,
-    /// The remedies given to the stall that lasts, and when the last one was.
-    remedies: Option<(u32, Instant)>,
+    /// The stall that lasts: the partitions stuck when it was last remedied (empty for
+    /// an unreadable group), the remedies given and when the last one was.
+    stall: Option<Stall>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Unmoved {
+    next: i64,
+    held_by_others: bool,
+    since: Instant,
+}
+
+#[derive(Debug)]
+struct Stall {
+    partitions: HashMap<i32, i64>,
+    remedies: u32,
+    last: Instant,
+}
+
+impl Default for StallWatch {
+    fn default() -> Self {
+        StallWatch::new(DEFAULT_MAX_POLL_INTERVAL)
+    }
 }
 
 impl StallWatch {
+    /// A watch for a consumer whose group evicts a member that takes no record for
+    /// `max_poll_interval`: another member's partition is given that and
+    /// [`STALL_AFTER`] more.
+    pub fn new(max_poll_interval: Duration) -> Self {
+        StallWatch {
+            others_after: max_poll_interval.saturating_add(STALL_AFTER),
+            unmoved: HashMap::new(),
+            unreadable_since: None,
+            stall: None,
+        }
+    }
+
     /// Takes in one look at the group, made at `now`, and says what to do.
     pub fn observe(&mut self, reading: Reading, now: Instant) -> Remedy {
-        let positions = match reading {
+        let (positions, unread) = match reading {
             Reading::BrokerUnreachable(_) => {
-                self.forget();
+                self.unreadable_since = None;
+                self.restart_clocks(now);
                 return Remedy::Wait;
             }
             Reading::GroupUnreadable(why) => {
@@ -134,38 +184,60 @@ impl StallWatch {
                 }
                 return self.escalate(
                     now,
+                    HashMap::new(),
                     format!("the group's committed offsets could not be read while the broker answered: {why}"),
                 );
             }
-            Reading::Positions(positions) => positions,
+            Reading::Positions { positions, unread } => (positions, unread),
         };
         self.unreadable_since = None;
         let waiting: Vec<PartitionPosition> = positions
             .into_iter()
             .filter(|position| position.end > position.next)
             .collect();
+        let is_waiting = |partition: i32| waiting.iter().any(|p| p.partition == partition);
         self.unmoved
-            .retain(|partition, _| waiting.iter().any(|p| p.partition == *partition));
+            .retain(|partition, _| is_waiting(*partition) || unread.contains(partition));
+        // A stall is over once each of its partitions moved or has nothing waiting
+        // (an unreadable group's, once the group reads).
+        if let Some(stall) = &self.stall
+            && stall.partitions.iter().all(|(partition, next)| {
+                !unread.contains(partition)
+                    && waiting
+                        .iter()
+                        .find(|p| p.partition == *partition)
+                        .is_none_or(|p| p.next != *next)
+            })
+        {
+            self.stall = None;
+        }
         let mut stuck = Vec::new();
         for position in &waiting {
-            let entry = self
-                .unmoved
-                .entry(position.partition)
-                .or_insert((position.next, now));
-            if entry.0 != position.next {
-                *entry = (position.next, now);
+            let held_by_others = matches!(position.holder, Holder::OtherMember | Holder::Unknown);
+            let entry = self.unmoved.entry(position.partition).or_insert(Unmoved {
+                next: position.next,
+                held_by_others,
+                since: now,
+            });
+            if entry.next != position.next || entry.held_by_others != held_by_others {
+                // It moved, or changed hands: a new holder gets its own time.
+                *entry = Unmoved {
+                    next: position.next,
+                    held_by_others,
+                    since: now,
+                };
                 continue;
             }
-            let patience = match position.holder {
-                Holder::ThisMember | Holder::Nobody => STALL_AFTER,
-                Holder::OtherMember | Holder::Unknown => OTHERS_AFTER,
+            let patience = if held_by_others {
+                self.others_after
+            } else {
+                STALL_AFTER
             };
-            if now.duration_since(entry.1) >= patience {
+            if now.duration_since(entry.since) >= patience {
                 stuck.push(*position);
             }
         }
         if stuck.is_empty() {
-            self.remedies = None;
             return Remedy::Wait;
         }
         let described = stuck
@@ -181,26 +253,31 @@ impl StallWatch {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        self.escalate(now, format!("nothing consumed: {described}"))
+        let partitions = stuck.iter().map(|p| (p.partition, p.next)).collect();
+        self.escalate(now, partitions, format!("nothing consumed: {described}"))
     }
 
     /// The next remedy of the stall that lasts, once the last one has had its time.
-    fn escalate(&mut self, now: Instant, reason: String) -> Remedy {
-        let given = match self.remedies {
+    fn escalate(&mut self, now: Instant, partitions: HashMap<i32, i64>, reason: String) -> Remedy {
+        let given = match &self.stall {
             None => 0,
-            Some((given, at)) => {
+            Some(stall) => {
                 // The second remedy follows the first after STALL_AFTER, each later one
                 // after twice the wait before it.
                 let wait = STALL_AFTER
-                    .saturating_mul(1 << (given - 1).min(16))
+                    .saturating_mul(1 << stall.remedies.saturating_sub(1).min(16))
                     .min(MOST_BETWEEN_REMEDIES);
-                if now.duration_since(at) < wait {
+                if now.duration_since(stall.last) < wait {
                     return Remedy::Wait;
                 }
-                given
+                stall.remedies
             }
         };
-        self.remedies = Some((given + 1, now));
+        self.stall = Some(Stall {
+            partitions,
+            remedies: given + 1,
+            last: now,
+        });
         if given == 0 {
             Remedy::Rejoin { reason }
         } else {
@@ -213,130 +290,10 @@ impl StallWatch {
     /// Starts the clocks of every waiting partition again from `now`: after this
     /// member paused on the database (committing nothing meanwhile, on purpose).
     pub fn restart_clocks(&mut self, now: Instant) {
-        for (_, since) in self.unmoved.values_mut() {
-            *since = now;
+        for unmoved in self.unmoved.values_mut() {
+            unmoved.since = now;
         }
     }
-
-    /// Starts over.
-    pub fn forget(&mut self) {
-        *self = StallWatch::default();
-    }
-}
-
-/// Looks at where `consumer`'s group stands on every partition of `topic` (blocking
-/// round trips: run it off the async threads).
-pub fn read_positions(consumer: &StreamConsumer, group: &str, topic: &str) -> Reading {
-    let metadata = match consumer.fetch_metadata(Some(topic), ASK_FOR) {
-        Ok(metadata) => metadata,
-        Err(e) => return Reading::BrokerUnreachable(e.to_string()),
-    };
-    let mut partitions = TopicPartitionList::new();
-    for found in metadata.topics().iter().filter(|t| t.name() == topic) {
-        for partition in found.partitions() {
-            partitions.add_partition(topic, partition.id());
-        }
-    }
-    if partitions.count() == 0 {
-        return Reading::Positions(Vec::new());
-    }
-    let committed = match consumer.committed_offsets(partitions, ASK_FOR) {
-        Ok(committed) => committed,
-        Err(e) => return Reading::GroupUnreadable(e.to_string()),
-    };
-    let mine: HashSet<i32> = consumer
-        .assignment()
-        .map(|assigned| {
-            assigned
-                .elements_for_topic(topic)
-                .iter()
-                .map(|e| e.partition())
-                .collect()
-        })
-        .unwrap_or_default();
-    let others = others_holdings(consumer, group, topic);
-    let mut positions = Vec::new();
-    for entry in committed.elements() {
-        let (first, end) =
-            match consumer.fetch_watermarks(entry.topic(), entry.partition(), ASK_FOR) {
-                Ok(watermarks) => watermarks,
-                Err(e) => return Reading::BrokerUnreachable(e.to_string()),
-            };
-        let next = match entry.offset() {
-            // Retention may have removed records the group never took: it resumes at
-            // the first one left.
-            Offset::Offset(next) => next.max(first),
-            // Nothing committed yet: the group starts from the first record.
-            _ => first,
-        };
-        let partition = entry.partition();
-        let holder = if mine.contains(&partition) {
-            Holder::ThisMember
-        } else {
-            match &others {
-                Some(held) if held.contains(&partition) => Holder::OtherMember,
-                Some(_) => Holder::Nobody,
-                None => Holder::Unknown,
-            }
-        };
-        positions.push(PartitionPosition {
-            partition,
-            next,
-            end,
-            holder,
-        });
-    }
-    Reading::Positions(positions)
-}
-
-/// The partitions of `topic` the group's members hold, by the group's description;
-/// `None` when it cannot be told (no answer, a rebalance under way, an assignment this
-/// reader cannot follow).
-fn others_holdings(consumer: &StreamConsumer, group: &str, topic: &str) -> Option<HashSet<i32>> {
-    let list = consumer.fetch_group_list(Some(group), ASK_FOR).ok()?;
-    let described = list.groups().iter().find(|g| g.name() == group)?;
-    if described.state() != "Stable" {
-        return None;
-    }
-    let mut held = HashSet::new();
-    for member in described.members() {
-        held.extend(assigned_partitions(member.assignment()?, topic)?);
-    }
-    Some(held)
-}
-
-/// The partitions of `topic` in a consumer-protocol assignment (`version int16`, then
-/// `[topic string, [partition int32]]`, then user data, which is not read); `None`
-/// when the bytes are not one.
-pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
-    let mut rest = bytes;
-    let version = take::<2>(&mut rest).map(i16::from_be_bytes)?;
-    if version < 0 {
-        return None;
-    }
-    let mut found = Vec::new();
-    let topics = take::<4>(&mut rest).map(i32::from_be_bytes)?;
-    for _ in 0..usize::try_from(topics).ok()? {
-        let name_len = take::<2>(&mut rest).map(i16::from_be_bytes)?;
-        let name_len = usize::try_from(name_len).ok()?;
-        let name = rest.get(..name_len)?;
-        rest = &rest[name_len..];
-        let count = take::<4>(&mut rest).map(i32::from_be_bytes)?;
-        for _ in 0..usize::try_from(count).ok()? {
-            let partition = take::<4>(&mut rest).map(i32::from_be_bytes)?;
-            if name == topic.as_bytes() {
-                found.push(partition);
-            }
-        }
-    }
-    Some(found)
-}
-
-/// The next `N` bytes of `rest`, which moves past them.
-fn take<const N: usize>(rest: &mut &[u8]) -> Option<[u8; N]> {
-    let (taken, after) = rest.split_first_chunk::<N>()?;
-    *rest = after;
-    Some(*taken)
 }
 
 #[cfg(test)]
@@ -353,14 +310,19 @@ mod tests {
             next,
             end,
             holder,
+            commit_to: None,
+        }
+    }
+
+    fn reading(p: &[PartitionPosition]) -> Reading {
+        Reading::Positions {
+            positions: p.to_vec(),
+            unread: Vec::new(),
         }
     }
 
     fn look(watch: &mut StallWatch, start: Instant, secs: u64, p: &[PartitionPosition]) -> Remedy {
-        watch.observe(
-            Reading::Positions(p.to_vec()),
-            start + Duration::from_secs(secs),
-        )
+        watch.observe(reading(p), start + Duration::from_secs(secs))
     }
 
     #[test]
@@ -419,9 +381,9 @@ mod tests {
 
     #[test]
     fn a_partition_another_member_holds_is_left_to_it_for_longer() {
-        let (mut watch, t) = (StallWatch::default(), Instant::now());
+        let t = Instant::now();
         for holder in [Holder::OtherMember, Holder::Unknown] {
-            watch.forget();
+            let mut watch = StallWatch::default();
             let stuck = [held_by(holder, 0, 10, 20)];
             for secs in (0..330).step_by(5) {
                 assert_eq!(
@@ -466,12 +428,16 @@ mod tests {
                 Remedy::Wait
             );
         }
-        // The outage is not counted as time the partition stood still.
-        assert_eq!(look(&mut watch, t, 500, &[at(0, 1, 9)]), Remedy::Wait);
-        assert_eq!(look(&mut watch, t, 525, &[at(0, 1, 9)]), Remedy::Wait);
+        // The outage (its last look at 495 s) is not counted as time the partition
+        // stood still.
+        assert_eq!(look(&mut watch, t, 520, &[at(0, 1, 9)]), Remedy::Wait);
+        assert!(matches!(
+            look(&mut watch, t, 525, &[at(0, 1, 9)]),
+            Remedy::Rejoin { .. }
+        ));
 
         let unreadable = || Reading::GroupUnreadable("coordinator unavailable".into());
-        watch.forget();
+        let mut watch = StallWatch::default();
         assert_eq!(watch.observe(unreadable(), t), Remedy::Wait);
         assert_eq!(
             watch.observe(unreadable(), t + Duration::from_secs(20)),
@@ -503,47 +469,75 @@ mod tests {
         ));
     }
 
-    fn assignment(topics: &[(&str, &[i32])]) -> Vec<u8> {
-        let mut bytes = 1i16.to_be_bytes().to_vec();
-        bytes.extend_from_slice(&(topics.len() as i32).to_be_bytes());
-        for (name, partitions) in topics {
-            bytes.extend_from_slice(&(name.len() as i16).to_be_bytes());
-            bytes.extend_from_slice(name.as_bytes());
-            bytes.extend_from_slice(&(partitions.len() as i32).to_be_bytes());
-            for p in *partitions {
-                bytes.extend_from_slice(&p.to_be_bytes());
-            }
-        }
-        bytes.extend_from_slice(&(-1i32).to_be_bytes()); // no user data
-        bytes
+    #[test]
+    fn the_wait_for_another_members_partition_follows_its_poll_interval() {
+        let (mut watch, t) = (StallWatch::new(Duration::from_secs(600)), Instant::now());
+        let stuck = [held_by(Holder::OtherMember, 0, 10, 20)];
+        assert_eq!(look(&mut watch, t, 0, &stuck), Remedy::Wait);
+        assert_eq!(look(&mut watch, t, 625, &stuck), Remedy::Wait);
+        assert!(matches!(
+            look(&mut watch, t, 630, &stuck),
+            Remedy::Rejoin { .. }
+        ));
     }
 
     #[test]
-    fn an_assignment_names_its_partitions_of_the_topic() {
-        let bytes = assignment(&[("other", &[0, 1]), ("requests", &[2, 5])]);
-        assert_eq!(assigned_partitions(&bytes, "requests"), Some(vec![2, 5]));
-        assert_eq!(assigned_partitions(&bytes, "absent"), Some(vec![]));
+    fn a_partition_that_changes_hands_starts_its_clock_again_but_the_stall_goes_on() {
+        let (mut watch, t) = (StallWatch::default(), Instant::now());
+        let mine = [at(0, 10, 20)];
+        look(&mut watch, t, 0, &mine);
+        assert!(matches!(
+            look(&mut watch, t, 30, &mine),
+            Remedy::Rejoin { .. }
+        ));
+        // Rebalancing: held by nobody this member can name, then by it again.
+        let rebalancing = [held_by(Holder::Unknown, 0, 10, 20)];
+        assert_eq!(look(&mut watch, t, 35, &rebalancing), Remedy::Wait);
+        assert_eq!(look(&mut watch, t, 40, &mine), Remedy::Wait);
+        assert_eq!(look(&mut watch, t, 65, &mine), Remedy::Wait);
+        // Its clock started again at 40 s; the stall did not: the next remedy follows.
+        assert!(matches!(
+            look(&mut watch, t, 70, &mine),
+            Remedy::Rebuild { .. }
+        ));
     }
 
     #[test]
-    fn hostile_assignments_are_no_answer() {
-        let bytes = assignment(&[("requests", &[2, 5])]);
-        for cut in 0..bytes.len() - 4 {
-            assert_eq!(
-                assigned_partitions(&bytes[..cut], "requests"),
-                None,
-                "{cut}"
-            );
-        }
-        let mut huge = 0i16.to_be_bytes().to_vec();
-        huge.extend_from_slice(&i32::MAX.to_be_bytes());
-        assert_eq!(assigned_partitions(&huge, "requests"), None);
-        let mut negative = 0i16.to_be_bytes().to_vec();
-        negative.extend_from_slice(&(-5i32).to_be_bytes());
-        assert_eq!(assigned_partitions(&negative, "requests"), None);
+    fn a_partition_whose_end_could_not_be_read_keeps_its_clock() {
+        let (mut watch, t) = (StallWatch::default(), Instant::now());
+        look(&mut watch, t, 0, &[at(0, 10, 20), at(1, 5, 5)]);
+        let partly = Reading::Positions {
+            positions: vec![at(1, 5, 5)],
+            unread: vec![0],
+        };
         assert_eq!(
-            assigned_partitions(&(-1i16).to_be_bytes(), "requests"),
-            None
+            watch.observe(partly, t + Duration::from_secs(20)),
+            Remedy::Wait
         );
+        assert!(matches!(
+            look(&mut watch, t, 30, &[at(0, 10, 20), at(1, 5, 5)]),
+            Remedy::Rejoin { .. }
+        ));
+    }
+
+    #[test]
+    fn an_outage_remembers_the_remedies_given() {
+        let (mut watch, t) = (StallWatch::default(), Instant::now());
+        let stuck = [at(0, 10, 20)];
+        look(&mut watch, t, 0, &stuck);
+        assert!(matches!(
+            look(&mut watch, t, 30, &stuck),
+            Remedy::Rejoin { .. }
+        ));
+        let unreachable = Reading::BrokerUnreachable("all brokers down".into());
+        assert_eq!(
+            watch.observe(unreachable, t + Duration::from_secs(40)),
+            Remedy::Wait
+        );
+        assert_eq!(look(&mut watch, t, 65, &stuck), Remedy::Wait);
+        assert!(matches!(
+            look(&mut watch, t, 70, &stuck),
+            Remedy::Rebuild { .. }
+        ));
     }
 }
