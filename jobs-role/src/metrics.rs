@@ -86,8 +86,9 @@ pub struct JobsMetrics {
     pub relay_events: Family<Labels, Counter>,
     /// How long one relay batch took to publish and be acknowledged.
     pub relay_publish_seconds: HistogramFamily,
-    /// Events producers rebuilt after librdkafka put them in a fatal state.
-    pub relay_producer_rebuilds: Counter,
+    /// Events producers rebuilt, by `reason`: `fatal` (librdkafka put it in a fatal
+    /// state) or `stuck` (it published nothing for 30 s while the broker answered).
+    pub relay_producer_rebuilds: Family<Labels, Counter>,
     /// Request records the consumer handled, by `outcome` (submitted, failed_row,
     /// rejected).
     pub request_records: Family<Labels, Counter>,
@@ -133,7 +134,7 @@ impl Default for JobsMetrics {
             wait_timeouts: Counter::default(),
             relay_events: Family::default(),
             relay_publish_seconds: latency_family(),
-            relay_producer_rebuilds: Counter::default(),
+            relay_producer_rebuilds: Family::default(),
             request_records: Family::default(),
             request_consumer_recoveries: Family::default(),
             request_lag: Family::default(),
@@ -206,7 +207,7 @@ impl JobsMetrics {
         );
         jobs.register(
             "relay_producer_rebuilds",
-            "Events producers rebuilt after a fatal producer error",
+            "Events producers rebuilt, by reason (fatal, stuck)",
             m.relay_producer_rebuilds,
         );
         jobs.register(

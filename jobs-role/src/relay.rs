@@ -21,9 +21,9 @@
 //! A producer librdkafka put in a **fatal** state (the idempotent producer after an
 //! OUT_OF_ORDER_SEQUENCE_NUMBER, say, as a broker can answer after an unclean leader
 //! election) never publishes again: the relay builds a new one at once (logged, and
-//! counted in `protomolt_jobs_relay_producer_rebuilds`). So it does for a producer that
-//! has published nothing for 30 s while the broker answers (a broker that no longer
-//! accepts its sequence numbers). While the lane's batches get nothing through,
+//! counted in `protomolt_jobs_relay_producer_rebuilds_total{reason="fatal"}`). So it
+//! does for a producer that has published nothing for 30 s while the broker answers
+//! (a broker that no longer accepts its sequence numbers; `reason="stuck"`). While the lane's batches get nothing through,
 //! `/readyz` reports the node not ready.
 //!
 //! A FAILED row is the dead-letter queue and is never picked again by the relay; the
@@ -126,8 +126,15 @@ pub struct Publisher {
     failing_since: std::sync::Mutex<Option<std::time::Instant>>,
     /// When the producer was last built.
     built_at: std::sync::Mutex<std::time::Instant>,
-    /// Producers rebuilt so far.
-    rebuilds: std::sync::atomic::AtomicU64,
+    /// Producers rebuilt so far: after a fatal error, and stuck ones.
+    rebuilds: Rebuilds,
+}
+
+/// Producers rebuilt so far, by why.
+#[derive(Debug, Default)]
+struct Rebuilds {
+    fatal: std::sync::atomic::AtomicU64,
+    stuck: std::sync::atomic::AtomicU64,
 }
 
 /// How long a lane may publish nothing while the broker answers before its producer
@@ -164,7 +171,7 @@ impl Publisher {
             last_healthy: std::sync::Mutex::new(None),
             failing_since: std::sync::Mutex::new(None),
             built_at: std::sync::Mutex::new(std::time::Instant::now()),
-            rebuilds: std::sync::atomic::AtomicU64::new(0),
+            rebuilds: Rebuilds::default(),
         })
     }
 
@@ -177,9 +184,10 @@ impl Publisher {
             .clone()
     }
 
-    /// Producers rebuilt after a fatal error so far.
-    pub fn rebuilds(&self) -> u64 {
-        self.rebuilds.load(std::sync::atomic::Ordering::SeqCst)
+    /// Producers rebuilt so far: (after a fatal error, stuck).
+    pub fn rebuilds(&self) -> (u64, u64) {
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::SeqCst);
+        (load(&self.rebuilds.fatal), load(&self.rebuilds.stuck))
     }
 
     /// Replaces the producer with a new one when it can publish nothing more: one
@@ -189,8 +197,11 @@ impl Publisher {
     /// PENDING; one that had landed is published again (at-least-once: consumers
     /// dedupe on `event_id`).
     fn rebuild_if_needed(&self) -> bool {
-        let why = match self.producer().client().fatal_error() {
-            Some((code, reason)) => format!("it hit a fatal error ({code:?}: {reason})"),
+        let (why, count) = match self.producer().client().fatal_error() {
+            Some((code, reason)) => (
+                format!("it hit a fatal error ({code:?}: {reason})"),
+                &self.rebuilds.fatal,
+            ),
             None => {
                 let failing = *self
                     .failing_since
@@ -204,9 +215,12 @@ impl Publisher {
                     Some(since)
                         if since.elapsed() >= STUCK_AFTER && built.elapsed() >= STUCK_AFTER =>
                     {
-                        format!(
-                            "it has published nothing for {} s while the broker answers",
-                            since.elapsed().as_secs()
+                        (
+                            format!(
+                                "it has published nothing for {} s while the broker answers",
+                                since.elapsed().as_secs()
+                            ),
+                            &self.rebuilds.stuck,
                         )
                     }
                     _ => return false,
@@ -223,10 +237,7 @@ impl Publisher {
                     .built_at
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner()) = std::time::Instant::now();
-                let n = self
-                    .rebuilds
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-                    + 1;
+                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                 tracing::warn!(
                     rebuilds = n,
                     "the events producer can publish nothing more ({why}); built a new one (its rows stay PENDING, no attempt spent)"
@@ -583,9 +594,17 @@ pub async fn relay_loop(
             )
             .await;
         let rebuilds = publisher.rebuilds();
-        metrics
-            .relay_producer_rebuilds
-            .inc_by(rebuilds - rebuilds_counted);
+        for (reason, now, before) in [
+            ("fatal", rebuilds.0, rebuilds_counted.0),
+            ("stuck", rebuilds.1, rebuilds_counted.1),
+        ] {
+            if now > before {
+                metrics
+                    .relay_producer_rebuilds
+                    .get_or_create(&vec![("reason", reason.to_owned())])
+                    .inc_by(now - before);
+            }
+        }
         rebuilds_counted = rebuilds;
         let wait = match drained {
             Ok(Ok(report)) if report.outage > 0 && report.handled() == 0 => {

@@ -39,11 +39,12 @@ async fn all_published(db: &TestDatabase, rows: usize) -> bool {
     now.len() == rows && now.iter().all(|(status, _)| status == "PUBLISHED")
 }
 
-/// The node's count of rebuilt producers, from `/metrics`.
-async fn rebuilds(node: &JobsNode) -> u64 {
+/// The node's count of producers rebuilt for `reason` (fatal, stuck), from `/metrics`.
+async fn rebuilds(node: &JobsNode, reason: &str) -> u64 {
     let (_, text) = http_get_text(&node.router, "/metrics").await;
+    let line = format!("protomolt_jobs_relay_producer_rebuilds_total{{reason=\"{reason}\"}} ");
     text.lines()
-        .find_map(|line| line.strip_prefix("protomolt_jobs_relay_producer_rebuilds_total "))
+        .find_map(|l| l.strip_prefix(&line))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }
@@ -87,7 +88,10 @@ async fn a_fatal_producer_error_is_rebuilt_and_the_lane_publishes_again() {
     )
     .await;
     assert_eq!(proxy.stats().rewritten_answers, 1);
-    assert!(rebuilds(&node).await >= 1, "the fatal producer was rebuilt");
+    assert!(
+        rebuilds(&node, "fatal").await >= 1,
+        "the fatal producer was rebuilt for being fatal (not later, as stuck)"
+    );
     assert!(
         outbox(&db).await.iter().all(|(_, attempts)| *attempts == 0),
         "a producer fault spends no attempt: {:?}",

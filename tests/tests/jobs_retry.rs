@@ -239,6 +239,25 @@ async fn a_step_a_retry_only_resumes_keeps_its_idempotency_key() {
     );
     let row = node.job(&job_id).await;
     assert_eq!(row["step_reruns"], json!([1, 1]));
+
+    // Both re-run again, and embed fails: the job holds one checkpoint but counts
+    // re-runs for two steps. Resuming embed leaves its count (and key) alone.
+    down.store(true, Ordering::SeqCst);
+    retry(&node, json!({ "jobId": job_id, "fromStep": "tokenize" })).await;
+    node.wait_for_status(&job_id, "DEAD", WAIT).await;
+    down.store(false, Ordering::SeqCst);
+    retry(&node, json!({ "jobId": job_id, "fromStep": "embed" })).await;
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    let embed = keys_of(&server, "Embed");
+    assert_eq!(
+        embed[embed.len() - 2..],
+        [
+            format!("{job_id}/embed/rerun-2"),
+            format!("{job_id}/embed/rerun-2")
+        ],
+        "embed was only resumed: same key as the call that failed"
+    );
+    assert_eq!(node.job(&job_id).await["step_reruns"], json!([2, 2]));
     node.stop().await;
 }
 
