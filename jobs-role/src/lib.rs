@@ -24,6 +24,7 @@
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
+//! | [`event_json`]| a job's events as clients read them (proto3 JSON)                  |
 //! | [`actions`] | the verbs: submit, read, complete or reject a step, cancel, retry    |
 //! | [`watch`]   | watching jobs: their events as they commit, one read for all watchers |
 //! | [`routes`]  | HTTP beside the verbs: a job's events as Server-Sent Events          |
@@ -43,6 +44,7 @@ pub mod compiled;
 pub mod config;
 pub mod console;
 pub mod consumer;
+pub mod event_json;
 pub mod metrics;
 pub mod module;
 pub mod pruner;

@@ -25,7 +25,7 @@ use registry_stub::metrics::{HistogramFamily, Labels, label_value, latency_famil
 use tokio_util::sync::CancellationToken;
 
 use crate::store::Store;
-use crate::worker::TargetLimits;
+use crate::worker::limits::TargetLimits;
 
 /// A gauge holding seconds.
 type SecondsGauge = Gauge<f64, AtomicU64>;

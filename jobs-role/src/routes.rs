@@ -29,11 +29,11 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::stream;
-use prost_reflect::DynamicMessage;
 use registry_stub::{ActionError, Caller, Code};
 use uuid::Uuid;
 
 use crate::actions::{JobsState, store_error};
+pub use crate::event_json::event_json;
 use crate::status::JobStatus;
 use crate::store::{Store, WatchedEvent};
 use crate::watch::{NotWatching, Watching};
@@ -227,13 +227,4 @@ fn sse_event(event: &WatchedEvent) -> Event {
         .id(event.event_id.to_string())
         .event(event.event_type.as_str())
         .data(data.to_string())
-}
-
-/// A `WorkflowRunEvent` payload in proto3 JSON.
-pub fn event_json(payload: &[u8]) -> Result<serde_json::Value, String> {
-    let descriptor = jobs_proto::DESCRIPTOR_POOL
-        .get_message_by_name("protomolt.jobs.v1.WorkflowRunEvent")
-        .ok_or("the contract has no WorkflowRunEvent")?;
-    let message = DynamicMessage::decode(descriptor, payload).map_err(|e| e.to_string())?;
-    serde_json::to_value(&message).map_err(|e| e.to_string())
 }

@@ -432,3 +432,9 @@ pub fn json_path(message: &MessageDescriptor, proto_path: &str) -> String {
         .collect::<Vec<_>>()
         .join(".")
 }
+
+/// An error in the route's model: its status and `{"code", "message", "details"}`.
+pub(crate) fn error_response(error: &ActionError) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (error.code.status(), axum::Json(error.body())).into_response()
+}

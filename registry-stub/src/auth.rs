@@ -101,11 +101,11 @@ impl AuthConfig {
             }
             if token
                 .max_body_bytes
-                .is_some_and(|n| n > crate::route::MAX_BODY_BYTES)
+                .is_some_and(|n| n > crate::limits::MAX_BODY_BYTES)
             {
                 return Err(format!(
                     "[auth] token #{n}: max_body_bytes may be at most {} (the route's own limit; leave it out for that)",
-                    crate::route::MAX_BODY_BYTES
+                    crate::limits::MAX_BODY_BYTES
                 ));
             }
         }

@@ -36,9 +36,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use crate::action::error_response;
 use crate::action::{ActionError, Code};
 use crate::auth::{AuthConfig, TokenConfig};
-use crate::route::{MAX_BODY_BYTES, error_response};
+use crate::limits::MAX_BODY_BYTES;
 
 /// Which `Host` and `Origin` values a node answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -31,6 +31,7 @@
 //! | [`config`]     | the node's typed configuration and the bind policy               |
 //! | [`forms`]      | a protobuf message described for a human form (the console)      |
 //! | [`health`]     | `/healthz` and `/readyz`, with the roles' readiness checks       |
+//! | [`limits`]     | limits every route shares (the largest body)                     |
 //! | [`metrics`]    | `/metrics`: the node's registry, the actions route's own metrics |
 //! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
 //! | [`registry`]   | the registry role and its four verbs                             |
@@ -46,6 +47,7 @@ pub mod config;
 pub mod forms;
 pub mod gate;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod registry;

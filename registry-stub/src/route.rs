@@ -31,14 +31,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use crate::action::{Action, ActionError, Code};
+use crate::action::{Action, ActionError, Code, error_response};
 use crate::gate::{Caller, Gate, guard};
 use crate::metrics::HttpMetrics;
 use crate::schema::json_schema;
 use tracing::Instrument;
 
-/// Largest request body accepted (envelopes carry descriptor sets).
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub use crate::limits::MAX_BODY_BYTES;
 
 /// Every mounted verb, by name.
 pub struct Catalog {
@@ -143,11 +142,6 @@ async fn limit_body(request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let body = Body::new(http_body_util::Limited::new(body, MAX_BODY_BYTES));
     next.run(Request::from_parts(parts, body)).await
-}
-
-/// An error in the route's model: its status and `{"code", "message", "details"}`.
-pub(crate) fn error_response(error: &ActionError) -> Response {
-    (error.code.status(), axum::Json(error.body())).into_response()
 }
 
 async fn list_actions(State(state): State<RouteState>) -> Response {

@@ -43,11 +43,14 @@ use prost_reflect::{
 use serde_json::{Map, Value};
 
 use crate::failure::{Violation, violations_of};
+pub use crate::finding::{Finding, Findings};
 use crate::gate::Gate;
 use crate::offload::{self, OffloadError};
 use crate::rules::{Rule, parse_rule};
 use crate::ruleset::{self, TypeRoot};
 use crate::scope::INPUT;
+pub use crate::spec::{Completion, OnTimeout};
+use crate::spec::{OutputSpec, StepSpec};
 use crate::verify;
 
 /// Default bound of one segment of a run.
@@ -65,60 +68,6 @@ pub const MAX_RESPONSE_BYTES_CEILING: u64 = 256 * 1024 * 1024;
 const MAX_DEADLINE_MS: u64 = 86_400_000;
 /// The longest an external step may wait for its answer: 366 days.
 pub const MAX_WAIT_TIMEOUT_MS: u64 = 366 * 86_400_000;
-
-/// One problem with an envelope: where it is and what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    /// The step it concerns, when it concerns one.
-    pub step: Option<String>,
-    /// JSON path into the envelope, e.g. `$.steps[1].rules[0]`.
-    pub path: String,
-    /// What is wrong, and the fix where there is one.
-    pub message: String,
-}
-
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.step {
-            Some(step) => write!(f, "{} (step '{step}'): {}", self.path, self.message),
-            None => write!(f, "{}: {}", self.path, self.message),
-        }
-    }
-}
-
-/// Every finding of a compilation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the workflow does not compile: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-pub struct Findings(pub Vec<Finding>);
-
-/// Whether the engine calls a step or waits for someone else to answer it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
-    /// The engine calls the method on the target.
-    Call,
-    /// Never called: the run parks here until `complete-step` supplies the response.
-    External,
-}
-
-/// How a job parked on an external step ends when nobody answers in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnTimeout {
-    /// FAILED (the default).
-    #[default]
-    Fail,
-    /// DEAD: the dead-letter state.
-    Dead,
-}
-
-impl OnTimeout {
-    /// The envelope's spelling: `fail` or `dead`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            OnTimeout::Fail => "fail",
-            OnTimeout::Dead => "dead",
-        }
-    }
-}
 
 /// A resolved, verified step.
 #[derive(Debug, Clone)]
@@ -985,27 +934,6 @@ fn valid_step_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A step as written, before its types are known.
-pub(crate) struct StepSpec {
-    pub name: String,
-    pub target: Option<String>,
-    pub method: Option<MethodDescriptor>,
-    /// What the rules build (the method's input, or an external step's `requestType`).
-    pub request_type: Option<MessageDescriptor>,
-    /// What the step answers with (the method's output, or an external step's
-    /// `outputType`); `None` when it did not resolve.
-    pub response_type: Option<MessageDescriptor>,
-    pub rules: Vec<(Rule, String)>,
-    pub when: Option<(String, String)>,
-    pub completion: Completion,
-    pub validate: bool,
-    pub deadline: Option<Duration>,
-    pub tls: bool,
-    pub max_response_bytes: Option<usize>,
-    pub wait_timeout: Option<Duration>,
-    pub on_timeout: OnTimeout,
-}
-
 const ROOT_KEYS: &[&str] = &[
     "name",
     "schema",
@@ -1553,12 +1481,6 @@ fn step_types(
     let response = resolve("outputType", true);
     let request = resolve("requestType", false);
     (None, request, response)
-}
-
-/// The output mapping as written.
-pub(crate) struct OutputSpec {
-    pub message: Option<MessageDescriptor>,
-    pub rules: Vec<(Rule, String)>,
 }
 
 fn output_spec(

@@ -19,6 +19,8 @@
 //! | module         | concept                                                                |
 //! |----------------|------------------------------------------------------------------------|
 //! | [`compile`]    | the envelope parsed into a [`CompiledWorkflow`]; every problem a [`Finding`] |
+//! | [`finding`]    | what is wrong with an envelope: where, and the fix                      |
+//! | [`spec`]       | a workflow as written: steps and output before their types are known  |
 //! | [`verify`]     | static checks of every rule, gate and output mapping, all findings at once |
 //! | [`rules`]      | the mapping language: `target = source`, `target += source`, `-target` |
 //! | [`gate`]       | `when` gates: CEL over `input` and earlier steps, bounded              |
@@ -28,6 +30,7 @@
 //! | [`schema`]     | compiling `.proto` sources at runtime, `buf/validate` importable       |
 //! | [`grpc`]       | dynamic unary calls over tonic; a bounded LRU cache of channels        |
 //! | [`outbound`]   | the outbound call policy: allowed targets, TLS, DNS answers, ceilings |
+//! | `glob`         | the target globs of the policy and of TLS settings (`*`)               |
 //! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`runner`]     | segments and the synchronous run                                       |
@@ -41,7 +44,9 @@
 pub mod checkpoint;
 pub mod compile;
 pub mod failure;
+pub mod finding;
 pub mod gate;
+mod glob;
 pub mod grpc;
 pub mod offload;
 pub mod outbound;
@@ -50,6 +55,7 @@ pub mod ruleset;
 pub mod runner;
 pub mod schema;
 pub mod scope;
+pub mod spec;
 pub mod suggest;
 pub mod typecheck;
 pub mod verify;

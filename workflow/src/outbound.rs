@@ -248,7 +248,7 @@ impl TargetPattern {
             && match (&self.host, &target.host) {
                 (HostPattern::Range(range), TargetHost::Address(ip)) => range.contains(ip),
                 (HostPattern::Name(pattern), TargetHost::Name(name)) => {
-                    crate::grpc::glob_matches(pattern.as_bytes(), name.as_bytes())
+                    crate::glob::glob_matches(pattern.as_bytes(), name.as_bytes())
                 }
                 _ => false,
             }

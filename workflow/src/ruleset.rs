@@ -41,7 +41,7 @@ use prost_protovalidate_types::{
 };
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 
-use crate::compile::Finding;
+use crate::finding::Finding;
 use crate::gate::analyze;
 
 /// A type the workflow reads, and where the envelope names it.

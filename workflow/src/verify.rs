@@ -16,10 +16,11 @@
 
 use prost_reflect::MessageDescriptor;
 
-use crate::compile::{Finding, OutputSpec, StepSpec};
+use crate::finding::Finding;
 use crate::gate::Gate;
 use crate::rules::{Rule, RuleOp, Source, check_rule, source_shape};
 use crate::scope::INPUT;
+use crate::spec::{OutputSpec, StepSpec};
 
 pub(crate) fn verify(
     findings: &mut Vec<Finding>,

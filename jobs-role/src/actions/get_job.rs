@@ -67,7 +67,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
 /// the event says (step, attempt, time, and error, verdict and detail when set).
 fn event_view(event_id: &Uuid, event_type: &str, status: &str, payload: &[u8]) -> Value {
     let mut view = json!({ "eventId": event_id.to_string(), "type": event_type, "status": status });
-    match crate::routes::event_json(payload) {
+    match crate::event_json::event_json(payload) {
         Ok(Value::Object(event)) => {
             for key in [
                 "step",

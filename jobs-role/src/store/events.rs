@@ -336,7 +336,7 @@ mod tests {
             .fields;
         assert!(detail.contains_key("result"), "within the depth: carried");
         assert!(
-            crate::routes::event_json(&payload).is_ok(),
+            crate::event_json::event_json(&payload).is_ok(),
             "readable by get-job and SSE"
         );
     }

@@ -33,7 +33,7 @@
 mod cancels;
 pub mod flusher;
 mod lease;
-mod limits;
+pub mod limits;
 mod retry;
 mod sink;
 mod sweeper;

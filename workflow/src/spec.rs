@@ -1,0 +1,65 @@
+//! A workflow as written, before its types are known: each step's [`StepSpec`] and the
+//! output's [`OutputSpec`], and how a step completes ([`Completion`]) and times out
+//! ([`OnTimeout`]).
+
+use std::time::Duration;
+
+use prost_reflect::{MessageDescriptor, MethodDescriptor};
+
+use crate::rules::Rule;
+
+/// Whether the engine calls a step or waits for someone else to answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The engine calls the method on the target.
+    Call,
+    /// Never called: the run parks here until `complete-step` supplies the response.
+    External,
+}
+
+/// How a job parked on an external step ends when nobody answers in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnTimeout {
+    /// FAILED (the default).
+    #[default]
+    Fail,
+    /// DEAD: the dead-letter state.
+    Dead,
+}
+
+impl OnTimeout {
+    /// The envelope's spelling: `fail` or `dead`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Fail => "fail",
+            OnTimeout::Dead => "dead",
+        }
+    }
+}
+
+/// A step as written, before its types are known.
+pub(crate) struct StepSpec {
+    pub name: String,
+    pub target: Option<String>,
+    pub method: Option<MethodDescriptor>,
+    /// What the rules build (the method's input, or an external step's `requestType`).
+    pub request_type: Option<MessageDescriptor>,
+    /// What the step answers with (the method's output, or an external step's
+    /// `outputType`); `None` when it did not resolve.
+    pub response_type: Option<MessageDescriptor>,
+    pub rules: Vec<(Rule, String)>,
+    pub when: Option<(String, String)>,
+    pub completion: Completion,
+    pub validate: bool,
+    pub deadline: Option<Duration>,
+    pub tls: bool,
+    pub max_response_bytes: Option<usize>,
+    pub wait_timeout: Option<Duration>,
+    pub on_timeout: OnTimeout,
+}
+
+/// The output mapping as written.
+pub(crate) struct OutputSpec {
+    pub message: Option<MessageDescriptor>,
+    pub rules: Vec<(Rule, String)>,
+}
