@@ -58,6 +58,27 @@ pub fn producer() -> FutureProducer {
         .expect("producer")
 }
 
+/// A request record's value (`WorkflowRunRequest`, binary protobuf): run the stored
+/// workflow `workflow_name` as `job_id` with input `{text}`.
+pub fn request_record(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> {
+    use prost::Message as _;
+    let input = prost_types::Struct {
+        fields: [(
+            "text".to_owned(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue(text.into())),
+            },
+        )]
+        .into(),
+    };
+    jobs_proto::v1::WorkflowRunRequest {
+        job_id: job_id.into(),
+        workflow_name: workflow_name.into(),
+        input: Some(input),
+    }
+    .encode_to_vec()
+}
+
 /// Produces one record and waits for its ack.
 pub async fn produce(producer: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
     producer

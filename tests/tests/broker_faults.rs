@@ -150,22 +150,7 @@ async fn recoveries(node: &JobsNode, action: &str) -> u64 {
 
 /// A request record keyed by its job id, naming the stored `embed-text`.
 async fn request_embed_text(topic: &str, job_id: &str, text: &str) {
-    use prost::Message as _;
-    let input = prost_types::Struct {
-        fields: [(
-            "text".to_owned(),
-            prost_types::Value {
-                kind: Some(prost_types::value::Kind::StringValue(text.into())),
-            },
-        )]
-        .into(),
-    };
-    let request = jobs_proto::v1::WorkflowRunRequest {
-        job_id: job_id.into(),
-        workflow_name: "embed-text".into(),
-        input: Some(input),
-    }
-    .encode_to_vec();
+    let request = protomolt_e2e::kafka::request_record(job_id, "embed-text", text);
     let producer = protomolt_e2e::kafka::producer();
     protomolt_e2e::kafka::produce(&producer, topic, job_id, &request).await;
 }

@@ -5,13 +5,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use jobs_proto::WireMessage;
+use jobs_proto::v1::WorkflowRunEvent;
 use jobs_proto::v1::workflow_run_event::Type;
-use jobs_proto::v1::{WorkflowRunEvent, WorkflowRunRequest};
 use jobs_role::JobStatus;
 use jobs_role::consumer::RequestHandler;
 use jobs_role::store::NewJob;
 use jobs_role::submit::Submitter;
-use prost::Message as _;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
 use protomolt_e2e::kafka::{hand_driven_lanes_node, produce, producer, read_until, with_lanes};
@@ -261,27 +260,9 @@ async fn send_request(
         producer,
         topic,
         job_id,
-        &request(job_id, workflow_name, text),
+        &protomolt_e2e::kafka::request_record(job_id, workflow_name, text),
     )
     .await;
-}
-
-fn request(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> {
-    let input = prost_types::Struct {
-        fields: [(
-            "text".to_owned(),
-            prost_types::Value {
-                kind: Some(prost_types::value::Kind::StringValue(text.into())),
-            },
-        )]
-        .into(),
-    };
-    WorkflowRunRequest {
-        job_id: job_id.into(),
-        workflow_name: workflow_name.into(),
-        input: Some(input),
-    }
-    .encode_to_vec()
 }
 
 #[tokio::test]
@@ -351,7 +332,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
         &producer,
         &requests,
         "no-id",
-        &request("not-a-uuid", "embed-text", "x"),
+        &protomolt_e2e::kafka::request_record("not-a-uuid", "embed-text", "x"),
     )
     .await;
     // A newcomer's first try: the request as JSON.
@@ -609,7 +590,7 @@ async fn hostile_request_records_are_dead_lettered_and_their_partition_flows_on(
         &producer,
         &requests,
         "nul-id",
-        &request(&nul_id, "embed-text", "x"),
+        &protomolt_e2e::kafka::request_record(&nul_id, "embed-text", "x"),
     )
     .await;
     let nul_input = uuid::Uuid::new_v4().to_string();

@@ -179,23 +179,12 @@ pub async fn read_request_keys(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<String, String> {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set(
-            "group.id",
-            format!("chaos-request-reader-{}", uuid::Uuid::new_v4().simple()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_uncommitted")
-        .create()
-        .expect("a consumer");
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    for partition in 0..partitions {
-        assignment
-            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
-            .expect("a partition");
-    }
-    consumer.assign(&assignment).expect("assign");
+    let consumer = reader_from_the_start(
+        bootstrap,
+        topic,
+        partitions,
+        &[("isolation.level", "read_uncommitted")],
+    );
     let mut keys = BTreeMap::new();
     let mut quiet_since = Instant::now();
     while quiet_since.elapsed() < Duration::from_secs(10) {
@@ -219,23 +208,12 @@ pub async fn read_topic(
     partitions: i32,
     expected: usize,
 ) -> (BTreeMap<String, Vec<String>>, usize, usize) {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set(
-            "group.id",
-            format!("chaos-reader-{}", uuid::Uuid::new_v4().simple()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("a consumer");
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    for partition in 0..partitions {
-        assignment
-            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
-            .expect("a partition");
-    }
-    consumer.assign(&assignment).expect("assign");
+    let consumer = reader_from_the_start(
+        bootstrap,
+        topic,
+        partitions,
+        &[("auto.offset.reset", "earliest")],
+    );
     let mut undecodable = 0;
     let mut records: Vec<(i32, i64, String, String)> = Vec::new();
     let mut distinct = BTreeSet::new();
@@ -635,6 +613,36 @@ pub fn check(
         }
     }
     findings
+}
+
+/// A consumer assigned every partition of `topic` from its first record (by
+/// assignment: no group join to wait for), with `settings` on top.
+fn reader_from_the_start(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    settings: &[(&str, &str)],
+) -> StreamConsumer {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set(
+            "group.id",
+            format!("chaos-reader-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.auto.commit", "false");
+    for (key, value) in settings {
+        config.set(*key, *value);
+    }
+    let consumer: StreamConsumer = config.create().expect("a consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment
+            .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+            .expect("a partition");
+    }
+    consumer.assign(&assignment).expect("assign");
+    consumer
 }
 
 #[cfg(test)]
