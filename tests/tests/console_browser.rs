@@ -638,6 +638,25 @@ async fn the_console_files_are_served_with_a_strict_policy() {
         let answer = reqwest::get(console.page(asset)).await.unwrap();
         assert_eq!(answer.status(), 200, "{asset}");
     }
+    // The script's modules are served with the page's own policy; no other name is.
+    let module = reqwest::get(console.page("/js/dom.js")).await.unwrap();
+    assert_eq!(module.status(), 200);
+    assert_eq!(
+        module.headers()["content-security-policy"]
+            .to_str()
+            .unwrap(),
+        policy
+    );
+    assert!(
+        module.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    for unknown in ["/js/x.js", "/js/..%2Fconsole.js", "/js/dom.js/"] {
+        let answer = reqwest::get(console.page(unknown)).await.unwrap();
+        assert_eq!(answer.status(), 404, "{unknown}");
+    }
     console.node.stop().await;
 }
 

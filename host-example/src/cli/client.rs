@@ -233,3 +233,12 @@ fn redacted(url: &str) -> String {
         None => url.to_owned(),
     }
 }
+
+/// An answer whose `ok` is not false, or the refusal it says.
+pub fn ok(answer: Value) -> Result<Value, CliError> {
+    if answer["ok"] == false && answer.get("outcome").is_none() {
+        let error = answer["error"].as_str().unwrap_or("refused");
+        return Err(CliError::Refused(error.to_owned()));
+    }
+    Ok(answer)
+}

@@ -20,250 +20,23 @@ macro_rules! say {
     };
 }
 
+mod args;
 mod client;
+mod exit;
+mod follow;
 mod output;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, Parser};
 use serde_json::{Value, json};
 
-use client::{CliError, Client, JobEvent};
+use args::{Cli, Command, Proto, Token, Workflows};
+use client::{CliError, Client, ok};
+use exit::{UNREACHABLE_OR_REFUSED, USAGE, exit_for};
+use follow::{follow, wait_for_result};
 use output::Output;
-
-/// Exit code: the job is FAILED, DEAD or CANCELLED.
-const JOB_DID_NOT_SUCCEED: u8 = 1;
-/// Exit code: the command line is wrong.
-const USAGE: u8 = 2;
-/// Exit code: the node is unreachable or refused the call.
-const UNREACHABLE_OR_REFUSED: u8 = 3;
-
-/// Submit, follow and operate workflow jobs on a ProtoMolt node.
-#[derive(Debug, Parser)]
-#[command(name = "protomolt", version, about)]
-struct Cli {
-    /// The node's URL.
-    #[arg(
-        long,
-        global = true,
-        env = "PROTOMOLT_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    url: String,
-    /// A bearer token (when the node has `[auth]`).
-    #[arg(long, global = true, env = "PROTOMOLT_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// Print JSON (one object per line) instead of text.
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Submit a workflow as a job (a stored name, or a workflow file).
-    Submit {
-        /// A stored workflow's name.
-        #[arg(
-            long,
-            conflicts_with = "workflow",
-            required_unless_present = "workflow"
-        )]
-        name: Option<String>,
-        /// A workflow envelope file (JSON).
-        #[arg(long)]
-        workflow: Option<PathBuf>,
-        /// The input: JSON, or @file.
-        #[arg(long, default_value = "{}")]
-        input: String,
-        /// Your own job id (also the idempotency key).
-        #[arg(long)]
-        job_id: Option<String>,
-        /// Claim order, 0 to 9 (higher first).
-        #[arg(long)]
-        priority: Option<u8>,
-        /// Not before this instant (RFC 3339).
-        #[arg(long)]
-        run_at: Option<String>,
-        /// Attempts allowed.
-        #[arg(long)]
-        max_attempts: Option<u32>,
-        /// Wait until the job finishes (or parks on a step) and print its result, or
-        /// what the step asks.
-        #[arg(long, conflicts_with = "watch")]
-        wait: bool,
-        /// Follow the job's events until it ends.
-        #[arg(long)]
-        watch: bool,
-    },
-    /// Show a job.
-    Get {
-        /// The job's id.
-        job_id: String,
-        /// Wait up to this many seconds (at most 60) for it to finish or park on a
-        /// step.
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=60))]
-        wait: u32,
-    },
-    /// List jobs, newest first.
-    List {
-        /// Only this status.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only this workflow.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// At most this many (up to 500).
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
-    },
-    /// Follow a job's events as they land, until it ends.
-    Watch {
-        /// The job's id.
-        job_id: String,
-    },
-    /// Answer a job's parked step.
-    Complete {
-        /// The job's id.
-        job_id: String,
-        /// The parked step.
-        step: String,
-        /// The response: JSON, or @file.
-        #[arg(long)]
-        response: String,
-    },
-    /// Fail a job's parked step, as a verdict.
-    Reject {
-        /// The job's id.
-        job_id: String,
-        /// The parked step.
-        step: String,
-        /// Why.
-        #[arg(long)]
-        reason: String,
-    },
-    /// Cancel a job.
-    Cancel {
-        /// The job's id.
-        job_id: String,
-        /// Why.
-        #[arg(long)]
-        reason: String,
-    },
-    /// Re-queue a DEAD, FAILED or CANCELLED job (a COMPLETED one from a step).
-    Retry {
-        /// The job's id.
-        job_id: String,
-        /// Run again from this step.
-        #[arg(long)]
-        from_step: Option<String>,
-        /// A new retry budget.
-        #[arg(long)]
-        max_attempts: Option<u32>,
-        /// Why.
-        #[arg(long)]
-        reason: Option<String>,
-    },
-    /// Stored workflows.
-    #[command(subcommand, visible_alias = "workflow")]
-    Workflows(Workflows),
-    /// Publish again jobs' dead-lettered (FAILED) events, and those held behind them.
-    Redrive {
-        /// The jobs' ids.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        job_ids: Vec<String>,
-        /// Every job with a dead-lettered event (up to --limit).
-        #[arg(long)]
-        all: bool,
-        /// With --all: only this workflow's jobs.
-        #[arg(long, requires = "all")]
-        workflow: Option<String>,
-        /// With --all: at most this many jobs (up to 10,000).
-        #[arg(long, default_value_t = 1000)]
-        limit: u32,
-    },
-    /// The request records the Kafka consumer dead-lettered, newest first.
-    Rejects {
-        /// At most this many (up to 500).
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
-    },
-    /// The contract's .proto files.
-    #[command(subcommand)]
-    Proto(Proto),
-    /// Bearer tokens for a node's [auth].
-    #[command(subcommand)]
-    Token(Token),
-    /// Whether the node is ready (its database, its broker).
-    Health,
-    /// Print shell completions.
-    Completions {
-        /// The shell.
-        shell: clap_complete::Shell,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum Workflows {
-    /// List the stored workflows.
-    List,
-    /// Show one.
-    Get {
-        /// Its name.
-        name: String,
-    },
-    /// Store one from a file (JSON).
-    Put {
-        /// The workflow envelope file.
-        file: PathBuf,
-    },
-    /// Build an envelope on this machine: compile your .proto files, embed their
-    /// descriptor set in a JSON skeleton (the envelope without `schema`), check it as
-    /// the node would, and print it.
-    Build {
-        /// A .proto file of your service (repeat for several); its imports resolve
-        /// against its own directory, the --include directories, the Google
-        /// well-known types and buf/validate/validate.proto.
-        #[arg(long = "proto", required = true)]
-        protos: Vec<PathBuf>,
-        /// Another directory imports resolve against.
-        #[arg(long = "include")]
-        includes: Vec<PathBuf>,
-        /// The envelope without `schema` (JSON): name, inputType, steps, output.
-        #[arg(long)]
-        skeleton: PathBuf,
-        /// Set (or replace) the skeleton's inputType.
-        #[arg(long)]
-        input_type: Option<String>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum Token {
-    /// Print a new random token (give it to its holder) and the [[auth.tokens]]
-    /// entry that accepts it by its SHA-256, so the node's config never holds it.
-    New {
-        /// Who holds it (for the node's logs).
-        #[arg(long, default_value = "client")]
-        name: String,
-        /// The scopes it grants (repeat; `*` grants every verb).
-        #[arg(long = "scope", default_values_t = ["jobs:read".to_owned()])]
-        scopes: Vec<String>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum Proto {
-    /// Write the contract's .proto files (protomolt/jobs/v1/jobs.proto and
-    /// buf/validate/validate.proto, with its licence) under DIR, to compile the
-    /// events and requests in another language.
-    Export {
-        /// Where to write them (created if missing).
-        dir: PathBuf,
-    },
-}
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -647,75 +420,6 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
     }
 }
 
-/// Follows a job's events, printing each as it lands (a spinner while a step runs);
-/// the exit code of how it ended.
-async fn follow(client: &Client, out: Output, job_id: &str) -> Result<u8, CliError> {
-    let mut spinner = Some(out.spinner(format!("waiting for {job_id}")));
-    let last = client
-        .watch(job_id, |event: &JobEvent| {
-            spinner = None;
-            if out.json {
-                out.json_line(&json!({ "id": event.id, "type": event.kind, "event": event.data }));
-            } else {
-                let status = event.data["detail"]["status"].as_str().unwrap_or_default();
-                let step = output::printable(event.data["step"].as_str().unwrap_or_default());
-                let error = output::printable(event.data["error"].as_str().unwrap_or_default());
-                say!(
-                    "{:<16} {:<12} {}{}",
-                    output::printable(&event.kind),
-                    out.status(&output::printable(status)),
-                    step,
-                    if error.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  {error}")
-                    }
-                );
-            }
-            let next = match (event.kind.as_str(), event.data["detail"]["status"].as_str()) {
-                ("WAITING", _) => Some(format!(
-                    "waiting for step '{}' to be answered",
-                    event.data["step"].as_str().unwrap_or_default()
-                )),
-                (_, Some("COMPLETED" | "FAILED" | "DEAD" | "CANCELLED")) => None,
-                _ => Some("running".to_owned()),
-            };
-            spinner = next.map(|what| out.spinner(what));
-        })
-        .await?;
-    drop(spinner);
-    let status = match &last {
-        Some(event) => event.data["detail"]["status"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        // 204: the job had finished before; its row says how.
-        None => {
-            let answer = ok(client.call("get-job", &json!({ "jobId": job_id })).await?)?;
-            answer["job"]["status"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        }
-    };
-    if !matches!(
-        status.as_str(),
-        "COMPLETED" | "FAILED" | "DEAD" | "CANCELLED"
-    ) {
-        // The stream ended before the job did: the node shut down, or the job never
-        // appeared. Not done, whatever a script hoped.
-        return Err(CliError::Refused(format!(
-            "the event stream of {job_id} ended before the job finished ({}); watch again",
-            if status.is_empty() {
-                "no such job yet"
-            } else {
-                status.as_str()
-            }
-        )));
-    }
-    Ok(exit_for(&status))
-}
-
 /// Prints a verb's outcome answer; exit 0 when it says ok, 3 otherwise.
 fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
     if out.json {
@@ -739,56 +443,6 @@ fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
     } else {
         Ok(UNREACHABLE_OR_REFUSED)
     }
-}
-
-/// An answer whose `ok` is not false, or the refusal it says.
-fn ok(answer: Value) -> Result<Value, CliError> {
-    if answer["ok"] == false && answer.get("outcome").is_none() {
-        let error = answer["error"].as_str().unwrap_or("refused");
-        return Err(CliError::Refused(error.to_owned()));
-    }
-    Ok(answer)
-}
-
-/// The exit code for a job in `status`.
-/// `submit --wait`: waits (a minute at a time) until the job finishes or parks on a
-/// step, then prints its result, its error, or what the step asks and how to answer.
-async fn wait_for_result(client: &Client, out: Output, job_id: &str) -> Result<u8, CliError> {
-    let spinner = out.spinner(format!("waiting for {job_id}"));
-    let job = loop {
-        let answer = ok(client
-            .call("get-job", &json!({ "jobId": job_id, "waitMs": 60_000 }))
-            .await?)?;
-        let job = answer["job"].clone();
-        let status = job["status"].as_str().unwrap_or_default();
-        if !matches!(status, "QUEUED" | "RUNNING") {
-            break job;
-        }
-    };
-    drop(spinner);
-    let status = job["status"].as_str().unwrap_or_default().to_owned();
-    if out.json {
-        out.json_line(&job);
-        return Ok(exit_for(&status));
-    }
-    match status.as_str() {
-        "COMPLETED" => say!(
-            "{}",
-            serde_json::to_string_pretty(&job["result"]).unwrap_or_default()
-        ),
-        "WAITING" => {
-            let step = output::printable(job["outstandingStep"].as_str().unwrap_or_default());
-            say!("{job_id} waits on step '{step}' for an answer");
-            if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
-                say!("it asks to approve: {request}");
-            }
-            say!(
-                "answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'"
-            );
-        }
-        _ => out.job(&job),
-    }
-    Ok(exit_for(&status))
 }
 
 /// `workflows build`: the skeleton with the compiled descriptor set embedded, checked
@@ -840,13 +494,6 @@ fn export_protos(dir: &std::path::Path) -> Result<Vec<&'static str>, CliError> {
         written.push(*path);
     }
     Ok(written)
-}
-
-fn exit_for(status: &str) -> u8 {
-    match status {
-        "FAILED" | "DEAD" | "CANCELLED" => JOB_DID_NOT_SUCCEED,
-        _ => 0,
-    }
 }
 
 /// A JSON argument, or `@file` holding one.

@@ -29,49 +29,51 @@
 //! operators' `retry-job` with `fromStep` dropped that step's checkpoint `n` times:
 //! see migration V18), because a retried step may have done its side effect before
 //! its checkpoint landed.
+//!
+//! | module     | concept                                                           |
+//! |------------|-------------------------------------------------------------------|
+//! | this one   | the worker, and a claimed job: its lease, segment and cancel      |
+//! | `dispatch` | the claim loop: batches as slots free up, lost claims given back  |
+//! | `settle`   | the segment's outcome as a settlement, and writing it             |
+//! | `sink`     | each step's checkpoint, written before the next step runs         |
+//! | `flusher`  | the group commit: many jobs' writes in one transaction            |
+//! | `retry`    | writes after a claim sent again through a blip, with backoff      |
+//! | `lease`    | when the lease was last renewed, so a stalled node calls no step  |
+//! | `cancels`  | how a running job hears an operator's cancel                      |
+//! | `limits`   | per-target permits                                                |
+//! | `sweeper`  | expired leases and parked waits, requeued or ended                |
 
 mod cancels;
+mod dispatch;
 pub mod flusher;
 mod lease;
 pub mod limits;
 mod retry;
+mod settle;
 mod sink;
 mod sweeper;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
-use tokio::task::JoinSet;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 use workflow::compile::decode_json;
-use workflow::{
-    CompiledWorkflow, FailureKind, Runner, SegmentError, SegmentOutcome, StepFailure,
-    replay_checkpoints,
-};
+use workflow::{CompiledWorkflow, Runner, SegmentError, SegmentOutcome, replay_checkpoints};
 
 use cancels::{CANCEL_CHECK_GAP, CancelWatch, Cancels};
 pub use flusher::Flusher;
 pub use lease::LeaseClock;
 pub use limits::TargetLimits;
-use sink::{JobMetadata, StoreSink, commit_through};
+use sink::{JobMetadata, StoreSink};
 pub use sweeper::sweep_loop;
 
 use crate::compiled::{CompiledCache, SNAPSHOT_DIGEST_PREFIX};
 use crate::config::JobsConfig;
 use crate::metrics::JobsMetrics;
-use crate::status::JobStatus;
-use crate::store::{
-    Claim, ClaimWrite, ClaimedJob, Lease, ParkedTimeout, Settlement, StepCheckpoint, Store,
-    StoreError, nul_path,
-};
-
-/// The most jobs one claim statement takes (the free slots decide, up to this).
-const MAX_CLAIM_BATCH: usize = 128;
+use crate::store::{Claim, ClaimWrite, ClaimedJob, Lease, StepCheckpoint, Store, StoreError};
 
 /// What the dispatcher and the job tasks of one node share.
 pub struct Worker {
@@ -186,115 +188,6 @@ impl Worker {
         tokio::join!(flushing, self.dispatch(flusher, shutdown));
     }
 
-    /// Claims as many eligible jobs as there are free slots, spawns a task per job,
-    /// and sleeps on the wake-up (or the poll interval) when the queue has no more.
-    async fn dispatch(self: Arc<Self>, flusher: Flusher, shutdown: CancellationToken) {
-        let owner = self.config.worker_id.clone();
-        let slots = Arc::new(Semaphore::new(self.config.max_in_flight));
-        let mut running = JoinSet::new();
-        // The job each running task holds, by task.
-        let mut held: HashMap<tokio::task::Id, Uuid> = HashMap::new();
-        // The claims whose answer was lost, by nonce: jobs may be RUNNING under this
-        // node with no task holding them, to be given back (tried a few times, a
-        // second apart: a claim the server was still running may commit late).
-        let mut unheard: Vec<UnheardClaim> = Vec::new();
-        while !shutdown.is_cancelled() {
-            // Register for the wake-up before looking, so a NOTIFY that lands between
-            // an empty claim and the wait is not missed.
-            let woken = self.wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let first_slot = tokio::select! {
-                slot = slots.clone().acquire_owned() => slot,
-                () = shutdown.cancelled() => break,
-            };
-            // The semaphore is never closed; a closed one would mean no more slots.
-            let Ok(first_slot) = first_slot else { break };
-            while let Some(done) = running.try_join_next_with_id() {
-                let task = match &done {
-                    Ok((task, ())) => *task,
-                    Err(e) => e.id(),
-                };
-                held.remove(&task);
-                report_panic(done.map(|_| ()));
-            }
-            if unheard.iter().any(UnheardClaim::due) {
-                let mine: Vec<Uuid> = held.values().copied().collect();
-                let nonces: Vec<Uuid> = unheard.iter().map(|claim| claim.nonce).collect();
-                match self
-                    .store
-                    .release_unheard_claims(&owner, &nonces, &mine)
-                    .await
-                {
-                    Ok(released) => {
-                        if released > 0 {
-                            tracing::warn!(%owner, released, "a claim's answer was lost; gave back the jobs it took (attempts returned)");
-                        }
-                        for claim in &mut unheard {
-                            claim.tried();
-                        }
-                        unheard.retain(|claim| !claim.done());
-                    }
-                    Err(e) => {
-                        tracing::debug!(%owner, error = %e, "giving back unheard claims failed; trying again")
-                    }
-                }
-            }
-            let free = (1 + slots.available_permits()).min(MAX_CLAIM_BATCH);
-            let nonce = Uuid::new_v4();
-            match self
-                .store
-                .claim_jobs_stamped(&owner, self.config.lease(), free, nonce)
-                .await
-            {
-                Ok(jobs) => {
-                    self.metrics.claims.inc_by(jobs.len() as u64);
-                    let queue_has_more = jobs.len() == free;
-                    let mut first_slot = Some(first_slot);
-                    for job in jobs {
-                        // Only this loop takes slots, so the free ones counted above
-                        // are still free.
-                        let slot = match first_slot.take() {
-                            Some(slot) => slot,
-                            None => match slots.clone().acquire_owned().await {
-                                Ok(slot) => slot,
-                                Err(_) => break,
-                            },
-                        };
-                        let (worker, flusher, shutdown) =
-                            (self.clone(), flusher.clone(), shutdown.clone());
-                        let job_id = job.claim.job_id;
-                        let task = running.spawn(async move {
-                            worker.run_job(job, &flusher, &shutdown).await;
-                            drop(slot);
-                        });
-                        held.insert(task.id(), job_id);
-                    }
-                    if queue_has_more {
-                        continue;
-                    }
-                }
-                Err(e) => {
-                    // Not answered by the server: the claim may have been sent and
-                    // committed, its answer lost on the way back.
-                    if !e.is_answered_by_server() {
-                        unheard.push(UnheardClaim::new(nonce));
-                    }
-                    tracing::warn!(%owner, error = %e, "claiming failed; retrying after the poll interval")
-                }
-            }
-            tokio::select! {
-                () = &mut woken => {}
-                () = tokio::time::sleep(self.config.poll_interval()) => {}
-                () = shutdown.cancelled() => {}
-            }
-        }
-        while let Some(done) = running.join_next().await {
-            report_panic(done);
-        }
-        tracing::debug!(%owner, "dispatcher stopped");
-    }
-
     /// Runs one claimed job to a settlement. On shutdown the segment may finish within
     /// the grace period; after that its claim is released for another node.
     pub async fn run_job(&self, job: ClaimedJob, flusher: &Flusher, shutdown: &CancellationToken) {
@@ -351,134 +244,6 @@ impl Worker {
                 tracing::error!(job_id = %claim.job_id, error = %e, "settling failed; the sweeper will requeue the job when its lease passes")
             }
         }
-    }
-
-    /// Commits a settlement (after `held`, the final checkpoint, when there is one).
-    async fn commit_settlement(
-        &self,
-        flusher: &Flusher,
-        claim: &Claim,
-        held: Option<StepCheckpoint>,
-        settlement: Settlement,
-    ) -> Result<(), StoreError> {
-        let outcome = match &settlement {
-            Settlement::Completed { .. } => "completed",
-            Settlement::Waiting { .. } => "waiting",
-            Settlement::Failed { .. } => "failed",
-            Settlement::Dead { .. } => "dead",
-            Settlement::Retry { .. } => "retried",
-        };
-        let write = ClaimWrite::settle(claim, held, settlement)?;
-        match self.commit_write(flusher, claim, write).await {
-            // Every settlement is refused once an operator asked to cancel.
-            Err(lost) if lost.is_lost_claim() => self.cancelled_instead(claim, lost).await,
-            settled => {
-                if settled.is_ok() {
-                    self.metrics.settled(outcome, &claim.workflow_name);
-                }
-                settled
-            }
-        }
-    }
-
-    /// Commits a settlement's write, sending it again (with backoff) while it fails
-    /// for a reason that may pass: the caller runs this beside the lease renewal,
-    /// which ends it if the claim is lost. Safe to send twice: a settlement moves the
-    /// row out of RUNNING, so a second one matches nothing, and the store reads back
-    /// whether it was the first one that landed.
-    async fn commit_write(
-        &self,
-        flusher: &Flusher,
-        claim: &Claim,
-        write: ClaimWrite,
-    ) -> Result<(), StoreError> {
-        let alone = AtomicBool::new(false);
-        retry::until_written(
-            "settlement",
-            claim.job_id,
-            || true,
-            || commit_through(&self.store, flusher, write.clone(), &alone),
-        )
-        .await
-    }
-
-    /// A settlement or release matched nothing: either the claim was lost (`lost`
-    /// stands) or an operator asked to cancel the job, which is then settled
-    /// CANCELLED.
-    async fn cancelled_instead(&self, claim: &Claim, lost: StoreError) -> Result<(), StoreError> {
-        // Sent again through a database blip for as long as the lease would last;
-        // past it the sweeper settles the job CANCELLED anyway.
-        let until = std::time::Instant::now() + self.config.lease();
-        let settled = retry::until_written(
-            "cancelled settlement",
-            claim.job_id,
-            || std::time::Instant::now() < until,
-            || self.store.settle_cancelled(claim),
-        )
-        .await;
-        match settled {
-            Ok(()) => {
-                self.metrics.settled("cancelled", &claim.workflow_name);
-                tracing::info!(job_id = %claim.job_id, "cancelled by an operator");
-                Ok(())
-            }
-            Err(e) if e.is_lost_claim() => Err(lost),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Abandons the job for an operator's cancel: whatever it queued commits first
-    /// (the flusher keeps the order), then it settles CANCELLED.
-    async fn cancel_now(&self, flusher: &Flusher, claim: &Claim) -> Result<(), StoreError> {
-        let _ = flusher.commit(ClaimWrite::barrier(claim)).await;
-        self.cancelled_instead(claim, claim.lost()).await
-    }
-
-    /// Fails a job whose stored state no longer fits its workflow: loud, no retry.
-    async fn fail_loud(
-        &self,
-        flusher: &Flusher,
-        claim: &Claim,
-        error: String,
-    ) -> Result<(), StoreError> {
-        let failed = Settlement::Failed {
-            error,
-            verdict: None,
-        };
-        self.commit_settlement(flusher, claim, None, failed).await
-    }
-
-    /// Gives the claim back without spending its attempt, unless the job was given
-    /// back `max_releases` times in a row without progress (the row's own count, which
-    /// a checkpoint resets): then it lands DEAD with the reason, so a job that can
-    /// never make progress does not loop for ever.
-    async fn release(
-        &self,
-        claim: &Claim,
-        delay: Duration,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        let status = match retry::until_written(
-            "release",
-            claim.job_id,
-            || true,
-            || {
-                self.store
-                    .release_claim(claim, delay, self.config.max_releases, reason)
-            },
-        )
-        .await
-        {
-            Err(lost) if lost.is_lost_claim() => return self.cancelled_instead(claim, lost).await,
-            released => released?,
-        };
-        if status == JobStatus::Dead {
-            self.metrics.settled("dead", &claim.workflow_name);
-            tracing::warn!(job_id = %claim.job_id, %reason, "released too often without progress: the job is DEAD");
-        } else {
-            self.metrics.settled("released", &claim.workflow_name);
-        }
-        Ok(())
     }
 
     /// Runs the claimed job and settles it; the lease is renewed from the claim until
@@ -689,194 +454,6 @@ impl Worker {
             }
         }
     }
-
-    /// Settles the segment's outcome. When PostgreSQL refuses what the settlement
-    /// writes, the job fails loud instead (retrying the same write could never
-    /// succeed), naming the step when it was the held final checkpoint that was
-    /// refused.
-    async fn settle(
-        &self,
-        flusher: &Flusher,
-        job: &ClaimedJob,
-        compiled: &CompiledWorkflow,
-        outcome: Result<SegmentOutcome, SegmentError>,
-        held: Option<StepCheckpoint>,
-    ) -> Result<(), StoreError> {
-        let claim = &job.claim;
-        let settlement = match self.decide(job, compiled, outcome) {
-            Decision::Settle(Settlement::Completed { result, .. })
-                if let Some(path) = nul_path(&result, "output") =>
-            {
-                let refused = StoreError::unstorable(&path);
-                let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
-                return self.fail_loud(flusher, claim, error).await;
-            }
-            Decision::Settle(settlement) => settlement,
-            Decision::Release { delay, reason } => {
-                return self.release(claim, delay, &reason).await;
-            }
-            Decision::Lost(lost) => return Err(lost),
-        };
-        let refused = match self
-            .commit_settlement(flusher, claim, held.clone(), settlement.clone())
-            .await
-        {
-            Err(refused) if refused.is_data_error() => refused,
-            settled => return settled,
-        };
-        // Tell the refused checkpoint from the refused settlement: the checkpoint
-        // alone first, then the settlement alone.
-        if let Some(checkpoint) = held {
-            let step = checkpoint.step.clone();
-            match flusher
-                .commit(ClaimWrite::checkpoint(claim, checkpoint))
-                .await
-            {
-                Err(e) if e.is_data_error() => {
-                    let error =
-                        format!("WORKFLOW: step '{step}': its response cannot be stored: {e}");
-                    return self.fail_loud(flusher, claim, error).await;
-                }
-                Err(e) => return Err(e),
-                Ok(()) => match self
-                    .commit_settlement(flusher, claim, None, settlement)
-                    .await
-                {
-                    Err(refused) if refused.is_data_error() => {
-                        let error =
-                            format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
-                        return self.fail_loud(flusher, claim, error).await;
-                    }
-                    settled => return settled,
-                },
-            }
-        }
-        let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
-        self.fail_loud(flusher, claim, error).await
-    }
-
-    /// What the segment's outcome comes to for the row.
-    fn decide(
-        &self,
-        job: &ClaimedJob,
-        compiled: &CompiledWorkflow,
-        outcome: Result<SegmentOutcome, SegmentError>,
-    ) -> Decision {
-        let claim = &job.claim;
-        match outcome {
-            Ok(SegmentOutcome::Completed {
-                output_json: result,
-                steps,
-                ..
-            }) => {
-                let verdict = format!(
-                    "{} steps, output {}",
-                    steps.len(),
-                    compiled.output_type().full_name()
-                );
-                Decision::Settle(Settlement::Completed { result, verdict })
-            }
-            Ok(SegmentOutcome::Parked { step, request, .. }) => {
-                // The step's own wait, else the node's default, else for ever.
-                let timeout = compiled.step(&step).and_then(|parked| {
-                    let after = parked.wait_timeout.or(self.config.wait_timeout())?;
-                    Some(ParkedTimeout {
-                        after,
-                        on_timeout: parked.on_timeout,
-                    })
-                });
-                Decision::Settle(Settlement::Waiting {
-                    step,
-                    request,
-                    timeout,
-                })
-            }
-            Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
-            // Refused only when the claim may have lapsed (StoreSink::before_call).
-            Err(SegmentError::NotCalled { step, source }) => {
-                tracing::warn!(job_id = %claim.job_id, %step, reason = %source, "the claim may have lapsed (this node stalled past its lease): the step is not called");
-                Decision::Lost(claim.lost())
-            }
-            Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()
-            {
-                Ok(store_error) if store_error.is_lost_claim() => Decision::Lost(*store_error),
-                Ok(store_error) if store_error.is_data_error() => {
-                    Decision::Settle(Settlement::Failed {
-                        error: format!(
-                            "WORKFLOW: step '{step}': its response cannot be stored: {store_error}"
-                        ),
-                        verdict: None,
-                    })
-                }
-                Ok(store_error) => {
-                    tracing::warn!(job_id = %claim.job_id, %step, error = %store_error, "checkpointing failed; requeueing without burning the attempt");
-                    Decision::Release {
-                        delay: self.config.backoff(claim.attempt),
-                        reason: format!("checkpointing step '{step}' failed: {store_error}"),
-                    }
-                }
-                Err(other) => Decision::Settle(Settlement::Failed {
-                    error: format!(
-                        "WORKFLOW: recording the checkpoint of step '{step}' failed: {other}"
-                    ),
-                    verdict: None,
-                }),
-            },
-        }
-    }
-
-    /// How a failed step settles: retried with backoff or DEAD when retryable, FAILED
-    /// otherwise (with the violations of a validation verdict).
-    fn failure(&self, job: &ClaimedJob, failure: &StepFailure) -> Settlement {
-        let claim = &job.claim;
-        let error = failure.to_string();
-        self.metrics.step_failed(
-            &claim.workflow_name,
-            failure.step.as_deref().unwrap_or("-"),
-            &failure_code(&failure.kind),
-        );
-        if failure.is_retryable() {
-            if claim.attempt < job.max_attempts {
-                let delay = self.config.backoff(claim.attempt);
-                tracing::info!(job_id = %claim.job_id, attempt = claim.attempt, delay_ms = delay.as_millis() as u64, %error, "retryable failure: requeued with backoff");
-                return Settlement::Retry { delay, error };
-            }
-            return Settlement::Dead { error };
-        }
-        let verdict = match &failure.kind {
-            FailureKind::Validation { violations } => Some(
-                violations
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-            _ => None,
-        };
-        Settlement::Failed { error, verdict }
-    }
-}
-
-/// The label a failed step is counted under: its gRPC code in the canonical spelling
-/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), or the failure's kind.
-fn failure_code(kind: &FailureKind) -> String {
-    match kind {
-        FailureKind::Grpc { code, .. } => {
-            let mut canonical = String::new();
-            for (i, c) in format!("{code:?}").chars().enumerate() {
-                if c.is_uppercase() && i > 0 {
-                    canonical.push('_');
-                }
-                canonical.push(c.to_ascii_uppercase());
-            }
-            canonical
-        }
-        FailureKind::Deadline => "DEADLINE".into(),
-        FailureKind::Validation { .. } => "VALIDATION".into(),
-        FailureKind::Gate => "GATE".into(),
-        FailureKind::Mapping => "MAPPING".into(),
-        FailureKind::Workflow => "WORKFLOW".into(),
-    }
 }
 
 /// Why [`Worker::keep_lease`] stopped renewing.
@@ -894,61 +471,6 @@ impl LeaseEnd {
             // Not returned without a cancel to hear; fail safe as a lost claim.
             LeaseEnd::CancelRequested => claim.lost(),
         }
-    }
-}
-
-/// A claim statement whose answer was lost, to be given back by its nonce.
-struct UnheardClaim {
-    nonce: Uuid,
-    /// Give-backs tried so far.
-    tries: u32,
-    /// When the next may be tried.
-    next: std::time::Instant,
-}
-
-impl UnheardClaim {
-    /// Give-backs tried per lost claim: a claim the server was still running when the
-    /// first ran may commit after it.
-    const TRIES: u32 = 3;
-
-    fn new(nonce: Uuid) -> UnheardClaim {
-        UnheardClaim {
-            nonce,
-            tries: 0,
-            next: std::time::Instant::now(),
-        }
-    }
-
-    fn due(&self) -> bool {
-        std::time::Instant::now() >= self.next
-    }
-
-    fn tried(&mut self) {
-        self.tries += 1;
-        self.next = std::time::Instant::now() + Duration::from_secs(1);
-    }
-
-    fn done(&self) -> bool {
-        self.tries >= Self::TRIES
-    }
-}
-
-/// What a segment's outcome comes to.
-enum Decision {
-    /// Write this settlement.
-    Settle(Settlement),
-    /// Give the claim back without spending the attempt (a transient store failure).
-    Release { delay: Duration, reason: String },
-    /// The claim was lost: write nothing.
-    Lost(StoreError),
-}
-
-/// Logs a job task that panicked (a defect: its claim is swept when the lease passes).
-fn report_panic(done: Result<(), tokio::task::JoinError>) {
-    if let Err(e) = done
-        && e.is_panic()
-    {
-        tracing::error!(error = %e, "a job's task panicked; the sweeper requeues the job when its lease passes");
     }
 }
 

@@ -1,0 +1,231 @@
+//! The command line as clap reads it: the global flags and every command.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Submit, follow and operate workflow jobs on a ProtoMolt node.
+#[derive(Debug, Parser)]
+#[command(name = "protomolt", version, about)]
+pub(crate) struct Cli {
+    /// The node's URL.
+    #[arg(
+        long,
+        global = true,
+        env = "PROTOMOLT_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub(crate) url: String,
+    /// A bearer token (when the node has `[auth]`).
+    #[arg(long, global = true, env = "PROTOMOLT_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Submit a workflow as a job (a stored name, or a workflow file).
+    Submit {
+        /// A stored workflow's name.
+        #[arg(
+            long,
+            conflicts_with = "workflow",
+            required_unless_present = "workflow"
+        )]
+        name: Option<String>,
+        /// A workflow envelope file (JSON).
+        #[arg(long)]
+        workflow: Option<PathBuf>,
+        /// The input: JSON, or @file.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// Your own job id (also the idempotency key).
+        #[arg(long)]
+        job_id: Option<String>,
+        /// Claim order, 0 to 9 (higher first).
+        #[arg(long)]
+        priority: Option<u8>,
+        /// Not before this instant (RFC 3339).
+        #[arg(long)]
+        run_at: Option<String>,
+        /// Attempts allowed.
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Wait until the job finishes (or parks on a step) and print its result, or
+        /// what the step asks.
+        #[arg(long, conflicts_with = "watch")]
+        wait: bool,
+        /// Follow the job's events until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Show a job.
+    Get {
+        /// The job's id.
+        job_id: String,
+        /// Wait up to this many seconds (at most 60) for it to finish or park on a
+        /// step.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=60))]
+        wait: u32,
+    },
+    /// List jobs, newest first.
+    List {
+        /// Only this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// At most this many (up to 500).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Follow a job's events as they land, until it ends.
+    Watch {
+        /// The job's id.
+        job_id: String,
+    },
+    /// Answer a job's parked step.
+    Complete {
+        /// The job's id.
+        job_id: String,
+        /// The parked step.
+        step: String,
+        /// The response: JSON, or @file.
+        #[arg(long)]
+        response: String,
+    },
+    /// Fail a job's parked step, as a verdict.
+    Reject {
+        /// The job's id.
+        job_id: String,
+        /// The parked step.
+        step: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// The job's id.
+        job_id: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Re-queue a DEAD, FAILED or CANCELLED job (a COMPLETED one from a step).
+    Retry {
+        /// The job's id.
+        job_id: String,
+        /// Run again from this step.
+        #[arg(long)]
+        from_step: Option<String>,
+        /// A new retry budget.
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Stored workflows.
+    #[command(subcommand, visible_alias = "workflow")]
+    Workflows(Workflows),
+    /// Publish again jobs' dead-lettered (FAILED) events, and those held behind them.
+    Redrive {
+        /// The jobs' ids.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        job_ids: Vec<String>,
+        /// Every job with a dead-lettered event (up to --limit).
+        #[arg(long)]
+        all: bool,
+        /// With --all: only this workflow's jobs.
+        #[arg(long, requires = "all")]
+        workflow: Option<String>,
+        /// With --all: at most this many jobs (up to 10,000).
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+    },
+    /// The request records the Kafka consumer dead-lettered, newest first.
+    Rejects {
+        /// At most this many (up to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// The contract's .proto files.
+    #[command(subcommand)]
+    Proto(Proto),
+    /// Bearer tokens for a node's [auth].
+    #[command(subcommand)]
+    Token(Token),
+    /// Whether the node is ready (its database, its broker).
+    Health,
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Workflows {
+    /// List the stored workflows.
+    List,
+    /// Show one.
+    Get {
+        /// Its name.
+        name: String,
+    },
+    /// Store one from a file (JSON).
+    Put {
+        /// The workflow envelope file.
+        file: PathBuf,
+    },
+    /// Build an envelope on this machine: compile your .proto files, embed their
+    /// descriptor set in a JSON skeleton (the envelope without `schema`), check it as
+    /// the node would, and print it.
+    Build {
+        /// A .proto file of your service (repeat for several); its imports resolve
+        /// against its own directory, the --include directories, the Google
+        /// well-known types and buf/validate/validate.proto.
+        #[arg(long = "proto", required = true)]
+        protos: Vec<PathBuf>,
+        /// Another directory imports resolve against.
+        #[arg(long = "include")]
+        includes: Vec<PathBuf>,
+        /// The envelope without `schema` (JSON): name, inputType, steps, output.
+        #[arg(long)]
+        skeleton: PathBuf,
+        /// Set (or replace) the skeleton's inputType.
+        #[arg(long)]
+        input_type: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Token {
+    /// Print a new random token (give it to its holder) and the [[auth.tokens]]
+    /// entry that accepts it by its SHA-256, so the node's config never holds it.
+    New {
+        /// Who holds it (for the node's logs).
+        #[arg(long, default_value = "client")]
+        name: String,
+        /// The scopes it grants (repeat; `*` grants every verb).
+        #[arg(long = "scope", default_values_t = ["jobs:read".to_owned()])]
+        scopes: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Proto {
+    /// Write the contract's .proto files (protomolt/jobs/v1/jobs.proto and
+    /// buf/validate/validate.proto, with its licence) under DIR, to compile the
+    /// events and requests in another language.
+    Export {
+        /// Where to write them (created if missing).
+        dir: PathBuf,
+    },
+}

@@ -1,0 +1,122 @@
+//! Watching a job to its end: its events as they land (`watch`, `submit --follow`),
+//! or its row until it finishes or parks (`submit --wait`).
+
+use serde_json::json;
+
+use crate::client::{CliError, Client, JobEvent, ok};
+use crate::exit::exit_for;
+use crate::output::{self, Output};
+
+/// Follows a job's events, printing each as it lands (a spinner while a step runs);
+/// the exit code of how it ended.
+pub(crate) async fn follow(client: &Client, out: Output, job_id: &str) -> Result<u8, CliError> {
+    let mut spinner = Some(out.spinner(format!("waiting for {job_id}")));
+    let last = client
+        .watch(job_id, |event: &JobEvent| {
+            spinner = None;
+            if out.json {
+                out.json_line(&json!({ "id": event.id, "type": event.kind, "event": event.data }));
+            } else {
+                let status = event.data["detail"]["status"].as_str().unwrap_or_default();
+                let step = output::printable(event.data["step"].as_str().unwrap_or_default());
+                let error = output::printable(event.data["error"].as_str().unwrap_or_default());
+                say!(
+                    "{:<16} {:<12} {}{}",
+                    output::printable(&event.kind),
+                    out.status(&output::printable(status)),
+                    step,
+                    if error.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  {error}")
+                    }
+                );
+            }
+            let next = match (event.kind.as_str(), event.data["detail"]["status"].as_str()) {
+                ("WAITING", _) => Some(format!(
+                    "waiting for step '{}' to be answered",
+                    event.data["step"].as_str().unwrap_or_default()
+                )),
+                (_, Some("COMPLETED" | "FAILED" | "DEAD" | "CANCELLED")) => None,
+                _ => Some("running".to_owned()),
+            };
+            spinner = next.map(|what| out.spinner(what));
+        })
+        .await?;
+    drop(spinner);
+    let status = match &last {
+        Some(event) => event.data["detail"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        // 204: the job had finished before; its row says how.
+        None => {
+            let answer = ok(client.call("get-job", &json!({ "jobId": job_id })).await?)?;
+            answer["job"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }
+    };
+    if !matches!(
+        status.as_str(),
+        "COMPLETED" | "FAILED" | "DEAD" | "CANCELLED"
+    ) {
+        // The stream ended before the job did: the node shut down, or the job never
+        // appeared. Not done, whatever a script hoped.
+        return Err(CliError::Refused(format!(
+            "the event stream of {job_id} ended before the job finished ({}); watch again",
+            if status.is_empty() {
+                "no such job yet"
+            } else {
+                status.as_str()
+            }
+        )));
+    }
+    Ok(exit_for(&status))
+}
+
+/// The exit code for a job in `status`.
+/// `submit --wait`: waits (a minute at a time) until the job finishes or parks on a
+/// step, then prints its result, its error, or what the step asks and how to answer.
+pub(crate) async fn wait_for_result(
+    client: &Client,
+    out: Output,
+    job_id: &str,
+) -> Result<u8, CliError> {
+    let spinner = out.spinner(format!("waiting for {job_id}"));
+    let job = loop {
+        let answer = ok(client
+            .call("get-job", &json!({ "jobId": job_id, "waitMs": 60_000 }))
+            .await?)?;
+        let job = answer["job"].clone();
+        let status = job["status"].as_str().unwrap_or_default();
+        if !matches!(status, "QUEUED" | "RUNNING") {
+            break job;
+        }
+    };
+    drop(spinner);
+    let status = job["status"].as_str().unwrap_or_default().to_owned();
+    if out.json {
+        out.json_line(&job);
+        return Ok(exit_for(&status));
+    }
+    match status.as_str() {
+        "COMPLETED" => say!(
+            "{}",
+            serde_json::to_string_pretty(&job["result"]).unwrap_or_default()
+        ),
+        "WAITING" => {
+            let step = output::printable(job["outstandingStep"].as_str().unwrap_or_default());
+            say!("{job_id} waits on step '{step}' for an answer");
+            if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
+                say!("it asks to approve: {request}");
+            }
+            say!(
+                "answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'"
+            );
+        }
+        _ => out.job(&job),
+    }
+    Ok(exit_for(&status))
+}

@@ -1,0 +1,350 @@
+//! Settling a segment: what its outcome comes to for the row (`decide`),
+//! and writing it through the flusher, sent again through a blip, CANCELLED instead
+//! when an operator asked, a release when the store failed, FAILED loud when
+//! PostgreSQL refuses what it would store.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use workflow::{CompiledWorkflow, FailureKind, SegmentError, SegmentOutcome, StepFailure};
+
+use super::Worker;
+use super::flusher::Flusher;
+use super::retry;
+use super::sink::commit_through;
+use crate::status::JobStatus;
+use crate::store::{
+    Claim, ClaimWrite, ClaimedJob, ParkedTimeout, Settlement, StepCheckpoint, StoreError, nul_path,
+};
+
+impl Worker {
+    /// Commits a settlement (after `held`, the final checkpoint, when there is one).
+    async fn commit_settlement(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+        held: Option<StepCheckpoint>,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        let outcome = match &settlement {
+            Settlement::Completed { .. } => "completed",
+            Settlement::Waiting { .. } => "waiting",
+            Settlement::Failed { .. } => "failed",
+            Settlement::Dead { .. } => "dead",
+            Settlement::Retry { .. } => "retried",
+        };
+        let write = ClaimWrite::settle(claim, held, settlement)?;
+        match self.commit_write(flusher, claim, write).await {
+            // Every settlement is refused once an operator asked to cancel.
+            Err(lost) if lost.is_lost_claim() => self.cancelled_instead(claim, lost).await,
+            settled => {
+                if settled.is_ok() {
+                    self.metrics.settled(outcome, &claim.workflow_name);
+                }
+                settled
+            }
+        }
+    }
+
+    /// Commits a settlement's write, sending it again (with backoff) while it fails
+    /// for a reason that may pass: the caller runs this beside the lease renewal,
+    /// which ends it if the claim is lost. Safe to send twice: a settlement moves the
+    /// row out of RUNNING, so a second one matches nothing, and the store reads back
+    /// whether it was the first one that landed.
+    async fn commit_write(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+        write: ClaimWrite,
+    ) -> Result<(), StoreError> {
+        let alone = AtomicBool::new(false);
+        retry::until_written(
+            "settlement",
+            claim.job_id,
+            || true,
+            || commit_through(&self.store, flusher, write.clone(), &alone),
+        )
+        .await
+    }
+
+    /// A settlement or release matched nothing: either the claim was lost (`lost`
+    /// stands) or an operator asked to cancel the job, which is then settled
+    /// CANCELLED.
+    async fn cancelled_instead(&self, claim: &Claim, lost: StoreError) -> Result<(), StoreError> {
+        // Sent again through a database blip for as long as the lease would last;
+        // past it the sweeper settles the job CANCELLED anyway.
+        let until = std::time::Instant::now() + self.config.lease();
+        let settled = retry::until_written(
+            "cancelled settlement",
+            claim.job_id,
+            || std::time::Instant::now() < until,
+            || self.store.settle_cancelled(claim),
+        )
+        .await;
+        match settled {
+            Ok(()) => {
+                self.metrics.settled("cancelled", &claim.workflow_name);
+                tracing::info!(job_id = %claim.job_id, "cancelled by an operator");
+                Ok(())
+            }
+            Err(e) if e.is_lost_claim() => Err(lost),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Abandons the job for an operator's cancel: whatever it queued commits first
+    /// (the flusher keeps the order), then it settles CANCELLED.
+    pub(super) async fn cancel_now(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+    ) -> Result<(), StoreError> {
+        let _ = flusher.commit(ClaimWrite::barrier(claim)).await;
+        self.cancelled_instead(claim, claim.lost()).await
+    }
+
+    /// Fails a job whose stored state no longer fits its workflow: loud, no retry.
+    pub(super) async fn fail_loud(
+        &self,
+        flusher: &Flusher,
+        claim: &Claim,
+        error: String,
+    ) -> Result<(), StoreError> {
+        let failed = Settlement::Failed {
+            error,
+            verdict: None,
+        };
+        self.commit_settlement(flusher, claim, None, failed).await
+    }
+
+    /// Gives the claim back without spending its attempt, unless the job was given
+    /// back `max_releases` times in a row without progress (the row's own count, which
+    /// a checkpoint resets): then it lands DEAD with the reason, so a job that can
+    /// never make progress does not loop for ever.
+    pub(super) async fn release(
+        &self,
+        claim: &Claim,
+        delay: Duration,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let status = match retry::until_written(
+            "release",
+            claim.job_id,
+            || true,
+            || {
+                self.store
+                    .release_claim(claim, delay, self.config.max_releases, reason)
+            },
+        )
+        .await
+        {
+            Err(lost) if lost.is_lost_claim() => return self.cancelled_instead(claim, lost).await,
+            released => released?,
+        };
+        if status == JobStatus::Dead {
+            self.metrics.settled("dead", &claim.workflow_name);
+            tracing::warn!(job_id = %claim.job_id, %reason, "released too often without progress: the job is DEAD");
+        } else {
+            self.metrics.settled("released", &claim.workflow_name);
+        }
+        Ok(())
+    }
+
+    /// Settles the segment's outcome. When PostgreSQL refuses what the settlement
+    /// writes, the job fails loud instead (retrying the same write could never
+    /// succeed), naming the step when it was the held final checkpoint that was
+    /// refused.
+    pub(super) async fn settle(
+        &self,
+        flusher: &Flusher,
+        job: &ClaimedJob,
+        compiled: &CompiledWorkflow,
+        outcome: Result<SegmentOutcome, SegmentError>,
+        held: Option<StepCheckpoint>,
+    ) -> Result<(), StoreError> {
+        let claim = &job.claim;
+        let settlement = match self.decide(job, compiled, outcome) {
+            Decision::Settle(Settlement::Completed { result, .. })
+                if let Some(path) = nul_path(&result, "output") =>
+            {
+                let refused = StoreError::unstorable(&path);
+                let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+                return self.fail_loud(flusher, claim, error).await;
+            }
+            Decision::Settle(settlement) => settlement,
+            Decision::Release { delay, reason } => {
+                return self.release(claim, delay, &reason).await;
+            }
+            Decision::Lost(lost) => return Err(lost),
+        };
+        let refused = match self
+            .commit_settlement(flusher, claim, held.clone(), settlement.clone())
+            .await
+        {
+            Err(refused) if refused.is_data_error() => refused,
+            settled => return settled,
+        };
+        // Tell the refused checkpoint from the refused settlement: the checkpoint
+        // alone first, then the settlement alone.
+        if let Some(checkpoint) = held {
+            let step = checkpoint.step.clone();
+            match flusher
+                .commit(ClaimWrite::checkpoint(claim, checkpoint))
+                .await
+            {
+                Err(e) if e.is_data_error() => {
+                    let error =
+                        format!("WORKFLOW: step '{step}': its response cannot be stored: {e}");
+                    return self.fail_loud(flusher, claim, error).await;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => match self
+                    .commit_settlement(flusher, claim, None, settlement)
+                    .await
+                {
+                    Err(refused) if refused.is_data_error() => {
+                        let error =
+                            format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+                        return self.fail_loud(flusher, claim, error).await;
+                    }
+                    settled => return settled,
+                },
+            }
+        }
+        let error = format!("WORKFLOW: the job's settlement cannot be stored: {refused}");
+        self.fail_loud(flusher, claim, error).await
+    }
+
+    /// What the segment's outcome comes to for the row.
+    fn decide(
+        &self,
+        job: &ClaimedJob,
+        compiled: &CompiledWorkflow,
+        outcome: Result<SegmentOutcome, SegmentError>,
+    ) -> Decision {
+        let claim = &job.claim;
+        match outcome {
+            Ok(SegmentOutcome::Completed {
+                output_json: result,
+                steps,
+                ..
+            }) => {
+                let verdict = format!(
+                    "{} steps, output {}",
+                    steps.len(),
+                    compiled.output_type().full_name()
+                );
+                Decision::Settle(Settlement::Completed { result, verdict })
+            }
+            Ok(SegmentOutcome::Parked { step, request, .. }) => {
+                // The step's own wait, else the node's default, else for ever.
+                let timeout = compiled.step(&step).and_then(|parked| {
+                    let after = parked.wait_timeout.or(self.config.wait_timeout())?;
+                    Some(ParkedTimeout {
+                        after,
+                        on_timeout: parked.on_timeout,
+                    })
+                });
+                Decision::Settle(Settlement::Waiting {
+                    step,
+                    request,
+                    timeout,
+                })
+            }
+            Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
+            // Refused only when the claim may have lapsed (StoreSink::before_call).
+            Err(SegmentError::NotCalled { step, source }) => {
+                tracing::warn!(job_id = %claim.job_id, %step, reason = %source, "the claim may have lapsed (this node stalled past its lease): the step is not called");
+                Decision::Lost(claim.lost())
+            }
+            Err(SegmentError::Checkpoint { step, source }) => match source.downcast::<StoreError>()
+            {
+                Ok(store_error) if store_error.is_lost_claim() => Decision::Lost(*store_error),
+                Ok(store_error) if store_error.is_data_error() => {
+                    Decision::Settle(Settlement::Failed {
+                        error: format!(
+                            "WORKFLOW: step '{step}': its response cannot be stored: {store_error}"
+                        ),
+                        verdict: None,
+                    })
+                }
+                Ok(store_error) => {
+                    tracing::warn!(job_id = %claim.job_id, %step, error = %store_error, "checkpointing failed; requeueing without burning the attempt");
+                    Decision::Release {
+                        delay: self.config.backoff(claim.attempt),
+                        reason: format!("checkpointing step '{step}' failed: {store_error}"),
+                    }
+                }
+                Err(other) => Decision::Settle(Settlement::Failed {
+                    error: format!(
+                        "WORKFLOW: recording the checkpoint of step '{step}' failed: {other}"
+                    ),
+                    verdict: None,
+                }),
+            },
+        }
+    }
+
+    /// How a failed step settles: retried with backoff or DEAD when retryable, FAILED
+    /// otherwise (with the violations of a validation verdict).
+    fn failure(&self, job: &ClaimedJob, failure: &StepFailure) -> Settlement {
+        let claim = &job.claim;
+        let error = failure.to_string();
+        self.metrics.step_failed(
+            &claim.workflow_name,
+            failure.step.as_deref().unwrap_or("-"),
+            &failure_code(&failure.kind),
+        );
+        if failure.is_retryable() {
+            if claim.attempt < job.max_attempts {
+                let delay = self.config.backoff(claim.attempt);
+                tracing::info!(job_id = %claim.job_id, attempt = claim.attempt, delay_ms = delay.as_millis() as u64, %error, "retryable failure: requeued with backoff");
+                return Settlement::Retry { delay, error };
+            }
+            return Settlement::Dead { error };
+        }
+        let verdict = match &failure.kind {
+            FailureKind::Validation { violations } => Some(
+                violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            _ => None,
+        };
+        Settlement::Failed { error, verdict }
+    }
+}
+
+/// The label a failed step is counted under: its gRPC code in the canonical spelling
+/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), or the failure's kind.
+fn failure_code(kind: &FailureKind) -> String {
+    match kind {
+        FailureKind::Grpc { code, .. } => {
+            let mut canonical = String::new();
+            for (i, c) in format!("{code:?}").chars().enumerate() {
+                if c.is_uppercase() && i > 0 {
+                    canonical.push('_');
+                }
+                canonical.push(c.to_ascii_uppercase());
+            }
+            canonical
+        }
+        FailureKind::Deadline => "DEADLINE".into(),
+        FailureKind::Validation { .. } => "VALIDATION".into(),
+        FailureKind::Gate => "GATE".into(),
+        FailureKind::Mapping => "MAPPING".into(),
+        FailureKind::Workflow => "WORKFLOW".into(),
+    }
+}
+
+/// What a segment's outcome comes to.
+enum Decision {
+    /// Write this settlement.
+    Settle(Settlement),
+    /// Give the claim back without spending the attempt (a transient store failure).
+    Release { delay: Duration, reason: String },
+    /// The claim was lost: write nothing.
+    Lost(StoreError),
+}

@@ -1,0 +1,547 @@
+//! Compiling a descriptor-first JSON envelope into a [`CompiledWorkflow`].
+//!
+//! ```json
+//! { "name": "embed-text",
+//!   "schema": { "descriptorSetBase64": "<FileDescriptorSet, imports included>" },
+//!   "inputType": "jobs.test.Text",
+//!   "deadlineMs": 30000,
+//!   "steps": [ { "name": "tokenize", "target": "127.0.0.1:50051",
+//!                "method": "jobs.test.Tokenizer/Tokenize", "rules": ["text = input.text"] } ],
+//!   "output": { "type": "jobs.test.Embedding", "rules": ["source_text = input.text"] } }
+//! ```
+//!
+//! Step keys: `name`, `target` (`host:port`; optional on external steps), `method`
+//! (`package.Service/Method`), `rules`, `when` (CEL), `completion` (`"call"`, the
+//! default, or `"external"`), `validate`, `deadlineMs`, `tls`, `maxResponseBytes`, and on
+//! external steps `waitTimeoutMs` (how long a parked step may wait for its answer, 1 ms
+//! to 366 days) and `onTimeout` (`"fail"`, the default, or `"dead"`).
+//!
+//! An external step is never called, so instead of a `method` it may declare just its
+//! types: `outputType`, the message its answer must be, and optionally `requestType`,
+//! the message its `rules` build when the job parks (the request the reviewer is
+//! shown, stored as the job's `pendingRequest`).
+//!
+//! Compilation never stops at the first problem: every missing field, bad value,
+//! unknown type or method and (through [`crate::verify`]) every rule that does not
+//! type-check is a [`Finding`] naming its step and JSON path. Unknown keys are
+//! findings too, so a typo (`"rule"` for `"rules"`) never passes silently.
+//!
+//! Limits, so a hostile envelope costs little: at most [`MAX_STEPS`] steps, each with
+//! at most [`MAX_RULES`] rules; names at most 200 characters; deadlines from 1 ms to
+//! one day. Without `output`, the workflow's output is the last step's response.
+//!
+//! | module     | concept                                                              |
+//! |------------|----------------------------------------------------------------------|
+//! | this one   | the compiled types, and compiling an envelope into them              |
+//! | `limits`   | the bounds of an envelope                                            |
+//! | `draft`    | reading one field, or a finding naming its step and path             |
+//! | `names`    | workflow and step names, `host:port` targets                         |
+//! | `pool`     | the descriptor set, and the types and methods it names               |
+//! | `steps`    | steps and output as written, before verification                     |
+//! | `messages` | proto3 JSON in and out, and why a message is refused                 |
+
+mod draft;
+mod limits;
+mod messages;
+mod names;
+mod pool;
+mod steps;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost_protovalidate::Validator;
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, ReflectMessage,
+};
+use serde_json::Value;
+
+use crate::compile::draft::{Draft, json_kind};
+use crate::failure::{Violation, violations_of};
+pub use crate::finding::{Finding, Findings};
+use crate::gate::Gate;
+use crate::offload::{self, OffloadError};
+use crate::rules::Rule;
+use crate::ruleset::{self, TypeRoot};
+use crate::scope::INPUT;
+use crate::spec::StepSpec;
+pub use crate::spec::{Completion, OnTimeout};
+use crate::verify;
+pub use limits::{
+    COMPILE_STACK_BYTES, DEFAULT_DEADLINE, MAX_RESPONSE_BYTES_CEILING, MAX_RULES, MAX_STEPS,
+    MAX_WAIT_TIMEOUT_MS, RULES_TIME_LIMIT,
+};
+use messages::judged;
+pub use messages::{EncodeError, MessageError, decode_json, encode_json};
+pub(crate) use names::{ends_in_a_number, ipv6_with_zone};
+use names::{is_invisible_format, valid_name, valid_target};
+use pool::{resolve_message, schema_pool};
+use steps::{output_spec, step_specs};
+
+/// A resolved, verified step.
+#[derive(Debug, Clone)]
+pub struct CompiledStep {
+    /// Unique within the workflow; also the scope name of its response.
+    pub name: String,
+    /// Position in the workflow.
+    pub index: usize,
+    /// `host:port` of the gRPC server; `None` only on external steps.
+    pub target: Option<String>,
+    /// The resolved method; `None` only on an external step declared by its types
+    /// (`outputType`, optionally `requestType`).
+    pub method: Option<MethodDescriptor>,
+    /// The message the rules build: the method's input, an external step's
+    /// `requestType` (the request its reviewer is shown), or `None` for an external
+    /// step that declares none.
+    pub request_type: Option<MessageDescriptor>,
+    /// The message the step answers with (what its checkpoint holds): the method's
+    /// output or an external step's `outputType`.
+    pub response_type: MessageDescriptor,
+    /// Mapping rules building the request.
+    pub rules: Vec<Rule>,
+    /// Optional gate.
+    pub when: Option<Gate>,
+    /// Called, or completed externally.
+    pub completion: Completion,
+    /// Check the response against its type's `buf.validate` rules.
+    pub validate: bool,
+    /// The step's own call deadline.
+    pub deadline: Option<Duration>,
+    /// Use TLS to reach the target.
+    pub tls: bool,
+    /// The largest response this step accepts, overriding the runner's limit.
+    pub max_response_bytes: Option<usize>,
+    /// How long a job parked here waits for its answer (external steps; `None`: the
+    /// node's default, if any).
+    pub wait_timeout: Option<Duration>,
+    /// How a job parked here ends when the wait times out.
+    pub on_timeout: OnTimeout,
+}
+
+impl CompiledStep {
+    /// The message type the step answers with (what its checkpoint holds).
+    pub fn output_type(&self) -> MessageDescriptor {
+        self.response_type.clone()
+    }
+
+    /// True for a `completion: "external"` step.
+    pub fn is_external(&self) -> bool {
+        self.completion == Completion::External
+    }
+}
+
+/// How the workflow's output is built.
+#[derive(Debug, Clone)]
+pub struct OutputMapping {
+    /// The output type.
+    pub message: MessageDescriptor,
+    /// Rules over the whole scope.
+    pub rules: Vec<Rule>,
+}
+
+/// A workflow ready to run: every type resolved, every rule verified.
+#[derive(Clone)]
+pub struct CompiledWorkflow {
+    /// The workflow's name.
+    pub name: String,
+    /// Every descriptor of the envelope's schema.
+    pub pool: DescriptorPool,
+    /// The type of the input.
+    pub input_type: MessageDescriptor,
+    /// Steps, in order.
+    pub steps: Vec<CompiledStep>,
+    /// Output mapping; `None` means the last step's response is the output.
+    pub output: Option<OutputMapping>,
+    /// Bound of one segment of a run.
+    pub deadline: Duration,
+    envelope: Arc<Value>,
+    validator: Arc<Validator>,
+}
+
+impl fmt::Debug for CompiledWorkflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledWorkflow")
+            .field("name", &self.name)
+            .field("input_type", &self.input_type.full_name())
+            .field(
+                "steps",
+                &self.steps.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl CompiledWorkflow {
+    /// Compiles and verifies an envelope, returning every finding when it is not runnable.
+    ///
+    /// It runs on a thread of its own with [`COMPILE_STACK_BYTES`] of stack, whatever
+    /// thread calls it: building the validator recurses over the workflow's types and,
+    /// at the bottom of that, the CEL parser recurses once per parenthesis of a rule
+    /// (parentheses add no AST depth, so the rule bounds let thousands through). On a
+    /// 2 MiB async or blocking-pool thread a chain of 64 types, each with a rule of 10
+    /// nested parentheses, overflowed the stack and aborted the node.
+    pub fn compile(envelope: &Value) -> Result<CompiledWorkflow, Findings> {
+        let compile_here = || {
+            let mut findings = Vec::new();
+            let compiled = compile_envelope(envelope, &mut findings);
+            match compiled {
+                Some(workflow) if findings.is_empty() => Ok(workflow),
+                _ => Err(Findings(findings)),
+            }
+        };
+        std::thread::scope(|scope| {
+            let spawned = std::thread::Builder::new()
+                .name("workflow-compile".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, compile_here);
+            match spawned {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(error) => Err(Findings(vec![Finding {
+                    step: None,
+                    path: "$".into(),
+                    message: format!(
+                        "the workflow could not be compiled now: no thread to compile it on ({error}); try again"
+                    ),
+                }])),
+            }
+        })
+    }
+
+    /// Compiles a workflow that is new to the engine (submitted, stored, run): the
+    /// checks of [`CompiledWorkflow::compile`] and then
+    /// [`CompiledWorkflow::strict_findings`].
+    pub fn compile_new(envelope: &Value) -> Result<CompiledWorkflow, Findings> {
+        let compiled = CompiledWorkflow::compile(envelope)?;
+        let strict = compiled.strict_findings();
+        if strict.is_empty() {
+            Ok(compiled)
+        } else {
+            Err(Findings(strict))
+        }
+    }
+
+    /// The checks a new workflow must pass beyond what running it needs: every `when`
+    /// gate type-checks against its roots ([`crate::typecheck`]: fields that exist, a
+    /// boolean result), every target is `host:port`, and the workflow's name holds no
+    /// invisible formatting character (a right-to-left override shows a name other
+    /// than the one stored).
+    ///
+    /// They are kept apart from [`CompiledWorkflow::compile`] on purpose: a job's
+    /// snapshot is compiled again by every worker that claims it, and a job accepted
+    /// before a check existed must still run (a gate the checker doubts may well run
+    /// fine), so only new workflows (submissions, stored workflows, synchronous runs)
+    /// are held to them.
+    pub fn strict_findings(&self) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        if let Some(c) = self.name.chars().find(|c| is_invisible_format(*c)) {
+            findings.push(Finding {
+                step: None,
+                path: "$.name".into(),
+                message: format!(
+                    "the workflow name holds the invisible formatting character U+{:04X}, which makes it display as another name: remove it",
+                    u32::from(c)
+                ),
+            });
+        }
+        for (index, step) in self.steps.iter().enumerate() {
+            let finding = |path: &str, message: String| Finding {
+                step: Some(step.name.clone()),
+                path: format!("$.steps[{index}].{path}"),
+                message,
+            };
+            if let Some(Err(reason)) = step.target.as_deref().map(valid_target) {
+                findings.push(finding("target", reason));
+            }
+            if let Some(gate) = &step.when {
+                let root_type = |root: &str| {
+                    if root == INPUT {
+                        return Some(self.input_type.clone());
+                    }
+                    self.steps[..index]
+                        .iter()
+                        .find(|earlier| earlier.name == root)
+                        .map(CompiledStep::output_type)
+                };
+                let problems = gate.check_types(&root_type);
+                if !problems.is_empty() {
+                    findings.push(finding("when", format!("`when` {}", problems.join("; "))));
+                }
+            }
+        }
+        findings
+    }
+
+    /// The envelope this workflow was compiled from (what a job snapshots).
+    pub fn envelope(&self) -> &Value {
+        &self.envelope
+    }
+
+    /// The step called `name`.
+    pub fn step(&self, name: &str) -> Option<&CompiledStep> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// True when some step is completed externally (such a workflow can only run as a job).
+    pub fn has_external_step(&self) -> bool {
+        self.steps.iter().any(CompiledStep::is_external)
+    }
+
+    /// The type of the workflow's output.
+    pub fn output_type(&self) -> MessageDescriptor {
+        match &self.output {
+            Some(mapping) => mapping.message.clone(),
+            // compile() refuses a workflow with no steps, so there is a last step.
+            None => self
+                .steps
+                .last()
+                .map_or_else(|| self.input_type.clone(), CompiledStep::output_type),
+        }
+    }
+
+    /// Parses an input (proto3 JSON) and checks it against the input type's rules,
+    /// **on the calling thread**: the rules are user-supplied CEL that cannot be
+    /// interrupted, and a rule within every static bound can still take seconds on a
+    /// large input. From async code use [`CompiledWorkflow::parse_input_within`].
+    pub fn parse_input(&self, input: &Value) -> Result<DynamicMessage, MessageError> {
+        self.parse_message(&self.input_type, input)
+    }
+
+    /// Parses proto3 JSON as `message_type` and checks the type's declared rules,
+    /// **on the calling thread** (see [`CompiledWorkflow::parse_input`]). From async
+    /// code use [`CompiledWorkflow::parse_message_within`].
+    pub fn parse_message(
+        &self,
+        message_type: &MessageDescriptor,
+        json: &Value,
+    ) -> Result<DynamicMessage, MessageError> {
+        let message = decode_json(message_type, json)?;
+        let violations = self.violations(&message);
+        judged(message, violations)
+    }
+
+    /// [`CompiledWorkflow::parse_input`] for async code: the input is decoded on the
+    /// calling thread (linear in its size), then its type's rules are checked on a
+    /// dedicated evaluation thread ([`crate::offload`]), waiting at most `limit`
+    /// (the wait for a free evaluation thread included). Past it the check is
+    /// abandoned (it finishes in the background without delaying shutdown) and the
+    /// error is [`MessageError::RulesTimedOut`].
+    pub async fn parse_input_within(
+        &self,
+        input: &Value,
+        limit: Duration,
+    ) -> Result<DynamicMessage, MessageError> {
+        self.parse_message_within(&self.input_type, input, limit)
+            .await
+    }
+
+    /// [`CompiledWorkflow::parse_message`] for async code, bounded by `limit` as
+    /// [`CompiledWorkflow::parse_input_within`] is.
+    pub async fn parse_message_within(
+        &self,
+        message_type: &MessageDescriptor,
+        json: &Value,
+        limit: Duration,
+    ) -> Result<DynamicMessage, MessageError> {
+        let message = decode_json(message_type, json)?;
+        let type_name = message_type.full_name().to_owned();
+        match self.check_within(&message, limit).await {
+            Ok(violations) => judged(message, violations),
+            Err(OffloadError::TimedOut { limit }) => Err(MessageError::RulesTimedOut {
+                type_name,
+                limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            }),
+            Err(e) => Err(MessageError::RulesUnusable {
+                type_name,
+                reason: format!("the rule check {e}"),
+            }),
+        }
+    }
+
+    /// Every `buf.validate` rule `message` breaks (CEL rules included), checked on the
+    /// calling thread; from async code prefer [`CompiledWorkflow::violations_within`].
+    pub fn violations(&self, message: &DynamicMessage) -> Result<Vec<Violation>, String> {
+        violations_of(&message.descriptor(), self.validator.validate(message))
+    }
+
+    /// [`CompiledWorkflow::violations`] on a dedicated evaluation thread
+    /// ([`crate::offload`]), waiting at most `limit` (the wait for a free evaluation
+    /// thread included), so CEL rules never hold an async thread. On timeout the
+    /// check is abandoned (the evaluator cannot be interrupted; the static rule
+    /// bounds limit what it can still do, and it never delays the runtime's
+    /// shutdown) and the error says so.
+    pub async fn violations_within(
+        &self,
+        message: &DynamicMessage,
+        limit: Duration,
+    ) -> Result<Vec<Violation>, String> {
+        let type_name = message.descriptor().full_name().to_owned();
+        match self.check_within(message, limit).await {
+            Ok(result) => result,
+            Err(OffloadError::TimedOut { limit }) => Err(format!(
+                "checking the rules of {type_name} did not finish within {} ms",
+                limit.as_millis()
+            )),
+            Err(e) => Err(format!("checking the rules of {type_name} failed: it {e}")),
+        }
+    }
+
+    /// Runs the validator over a copy of `message` on an evaluation thread.
+    async fn check_within(
+        &self,
+        message: &DynamicMessage,
+        limit: Duration,
+    ) -> Result<Result<Vec<Violation>, String>, OffloadError> {
+        let validator = self.validator.clone();
+        let message = message.clone();
+        offload::run_within(limit, move || {
+            violations_of(&message.descriptor(), validator.validate(&message))
+        })
+        .await
+    }
+}
+
+const ROOT_KEYS: &[&str] = &[
+    "name",
+    "schema",
+    "inputType",
+    "deadlineMs",
+    "steps",
+    "output",
+];
+
+fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<CompiledWorkflow> {
+    let mut draft = Draft { findings };
+    let Some(root) = envelope.as_object() else {
+        draft.find(
+            None,
+            "$",
+            format!(
+                "a workflow must be a JSON object, not {}",
+                json_kind(envelope)
+            ),
+        );
+        return None;
+    };
+    draft.unknown_keys(root, ROOT_KEYS, None, "$");
+    let name = draft.string(root, "name", true, None, "$");
+    if let Some(Err(reason)) = name.as_deref().map(valid_name) {
+        draft.find(None, "$.name", format!("the workflow name {reason}"));
+    }
+    let deadline = draft.deadline(root, None, "$").unwrap_or(DEFAULT_DEADLINE);
+    let pool = schema_pool(&mut draft, root);
+    let input_type_name = draft.string(root, "inputType", true, None, "$");
+    let input_type = match (&pool, &input_type_name) {
+        (Some(pool), Some(name)) => resolve_message(&mut draft, pool, name, None, "$.inputType"),
+        _ => None,
+    };
+
+    let steps = step_specs(&mut draft, root, pool.as_ref());
+    let output = root
+        .get("output")
+        .and_then(|value| output_spec(&mut draft, value, pool.as_ref()));
+
+    // Verification needs the types; it still runs on whatever resolved, so one bad
+    // method does not hide the rule problems of the other steps.
+    verify::verify(draft.findings, input_type.as_ref(), &steps, output.as_ref());
+    // One validator per workflow: it caches compiled rules by message name, and two
+    // workflows may declare the same name with different rules. Checking the rules
+    // here compiles them once, for the run as well.
+    let validator = Validator::new();
+    check_declared_rules(draft.findings, &validator, input_type.as_ref(), &steps);
+
+    let (name, pool, input_type) = (name?, pool?, input_type?);
+    let mut compiled_steps = Vec::with_capacity(steps.len());
+    for (index, spec) in steps.into_iter().enumerate() {
+        compiled_steps.push(CompiledStep {
+            name: spec.name,
+            index,
+            target: spec.target,
+            method: spec.method,
+            request_type: spec.request_type,
+            response_type: spec.response_type?,
+            rules: spec.rules.into_iter().map(|(rule, _)| rule).collect(),
+            when: match spec.when {
+                Some((source, _)) => Some(Gate::compile(&source).ok()?),
+                None => None,
+            },
+            completion: spec.completion,
+            validate: spec.validate,
+            deadline: spec.deadline,
+            tls: spec.tls,
+            max_response_bytes: spec.max_response_bytes,
+            wait_timeout: spec.wait_timeout,
+            on_timeout: spec.on_timeout,
+        });
+    }
+    let output = match output {
+        Some(spec) => Some(OutputMapping {
+            message: spec.message?,
+            rules: spec.rules.into_iter().map(|(r, _)| r).collect(),
+        }),
+        None => None,
+    };
+    Some(CompiledWorkflow {
+        name,
+        pool,
+        input_type,
+        steps: compiled_steps,
+        output,
+        deadline,
+        envelope: Arc::new(envelope.clone()),
+        validator: Arc::new(validator),
+    })
+}
+
+/// The `buf.validate` rules of every type the workflow reads stay within the CEL
+/// bounds, and those the engine runs (the input's, and the responses of `validate`
+/// steps) can run at all (see [`crate::ruleset`]).
+fn check_declared_rules(
+    findings: &mut Vec<Finding>,
+    validator: &Validator,
+    input_type: Option<&MessageDescriptor>,
+    steps: &[StepSpec],
+) {
+    let mut read = Vec::new();
+    let mut validated = Vec::new();
+    if let Some(input_type) = input_type {
+        let root = || TypeRoot {
+            message: input_type.clone(),
+            step: None,
+            path: "$.inputType".into(),
+        };
+        read.push(root());
+        validated.push(root());
+    }
+    for (i, spec) in steps.iter().enumerate() {
+        let Some(response_type) = &spec.response_type else {
+            continue;
+        };
+        let path = if spec.method.is_some() {
+            format!("$.steps[{i}].method")
+        } else {
+            format!("$.steps[{i}].outputType")
+        };
+        let root = |message: MessageDescriptor| TypeRoot {
+            message,
+            step: Some(spec.name.clone()),
+            path: path.clone(),
+        };
+        read.push(root(response_type.clone()));
+        if let Some(request_type) = &spec.request_type {
+            read.push(root(request_type.clone()));
+        }
+        if spec.validate {
+            validated.push(root(response_type.clone()));
+        }
+    }
+    // The validator recurses over the types: a chain too deep for it is refused
+    // before it is built.
+    if !ruleset::check_nesting(findings, &read) {
+        return;
+    }
+    let unrunnable = ruleset::check_bounds(findings, &read);
+    ruleset::check_usable(findings, validator, &validated, &unrunnable);
+}
