@@ -21,6 +21,7 @@
 //! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
 //! | [`worker`]  | batched claims, segments with lease renewal, group commit, the sweeper |
 //! | [`pruner`]  | retention: deleting finished jobs and published events, when set    |
+//! | [`snapshot_mover`] | moving the snapshots of rows written before V21 out, once   |
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
@@ -50,6 +51,7 @@ pub mod module;
 pub mod pruner;
 pub mod relay;
 pub mod routes;
+pub mod snapshot_mover;
 pub mod status;
 pub mod store;
 pub mod submit;

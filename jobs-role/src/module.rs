@@ -21,6 +21,7 @@ use crate::metrics::{JobsMetrics, metrics_loop};
 use crate::pruner::prune_loop;
 use crate::relay::{Publisher, TopicProbe, missing_topic_hint, relay_loop};
 use crate::routes;
+use crate::snapshot_mover::move_snapshots;
 use crate::store::EventsOut;
 use crate::store::Store;
 use crate::store::sql;
@@ -220,6 +221,10 @@ impl Role for JobsModule {
             );
             ctx.spawn_task("worker", worker.run(shutdown.clone()));
         }
+        ctx.spawn_task(
+            "snapshot-mover",
+            move_snapshots(store.clone(), shutdown.clone()),
+        );
         ctx.spawn_task(
             "sweeper",
             sweep_loop(

@@ -1,11 +1,13 @@
 //! The pruner: applies `[jobs.retention]` every `interval_ms`, on one node at a time
 //! (an advisory lock). It runs only when a retention is set; the seed's rule, keep
-//! everything, is the default.
+//! everything, is the default. Each round also sweeps part of the workflow snapshots
+//! (migration V21), deleting those no job names any more: a cursor walks them in
+//! digest order, [`MAX_BATCHES_PER_ROUND`] batches a round, and starts over at the end.
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RetentionConfig;
-use crate::store::{EventsOut, Store};
+use crate::store::{EventsOut, MAX_BATCHES_PER_ROUND, Store, StoreError};
 
 /// Prunes every `retention.interval_ms` until `shutdown`, logging what it deleted.
 /// `events_out` says which of a job's events must be out before it is deleted (all
@@ -19,6 +21,7 @@ pub async fn prune_loop(
     let jobs = retention.jobs();
     let published = retention.published_events();
     let interval = std::time::Duration::from_millis(retention.interval_ms);
+    let mut snapshot_cursor: Option<String> = None;
     loop {
         let round = tokio::select! {
             round = async {
@@ -31,7 +34,11 @@ pub async fn prune_loop(
                     pruned.rejects = records.rejects;
                     pruned.skipped = records.skipped;
                 }
-                Ok::<_, crate::store::StoreError>(pruned)
+                if !pruned.skipped {
+                    pruned.snapshots =
+                        sweep_snapshots(&store, &mut snapshot_cursor, retention.batch).await?;
+                }
+                Ok::<_, StoreError>(pruned)
             } => round,
             () = shutdown.cancelled() => return,
         };
@@ -41,6 +48,7 @@ pub async fn prune_loop(
                     + pruned.published_events
                     + pruned.pruned_ids
                     + pruned.rejects
+                    + pruned.snapshots
                     > 0 =>
             {
                 let by_status: Vec<String> = pruned
@@ -55,6 +63,7 @@ pub async fn prune_loop(
                     published_events = pruned.published_events,
                     forgotten_pruned_ids = pruned.pruned_ids,
                     request_rejects = pruned.rejects,
+                    workflow_snapshots = pruned.snapshots,
                     "pruned rows past their retention"
                 );
             }
@@ -68,4 +77,26 @@ pub async fn prune_loop(
             () = shutdown.cancelled() => return,
         }
     }
+}
+
+/// Up to [`MAX_BATCHES_PER_ROUND`] batches of the snapshot sweep from `cursor`,
+/// answering how many snapshots it deleted; the cursor starts over once it passes the
+/// last digest, and stops where another node took the pruner's lock.
+async fn sweep_snapshots(
+    store: &Store,
+    cursor: &mut Option<String>,
+    batch: i64,
+) -> Result<u64, StoreError> {
+    let mut deleted = 0;
+    for _ in 0..MAX_BATCHES_PER_ROUND {
+        let Some(swept) = store.prune_snapshots(cursor.as_deref(), batch).await? else {
+            break;
+        };
+        deleted += swept.deleted;
+        *cursor = swept.last;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(deleted)
 }

@@ -96,12 +96,15 @@ pub async fn check(client: &Client, expect_published: bool) -> Report {
         .query(
             "SELECT job_id::text, status,
                     ARRAY(SELECT s->>'name' FROM jsonb_array_elements(
-                        CASE jsonb_typeof(workflow_definition->'steps') WHEN 'array'
-                        THEN workflow_definition->'steps' ELSE '[]'::jsonb END) s),
+                        CASE jsonb_typeof(d.definition->'steps') WHEN 'array'
+                        THEN d.definition->'steps' ELSE '[]'::jsonb END) s),
                     ARRAY(SELECT c->>'name' FROM jsonb_array_elements(
                         CASE jsonb_typeof(checkpoints) WHEN 'array'
                         THEN checkpoints ELSE '[]'::jsonb END) c)
-             FROM workflow_run ORDER BY job_id",
+             FROM workflow_run w
+             LEFT JOIN workflow_snapshot f ON f.digest = w.definition_digest,
+             LATERAL (SELECT COALESCE(w.workflow_definition, f.definition) AS definition) d
+             ORDER BY job_id",
             &[],
         )
         .await

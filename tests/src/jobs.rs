@@ -286,3 +286,20 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Files `definition` as a workflow snapshot (migration V21) as an operator's SQL
+/// would, under the digest of its jsonb text, and answers that digest: for backlogs
+/// written straight into the table, whose rows then name it.
+pub async fn file_snapshot(client: &tokio_postgres::Client, definition: &Value) -> String {
+    client
+        .query_one(
+            "WITH filed AS (
+                 INSERT INTO workflow_snapshot (definition) VALUES ($1)
+                 ON CONFLICT (digest) DO NOTHING)
+             SELECT encode(sha256(convert_to($1::jsonb::text, 'UTF8')), 'hex')",
+            &[definition],
+        )
+        .await
+        .expect("filing the snapshot")
+        .get(0)
+}

@@ -33,10 +33,12 @@ fn every_bench_scenario_completes_at_the_tiny_size_and_prints_its_json_line() {
         BTreeSet::from([
             "claim-depth",
             "memory",
+            "peer",
             "pickup",
             "relay",
             "submit",
-            "throughput"
+            "throughput",
+            "versus-peer"
         ])
     );
     for report in &reports {

@@ -915,6 +915,7 @@ async fn waiting_acts_never_starve_the_pool_even_when_their_callers_hang_up() {
         .await
         .unwrap();
     // Six cancels wait on held rows; three of their callers hang up.
+    let acts_started = Instant::now();
     let mut calls = Vec::new();
     for (i, id) in ids.iter().enumerate() {
         let router = idle.router.clone();
@@ -952,6 +953,28 @@ async fn waiting_acts_never_starve_the_pool_even_when_their_callers_hang_up() {
             );
         }
     }
+    // A hung-up caller's act runs to its own end (its wait bounded by LOCK_WAIT from
+    // its start, then one last look skipping held rows), which no caller observes:
+    // the holder lets go only once every act's time is over and none waits for a
+    // lock, so "nothing changed" does not depend on which act finished first.
+    let acts_over = acts_started + jobs_role::store::LOCK_WAIT + Duration::from_secs(2);
+    eventually(
+        "every act's time to be over, none waiting for a lock",
+        WAIT,
+        || async {
+            let waiting: i64 = holder
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            Instant::now() > acts_over && waiting == 0
+        },
+    )
+    .await;
     holder.batch_execute("ROLLBACK").await.unwrap();
     for id in &ids {
         assert_eq!(idle.job(id).await["status"], "QUEUED", "nothing changed");

@@ -288,27 +288,41 @@ async fn a_busy_node_commits_many_jobs_per_flush_and_every_job_completes_in_orde
 }
 
 #[tokio::test]
-async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() {
+async fn the_claim_answers_the_snapshot_digest_and_rows_written_the_old_way_still_run() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let quiet = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
     let workflow = two_step_workflow(&server.target());
     let submitted = quiet.submit(&workflow, json!({ "text": "new" })).await;
-    // A row as a node before the digest column wrote it (none).
+    // A row written the old way, its snapshot in the row and no digest (an operator's
+    // INSERT): migration V21's trigger files the snapshot under the digest of its
+    // jsonb text, and the row keeps only that digest.
     let client = db.connect().await;
-    client
-        .execute(
-            "WITH old AS (
-                 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
-                 VALUES (gen_random_uuid(), 'embed-text', $1, '{\"text\": \"old\"}')
-                 RETURNING job_id)
-             UPDATE workflow_run SET definition_digest = NULL FROM old WHERE workflow_run.job_id = old.job_id",
+    let old: uuid::Uuid = client
+        .query_one(
+            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
+             VALUES (gen_random_uuid(), 'embed-text', $1, '{\"text\": \"old\"}')
+             RETURNING job_id",
             &[&workflow],
         )
         .await
-        .unwrap();
-    let digest_of_the_snapshot =
-        "encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex')";
+        .unwrap()
+        .get(0);
+    let digest_of_the_snapshot = "encode(sha256(convert_to(s.definition::text, 'UTF8')), 'hex')";
+    let digest_matches = format!(
+        "SELECT w.workflow_definition IS NULL AND w.definition_digest = {digest_of_the_snapshot}
+           FROM workflow_run w JOIN workflow_snapshot s ON s.digest = w.definition_digest
+          WHERE w.job_id = $1::text::uuid"
+    );
+    let filed: bool = client
+        .query_one(&digest_matches, &[&old.to_string()])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        filed,
+        "the old way's snapshot is filed under its own digest"
+    );
     let stored: String = client
         .query_one(
             "SELECT definition_digest FROM workflow_run WHERE job_id = $1::text::uuid",
@@ -325,21 +339,18 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
 
     let claimed = quiet.store.claim_jobs("w", LEASE, 10).await.unwrap();
     assert_eq!(claimed.len(), 2);
-    let old = claimed
-        .iter()
-        .find(|job| job.claim.job_id.to_string() != submitted)
-        .unwrap();
-    let on_the_fly: String = client
+    let old_claim = claimed.iter().find(|job| job.claim.job_id == old).unwrap();
+    let filed_digest: String = client
         .query_one(
-            &format!("SELECT {digest_of_the_snapshot} FROM workflow_run WHERE job_id = $1"),
-            &[&old.claim.job_id],
+            "SELECT definition_digest FROM workflow_run WHERE job_id = $1",
+            &[&old],
         )
         .await
         .unwrap()
         .get(0);
     assert_eq!(
-        old.definition_digest, on_the_fly,
-        "a row without a digest is answered one computed on the fly"
+        old_claim.definition_digest, filed_digest,
+        "the claim answers the digest the row names"
     );
     for job in &claimed {
         quiet
@@ -351,16 +362,15 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
     let node = JobsNode::start(test_config(&db.url, "busy", 4)).await;
     node.wait_for_count(JobStatus::Completed, 2, WAIT).await;
 
-    // A snapshot changed in place (an operator's repair) gets its own digest, so a
-    // node that compiled the old one never runs it for this job.
+    // A snapshot changed for one job (an operator's repair writes the row's definition)
+    // is filed as a snapshot of its own, so a node that compiled the old one never
+    // runs it for this job, and the jobs sharing the old one keep it.
     let repaired = quiet.submit(&workflow, json!({ "text": "repaired" })).await;
-    let digest_matches = format!(
-        "SELECT definition_digest = {digest_of_the_snapshot} FROM workflow_run WHERE job_id = $1::text::uuid"
-    );
     client
         .execute(
-            "UPDATE workflow_run SET workflow_definition = jsonb_set(workflow_definition, '{name}', '\"renamed\"')
-              WHERE job_id = $1::text::uuid",
+            "UPDATE workflow_run w SET workflow_definition = jsonb_set(s.definition, '{name}', '\"renamed\"')
+               FROM workflow_snapshot s
+              WHERE s.digest = w.definition_digest AND w.job_id = $1::text::uuid",
             &[&repaired],
         )
         .await
@@ -371,15 +381,37 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
         .unwrap()
         .get(0);
     assert!(fresh, "the digest follows the snapshot");
+    let (renamed, kept): (String, String) = {
+        let row = client
+            .query_one(
+                "SELECT (SELECT s.definition->>'name' FROM workflow_run w
+                           JOIN workflow_snapshot s ON s.digest = w.definition_digest
+                          WHERE w.job_id = $1::text::uuid),
+                        (SELECT s.definition->>'name' FROM workflow_run w
+                           JOIN workflow_snapshot s ON s.digest = w.definition_digest
+                          WHERE w.job_id = $2::text::uuid)",
+                &[&repaired, &submitted],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(renamed, "renamed");
+    assert_eq!(
+        kept,
+        workflow["name"].as_str().unwrap(),
+        "the shared snapshot is untouched"
+    );
 
     // A row copied with its digest and an edited snapshot (an operator's INSERT ...
     // SELECT) gets its own snapshot's digest: only a submitter's digest is kept.
     let copied: uuid::Uuid = client
         .query_one(
             "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, definition_digest)
-             SELECT gen_random_uuid(), workflow_name,
-                    jsonb_set(workflow_definition, '{name}', '\"copied\"'), input, definition_digest
-               FROM workflow_run WHERE job_id = $1::text::uuid
+             SELECT gen_random_uuid(), w.workflow_name,
+                    jsonb_set(s.definition, '{name}', '\"copied\"'), w.input, w.definition_digest
+               FROM workflow_run w JOIN workflow_snapshot s ON s.digest = w.definition_digest
+              WHERE w.job_id = $1::text::uuid
              RETURNING job_id",
             &[&submitted],
         )
@@ -392,6 +424,34 @@ async fn the_claim_answers_the_snapshot_digest_and_rows_without_one_still_run() 
         .unwrap()
         .get(0);
     assert!(fresh, "a copied digest is recomputed");
+
+    // A filed snapshot never changes, and no one files one under a digest that does
+    // not describe it.
+    let changed = client
+        .execute(
+            "UPDATE workflow_snapshot SET definition = '{}' WHERE digest = $1",
+            &[&stored],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        changed.to_string().contains("never changes")
+            || format!("{changed:?}").contains("never changes"),
+        "{changed:?}"
+    );
+    let forged: String = client
+        .query_one(
+            "INSERT INTO workflow_snapshot (digest, definition) VALUES ('sha256-compact:forged', '{}')
+             RETURNING digest",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_ne!(
+        forged, "sha256-compact:forged",
+        "a digest not from the node is computed"
+    );
     node.stop().await;
 }
 

@@ -191,13 +191,19 @@ async fn every_row_of_a_batch_holds_its_whole_snapshot_and_one_id_given_twice_is
     assert_eq!(answer["created"], 4, "{answer}");
     assert_eq!(node.job(&twice).await["input"], json!({ "text": "first" }));
 
-    // The snapshot is sent once per distinct workflow, but each row keeps its own,
-    // with the digest of that snapshot.
-    let rows = db
-        .connect()
+    // The snapshot is sent once per distinct workflow and filed once; each row names
+    // the one it was submitted with by its digest.
+    let client = db.connect().await;
+    let filed: i64 = client
+        .query_one("SELECT count(*) FROM workflow_snapshot", &[])
         .await
+        .unwrap()
+        .get(0);
+    assert_eq!(filed, 2, "one snapshot per distinct workflow");
+    let rows = client
         .query(
-            "SELECT input->>'text', workflow_definition, definition_digest FROM workflow_run",
+            "SELECT w.input->>'text', s.definition, w.definition_digest
+               FROM workflow_run w JOIN workflow_snapshot s ON s.digest = w.definition_digest",
             &[],
         )
         .await

@@ -17,7 +17,8 @@ use crate::config::keys::{
 /// broker-outage tests restart the broker through it) and reads
 /// `PROTOMOLT_TANSU_ROOT` (where the pinned broker is installed) and
 /// `PROTOMOLT_TANSU_STORAGE` (where the development broker stores); the `protomolt`
-/// command line reads `PROTOMOLT_URL` and `PROTOMOLT_TOKEN`. Whatever starts reading
+/// command line reads `PROTOMOLT_URL` and `PROTOMOLT_TOKEN`; `bench peer` reads
+/// `PROTOMOLT_PEER_MODULES` (where `./dev` installed the peer's packages). Whatever starts reading
 /// another such variable adds it here (a test checks the repository's uses).
 pub const NOT_CONFIG_VARIABLES: &[&str] = &[
     "PROTOMOLT_DEV",
@@ -25,6 +26,7 @@ pub const NOT_CONFIG_VARIABLES: &[&str] = &[
     "PROTOMOLT_TANSU_STORAGE",
     "PROTOMOLT_URL",
     "PROTOMOLT_TOKEN",
+    "PROTOMOLT_PEER_MODULES",
 ];
 
 /// The warning for a `PROTOMOLT_*` variable that sets nothing, naming the variable it

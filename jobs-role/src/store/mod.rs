@@ -31,6 +31,7 @@ mod parked;
 mod pruning;
 mod reads;
 mod retries;
+mod snapshots;
 pub mod sql;
 mod submissions;
 pub mod tls;
@@ -49,6 +50,7 @@ pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut};
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::{FleetState, JobFilter, PoolStatus};
 pub use retries::{Retry, RetryOutcome};
+pub use snapshots::{MovedSnapshots, PrunedSnapshots};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
 pub use watching::{WATCHED_EVENTS_PER_JOB, WatchedEvent};
 pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
@@ -250,9 +252,21 @@ impl StoreError {
 /// Applies every pending migration on `client`. Safe to call from many nodes at once:
 /// an advisory lock serialises them, and applying an up-to-date schema is a no-op.
 pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    run_migrations(client, refinery::Target::Latest).await
+}
+
+/// Applies the migrations up to and including `version` only, under the same lock as
+/// [`migrate`]: for tests that write rows as a node of that version did, then
+/// [`migrate`] the rest.
+pub async fn migrate_to(client: &mut Client, version: u32) -> Result<(), StoreError> {
+    run_migrations(client, refinery::Target::Version(version)).await
+}
+
+async fn run_migrations(client: &mut Client, target: refinery::Target) -> Result<(), StoreError> {
     client.batch_execute(sql::LOCK_MIGRATIONS).await?;
     let applied = embedded::migrations::runner()
         .set_abort_divergent(true)
+        .set_target(target)
         .run_async(client)
         .await;
     // Release even when the migration failed, so a fixed node can retry at once.

@@ -18,6 +18,8 @@ pub struct Pruned {
     pub pruned_ids: u64,
     /// Dead-lettered request records deleted.
     pub rejects: u64,
+    /// Workflow snapshots no job named any more, deleted.
+    pub snapshots: u64,
     /// Another node was pruning: this round stopped there.
     pub skipped: bool,
 }

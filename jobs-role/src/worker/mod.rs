@@ -376,14 +376,16 @@ impl Worker {
         };
         match self.compiled.get_or_compile_off_thread(&definition).await {
             Ok(compiled) => {
-                // A submitter's digest that is not this snapshot's own describes some
-                // other snapshot (a row copied with its digest and then edited):
-                // never let it name this workflow for other jobs.
+                // A node's digest names the snapshot's content: one that is not this
+                // snapshot's own means the snapshot filed under it is some other
+                // workflow (filed by someone claiming to be the node). Never run it
+                // as this job's, nor let it name this workflow for other jobs.
                 if digest.starts_with(SNAPSHOT_DIGEST_PREFIX) && digest != *compiled.digest {
-                    tracing::warn!(job_id = %job.claim.job_id, "the job's snapshot digest does not match its snapshot; running the snapshot without caching it under that digest");
-                } else {
-                    self.compiled.remember_digest(&compiled.digest, &digest);
+                    return Err(Ran::Drifted(format!(
+                        "WORKFLOW: the workflow snapshot filed under this job's digest ({digest}) is not the snapshot that digest names; refusing to run a workflow other than the one submitted"
+                    )));
                 }
+                self.compiled.remember_digest(&compiled.digest, &digest);
                 Ok(compiled.workflow)
             }
             Err(findings) => Err(Ran::Drifted(format!(

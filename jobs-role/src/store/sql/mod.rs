@@ -11,14 +11,17 @@
 //! answer to a parked step give it back, since neither is a failure).
 //!
 //! The statements of the Kafka lanes (the outbox relay, redrives, rejected requests)
-//! are in [`lanes`], those of retention in [`retention`]; both are re-exported here,
-//! so every statement is `sql::NAME`.
+//! are in [`lanes`], those of retention in [`retention`], those of the workflow
+//! snapshots in [`snapshots`]; all are re-exported here, so every statement is
+//! `sql::NAME`.
 
 pub mod lanes;
 pub mod retention;
+pub mod snapshots;
 
 pub use lanes::*;
 pub use retention::*;
+pub use snapshots::*;
 
 /// Serialises migrations across nodes starting together (session-level advisory lock;
 /// the key is the ASCII bytes of "pmjobs"). The session's `lock_timeout` is lifted
@@ -42,17 +45,23 @@ pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 /// Wakes the idle worker when the transaction commits. `$1` job id (text).
 pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
 
-/// Inserts a job unless its id exists, or retention deleted a job of that id (a
-/// replay of a finished submission: see [`PRUNE_JOBS`]). `$1` job id, `$2` workflow name, `$3`
-/// definition, `$4` input, `$5` max attempts, `$6` the definition's digest (NULL: a
-/// trigger computes one; see migration V8), `$7` priority, `$8` when it becomes
-/// claimable (NULL, or a time past: now, so a past start never jumps the queue), `$9`
-/// the submitter's trace context (or NULL).
+/// Files the job's workflow snapshot unless it is filed already (migration V21), and
+/// inserts the job naming it by digest, unless its id exists, or retention deleted a
+/// job of that id (a replay of a finished submission: see [`PRUNE_JOBS`]). `$1` job
+/// id, `$2` workflow name, `$3` definition, `$4` input, `$5` max attempts, `$6` the
+/// definition's digest (NULL: the row carries the definition and V21's trigger files
+/// it under a digest it computes), `$7` priority, `$8` when it becomes claimable
+/// (NULL, or a time past: now, so a past start never jumps the queue), `$9` the
+/// submitter's trace context (or NULL). Runs after [`SUBMISSION_SETTINGS`].
 pub const INSERT_JOB: &str = "\
+WITH filed AS (
+    INSERT INTO workflow_snapshot (digest, definition)
+    SELECT $6::text, $3::jsonb WHERE $6::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after, trace_context)
-SELECT $1::uuid, $2::text, $3::jsonb, $4::jsonb, $5::integer, $6::text, $7::smallint,
-       GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text
+SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, $5::integer, $6::text,
+       $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING status";
@@ -66,11 +75,19 @@ RETURNING status";
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
 /// (NULL: now), `$10` trace contexts (or NULL). Per distinct snapshot: `$6`
-/// definitions, `$7` digests (NULL: the trigger computes one).
+/// definitions, `$7` digests (NULL: the row carries the definition and V21's trigger
+/// files it). Each snapshot is filed once (see [`INSERT_JOB`]), in digest order (two
+/// batches filing the same new snapshots never deadlock).
 pub const INSERT_JOBS: &str = "\
+WITH filed AS (
+    INSERT INTO workflow_snapshot (digest, definition)
+    SELECT d.digest, d.definition FROM unnest($6::jsonb[], $7::text[]) AS d(definition, digest)
+     WHERE d.digest IS NOT NULL
+     ORDER BY d.digest
+    ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after, trace_context)
-SELECT j.job_id, j.workflow_name, d.definition, j.input, j.max_attempts, d.digest,
+SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
        j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
               $10::text[])
@@ -90,9 +107,13 @@ RETURNING job_id";
 /// `$7` priority, `$8` the start asked for (NULL: now), kept for the record, `$9` the
 /// trace context (or NULL).
 pub const INSERT_FAILED_JOB: &str = "\
+WITH filed AS (
+    INSERT INTO workflow_snapshot (digest, definition)
+    SELECT $6::text, $3::jsonb WHERE $6::text IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest,
                           priority, run_after, trace_context)
-SELECT $1::uuid, $2::text, $3::jsonb, $4::jsonb, 'FAILED', $5::text, now(), $6::text, $7::smallint,
+SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, 'FAILED', $5::text, now(), $6::text, $7::smallint,
        COALESCE($8::timestamptz, now()), $9::text
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
 ON CONFLICT (job_id) DO NOTHING
@@ -105,9 +126,11 @@ RETURNING status";
 /// definition too. `$1` job id, `$2` workflow name, `$3` definition, `$4` input, `$5`
 /// submitted by name.
 pub const SAME_SUBMISSION: &str = "\
-SELECT workflow_name = $2 AND input = $4::jsonb AND ($5 OR workflow_definition = $3::jsonb) AS same,
-       status
-  FROM workflow_run WHERE job_id = $1";
+SELECT w.workflow_name = $2 AND w.input = $4::jsonb
+       AND ($5 OR COALESCE(w.workflow_definition, s.definition) = $3::jsonb) AS same,
+       w.status
+  FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
+ WHERE w.job_id = $1";
 
 /// Writes one outbox row: PENDING, or HELD when the job already has a dead-lettered
 /// (FAILED) or held row, so it never overtakes them. An id already there is left
@@ -185,12 +208,14 @@ UPDATE workflow_run
 RETURNING job_id";
 
 /// A job's workflow snapshot and its digest, from one row version, for a worker whose
-/// cache does not know the digest. `$1` job id.
+/// cache does not know the digest: the filed snapshot the row names, or the copy a
+/// row written before V21 still holds. `$1` job id.
 pub const JOB_DEFINITION: &str = "\
-SELECT workflow_definition,
-       COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
+SELECT COALESCE(w.workflow_definition, s.definition) AS workflow_definition,
+       COALESCE(w.definition_digest, encode(sha256(convert_to(w.workflow_definition::text, 'UTF8')), 'hex'))
            AS definition_digest
-  FROM workflow_run WHERE job_id = $1";
+  FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
+ WHERE w.job_id = $1";
 
 /// Opens a group commit: a write waiting longer than this on a row lock (an operator's
 /// open transaction on one job) fails the batch, which then commits each write alone,
@@ -199,10 +224,15 @@ pub const BATCH_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
 /// The settings of a submission's transaction: [`BATCH_LOCK_TIMEOUT`]'s bound on
 /// waiting for a row lock (an id another transaction is inserting and has not
-/// committed), and the flag by which the trigger of migration V8 keeps the snapshot
-/// digests the submitter computed instead of computing its own.
-pub const SUBMISSION_SETTINGS: &str =
-    "SET LOCAL lock_timeout = '5s'; SET LOCAL protomolt.digest_from_node = 'on'";
+/// committed), the flag by which the triggers of migrations V8 and V21 keep the
+/// snapshot digests the submitter computed instead of computing their own, and the
+/// snapshot lock shared ([`SNAPSHOT_LOCK_KEY`]: the pruner never deletes a snapshot
+/// this submission found filed), with a bound on sitting idle inside the transaction
+/// (a connection cut there must not hold the lock for long).
+pub const SUBMISSION_SETTINGS: &str = "SET LOCAL lock_timeout = '5s'; \
+SET LOCAL idle_in_transaction_session_timeout = '30s'; \
+SET LOCAL protomolt.digest_from_node = 'on'; \
+SELECT pg_advisory_xact_lock_shared(123615239430773)";
 
 /// The fence every post-claim write ends with.
 macro_rules! fenced {
@@ -532,8 +562,11 @@ RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outsta
 
 /// Locks a job for `complete-step`. `$1` job id.
 pub const LOCK_JOB: &str = "\
-SELECT status, outstanding_step, workflow_name, workflow_definition, checkpoints, attempt
-  FROM workflow_run WHERE job_id = $1 FOR UPDATE";
+SELECT w.status, w.outstanding_step, w.workflow_name,
+       COALESCE(w.workflow_definition, s.definition) AS workflow_definition, w.checkpoints, w.attempt
+  FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
+ WHERE w.job_id = $1
+   FOR UPDATE OF w";
 
 /// Appends the supplied checkpoint of the parked step and requeues. The parked
 /// attempt is given back (a park is not a failure), so the claim that resumes the
@@ -564,8 +597,13 @@ SELECT reject_id, topic, partition, record_offset, record_key,
  ORDER BY reject_id DESC
  LIMIT $1 OFFSET $2";
 
-/// One job, every column, as JSON. `$1` job id.
-pub const GET_JOB: &str = "SELECT row_to_json(w) FROM workflow_run w WHERE job_id = $1";
+/// One job, every column, as JSON, with its workflow snapshot as
+/// `workflow_definition` (the filed one the row names, or the copy a row written
+/// before V21 still holds). `$1` job id.
+pub const GET_JOB: &str = "\
+SELECT to_jsonb(w) || jsonb_build_object('workflow_definition', COALESCE(w.workflow_definition, s.definition))
+  FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
+ WHERE w.job_id = $1";
 
 /// One job, every column but its workflow snapshot, as JSON: what `get-job` answers
 /// unless the definition is asked for. `$1` job id.

@@ -9,13 +9,17 @@
 //! Each scenario creates its own databases (fixture gRPC servers on loopback; the
 //! `relay` scenario uses the set-up script's broker, `KAFKA_BOOTSTRAP`), prints one
 //! JSON line (`{"scenario", "params", "figures": [{name, value, unit, target, met}]}`),
-//! and at the end a table with every figure beside its target. `--size tiny` runs each
+//! and at the end a table with every figure beside its target. With `peer` (the
+//! established queue, graphile-worker, measured beside us against the same
+//! PostgreSQL) the run ends with our figures as ratios to the peer's (`versus-peer`),
+//! held to ratio targets that do not drift with the machine. `--size tiny` runs each
 //! at a size CI can afford; CI checks that it completes and its JSON parses, never a
 //! speed. Speed targets live here, not in the tests.
 
 mod chart;
 mod claim_depth;
 mod memory;
+mod peer;
 mod pickup;
 mod relay;
 mod report;
@@ -45,6 +49,8 @@ enum Scenario {
     Pickup,
     ClaimDepth,
     Relay,
+    /// graphile-worker beside us in the same run; with ours, their ratios.
+    Peer,
 }
 
 /// The speed of a jobs node, against the real PostgreSQL, gRPC and broker.
@@ -87,9 +93,14 @@ async fn main() {
             Scenario::ClaimDepth => claim_depth::run(args.size).await,
             Scenario::Relay => relay::run(args.size).await,
             Scenario::Memory => memory::run(args.size).await,
+            Scenario::Peer => peer::run(args.size).await,
         };
         println!("{}", report.json());
         reports.push(report);
+    }
+    if let Some(versus) = peer::versus(&reports) {
+        println!("{}", versus.json());
+        reports.push(versus);
     }
     println!("\n{}", report::table(&reports));
 }

@@ -67,15 +67,16 @@ async fn drain_backlog(rows: usize) -> f64 {
         .stop()
         .await;
     let client = db.connect().await;
+    let digest = protomolt_e2e::jobs::file_snapshot(&client, &serde_json::json!({})).await;
     client
         .execute(
             "WITH jobs AS (
-                 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input)
-                 SELECT gen_random_uuid(), 'w', '{}', '{}' FROM generate_series(1, $1::bigint)
+                 INSERT INTO workflow_run (job_id, workflow_name, definition_digest, input)
+                 SELECT gen_random_uuid(), 'w', $2, '{}' FROM generate_series(1, $1::bigint)
                  RETURNING job_id)
              INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload)
              SELECT gen_random_uuid(), job_id, 'ACCEPTED', decode(repeat('ab', 200), 'hex') FROM jobs",
-            &[&(rows as i64)],
+            &[&(rows as i64), &digest],
         )
         .await
         .expect("generating the outbox rows");

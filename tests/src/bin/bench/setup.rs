@@ -33,12 +33,13 @@ pub fn tokenize_chain(target: &str, count: usize) -> Value {
 /// rows are what a submission writes, without the ACCEPTED events.
 pub async fn queue_with_sql(client: &Client, workflow: &Value, count: usize) {
     let name = workflow["name"].as_str().unwrap_or("workflow");
+    let digest = protomolt_e2e::jobs::file_snapshot(client, workflow).await;
     client
         .execute(
-            "INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts)
+            "INSERT INTO workflow_run (job_id, workflow_name, definition_digest, input, max_attempts)
              SELECT gen_random_uuid(), $1, $2, jsonb_build_object('text', 'job ' || i), 3
                FROM generate_series(1, $3::bigint) AS i",
-            &[&name, workflow, &(count as i64)],
+            &[&name, &digest, &(count as i64)],
         )
         .await
         .expect("queueing the backlog");
