@@ -104,10 +104,12 @@ pub fn versus(reports: &[Report]) -> Option<Report> {
             PEER_ADD_JOBS,
             Target::AtLeast(0.5),
         ),
+        // Both from the moment the submission is answered (the peer's addJob
+        // returning) to the job's first work starting.
         (
             "idle pickup p50 / peer's",
             "pickup",
-            "submit -> first step call p50",
+            "submit answered -> first step call p50",
             PEER_PICKUP,
             Target::AtMost(1.0),
         ),
