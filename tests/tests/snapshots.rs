@@ -23,6 +23,30 @@ async fn count(client: &tokio_postgres::Client, table: &str) -> i64 {
         .get(0)
 }
 
+/// The text column every row of `query` answers, in order.
+async fn texts(client: &tokio_postgres::Client, query: &str) -> Vec<String> {
+    client
+        .query(query, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The digest PostgreSQL gives `definition` when no node names it (V6's rule: the
+/// SHA-256 of its jsonb text).
+async fn own_digest(client: &tokio_postgres::Client, definition: &Value) -> String {
+    client
+        .query_one(
+            "SELECT encode(sha256(convert_to($1::jsonb::text, 'UTF8')), 'hex')",
+            &[definition],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_written_before_snapshots_were_filed_still_run_resume_and_show_their_definition() {
     let db = TestDatabase::create().await;
@@ -107,25 +131,12 @@ async fn jobs_written_before_snapshots_were_filed_still_run_resume_and_show_thei
     }
     // Each row is filed under the digest of its own content (V6's rule), whatever
     // digest it claimed, or none: one workflow, one snapshot, stored once.
-    let digests: Vec<String> = client
-        .query(
-            "SELECT DISTINCT definition_digest FROM workflow_run ORDER BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let own: String = client
-        .query_one(
-            "SELECT encode(sha256(convert_to($1::jsonb::text, 'UTF8')), 'hex')",
-            &[&workflow],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(digests, [own]);
+    let digests = texts(
+        &client,
+        "SELECT DISTINCT definition_digest FROM workflow_run ORDER BY 1",
+    )
+    .await;
+    assert_eq!(digests, [own_digest(&client, &workflow).await]);
     assert_eq!(count(&client, "workflow_snapshot").await, 1);
     node.stop().await;
 }
@@ -245,16 +256,11 @@ async fn the_pruner_never_deletes_a_snapshot_a_job_names_even_one_racing_a_submi
         .expect("pruned")
         .expect("the locks are free");
     assert_eq!(pruned.deleted, 1, "only the orphan");
-    let left: Vec<String> = client
-        .query(
-            "SELECT definition->>'name' FROM workflow_snapshot ORDER BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let left = texts(
+        &client,
+        "SELECT definition->>'name' FROM workflow_snapshot ORDER BY 1",
+    )
+    .await;
     assert_eq!(left, ["embed-text", "racing"], "the named ones stay");
     idle.stop().await;
 }
@@ -282,19 +288,12 @@ async fn a_snapshot_filed_under_a_digest_it_does_not_match_is_never_run_nor_take
     // of this one, and under the digest of the old row's own content.
     let mut forged = workflow.clone();
     forged["steps"][0]["target"] = json!("127.0.0.1:9");
-    let own_digest: String = client
-        .query_one(
-            "SELECT encode(sha256(convert_to($1::jsonb::text, 'UTF8')), 'hex')",
-            &[&workflow],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let own = own_digest(&client, &workflow).await;
     client
         .batch_execute("BEGIN; SET LOCAL protomolt.digest_from_node = 'on'")
         .await
         .unwrap();
-    for key in [&*digest, own_digest.as_str()] {
+    for key in [&*digest, own.as_str()] {
         client
             .execute(
                 "INSERT INTO workflow_snapshot (digest, definition) VALUES ($1, $2)",
