@@ -32,10 +32,12 @@ fn every_bench_scenario_completes_at_the_tiny_size_and_prints_its_json_line() {
         scenarios,
         BTreeSet::from([
             "claim-depth",
+            "cost",
             "memory",
             "peer",
             "pickup",
             "relay",
+            "storage",
             "submit",
             "throughput",
             "versus-peer"

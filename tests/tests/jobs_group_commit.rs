@@ -620,3 +620,133 @@ async fn a_checkpoint_sent_twice_lands_once() {
         ]
     );
 }
+
+/// The completions of a batch (a final checkpoint with a COMPLETED settlement, a
+/// one-step job's whole write) settle in one statement: each still fenced on its own
+/// claim (owner, token, not cancel-requested, checkpoint position), a refused one
+/// fails alone, and the batch sent again lands nothing twice.
+#[tokio::test]
+async fn completions_settled_in_one_statement_keep_each_fence_and_land_once() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
+    let store = &node.store;
+    let workflow = two_step_workflow("127.0.0.1:1");
+    for text in ["a", "b", "c", "d", "e", "f"] {
+        node.submit(&workflow, json!({ "text": text })).await;
+    }
+    let claimed = store.claim_jobs("w", LEASE, 10).await.unwrap();
+    let [done, stolen, stale, cancelled, refused, also_done] = &claimed[..] else {
+        panic!("six claims: {}", claimed.len())
+    };
+    // Another worker holds `stolen`; this worker claimed `stale` again (a newer token).
+    store
+        .release_claim(&stolen.claim, Duration::ZERO, 10, "a test")
+        .await
+        .unwrap();
+    let thief = store.claim_next_job("thief", LEASE).await.unwrap().unwrap();
+    assert_eq!(thief.claim.job_id, stolen.claim.job_id);
+    store
+        .release_claim(&stale.claim, Duration::ZERO, 10, "a test")
+        .await
+        .unwrap();
+    let current = store.claim_next_job("w", LEASE).await.unwrap().unwrap();
+    assert_eq!(current.claim.job_id, stale.claim.job_id);
+    node.ok(
+        "cancel-job",
+        json!({ "jobId": cancelled.claim.job_id.to_string(), "reason": "a test" }),
+    )
+    .await;
+
+    let complete = |claimed: &ClaimedJob, result: serde_json::Value| {
+        ClaimWrite::settle(
+            &claimed.claim,
+            Some(StepCheckpoint {
+                step: "embed".into(),
+                position: 0,
+                entry: json!({ "name": "embed", "skipped": false, "response": result }),
+            }),
+            Settlement::Completed {
+                result,
+                verdict: "2 steps, output jobs.test.EmbedResponse".into(),
+            },
+        )
+        .unwrap()
+    };
+    let fine = json!({ "values": [1.0] });
+    let writes = [
+        complete(done, fine.clone()),
+        complete(stolen, fine.clone()),
+        complete(stale, fine.clone()),
+        complete(cancelled, fine.clone()),
+        complete(also_done, fine.clone()),
+    ];
+    let answers = store.commit_claim_writes(&writes).await;
+    assert!(answers[0].is_ok(), "{:?}", answers[0]);
+    for lost in [1, 2, 3] {
+        assert!(
+            answers[lost].as_ref().is_err_and(|e| e.is_lost_claim()),
+            "write {lost}: {:?}",
+            answers[lost]
+        );
+    }
+    assert!(answers[4].is_ok(), "{:?}", answers[4]);
+    // A refused value fails the batched statement; the batch is then committed write
+    // by write, and only the refused one fails (the other was already landed).
+    let answers = store
+        .commit_claim_writes(&[
+            complete(refused, json!({ "text": "a\u{0}b" })),
+            complete(done, fine.clone()),
+        ])
+        .await;
+    assert!(
+        answers[0].as_ref().is_err_and(|e| e.is_data_error()),
+        "{:?}",
+        answers[0]
+    );
+    assert!(answers[1].is_ok(), "{:?}", answers[1]);
+
+    for (job, status, events) in [
+        (
+            done,
+            "COMPLETED",
+            &["ACCEPTED", "STEP_CHECKPOINT", "COMPLETED"][..],
+        ),
+        (stolen, "RUNNING", &["ACCEPTED"][..]),
+        (stale, "RUNNING", &["ACCEPTED"][..]),
+        (cancelled, "RUNNING", &["ACCEPTED"][..]),
+        (refused, "RUNNING", &["ACCEPTED"][..]),
+        (
+            also_done,
+            "COMPLETED",
+            &["ACCEPTED", "STEP_CHECKPOINT", "COMPLETED"][..],
+        ),
+    ] {
+        let row = row_of(&node, job).await;
+        let id = &row["job_id"];
+        assert_eq!(row["status"], status, "{id}");
+        let landed = usize::from(status == "COMPLETED");
+        assert_eq!(row["checkpoints"].as_array().unwrap().len(), landed, "{id}");
+        assert_eq!(events_of(store, job.claim.job_id).await, events, "{id}");
+    }
+    assert_eq!(row_of(&node, stolen).await["lease_owner"], "thief");
+    assert_eq!(row_of(&node, stale).await["claims"], current.claim.token);
+
+    // Sent again (a COMMIT whose answer was lost): answered as landed, nothing twice.
+    let again = store
+        .commit_claim_writes(&[complete(done, fine.clone()), complete(also_done, fine)])
+        .await;
+    assert!(again.iter().all(Result::is_ok), "{again:?}");
+    for job in [done, also_done] {
+        assert_eq!(
+            events_of(store, job.claim.job_id).await,
+            ["ACCEPTED", "STEP_CHECKPOINT", "COMPLETED"]
+        );
+        assert_eq!(
+            row_of(&node, job).await["checkpoints"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! Workflow snapshots filed once (migration V21): rows written before it still run,
 //! resume and show their definition; one snapshot serves every job that shares it;
-//! the pruner never deletes one a job names, even racing a submission.
+//! the pruner never deletes one a job names, even racing a submission; a node sends
+//! a snapshot it saw filed by its digest alone.
 
 use std::time::Duration;
 
@@ -234,7 +235,7 @@ async fn the_pruner_never_deletes_a_snapshot_a_job_names_even_one_racing_a_submi
     assert_eq!(count(&client, "workflow_snapshot").await, 3);
     let job = Uuid::now_v7();
     tx.execute(
-        sql::INSERT_JOB,
+        sql::SUBMIT_JOB,
         &[
             &job,
             &"racing",
@@ -245,6 +246,9 @@ async fn the_pruner_never_deletes_a_snapshot_a_job_names_even_one_racing_a_submi
             &5i16,
             &None::<std::time::SystemTime>,
             &None::<String>,
+            &Uuid::now_v7(),
+            &"ACCEPTED",
+            &Vec::<u8>::new(),
         ],
     )
     .await
@@ -263,6 +267,95 @@ async fn the_pruner_never_deletes_a_snapshot_a_job_names_even_one_racing_a_submi
     .await;
     assert_eq!(left, ["embed-text", "racing"], "the named ones stay");
     idle.stop().await;
+}
+
+/// Counts, in `snapshot_sends`, every snapshot a statement sent to be filed (a
+/// trigger that fires before the insert, so also for one found filed already).
+async fn count_snapshot_sends(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "CREATE TABLE snapshot_sends (digest text);
+             CREATE FUNCTION count_snapshot_send() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO snapshot_sends VALUES (NEW.digest); RETURN NEW; END $$;
+             CREATE TRIGGER count_snapshot_send BEFORE INSERT ON workflow_snapshot
+                FOR EACH ROW EXECUTE FUNCTION count_snapshot_send();",
+        )
+        .await
+        .unwrap();
+}
+
+/// Deletes every job, as retention would once they are old, and prunes the snapshots
+/// they named.
+async fn prune_everything(client: &tokio_postgres::Client, store: &jobs_role::store::Store) {
+    client
+        .batch_execute("DELETE FROM workflow_run")
+        .await
+        .unwrap();
+    let pruned = store
+        .prune_snapshots(None, 100)
+        .await
+        .expect("pruned")
+        .expect("the locks are free");
+    assert!(pruned.deleted >= 1, "{pruned:?}");
+    assert_eq!(count(client, "workflow_snapshot").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_sends_a_snapshot_it_saw_filed_by_digest_alone_and_again_once_pruned() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let client = db.connect().await;
+    count_snapshot_sends(&client).await;
+    let workflow = two_step_workflow("127.0.0.1:9");
+
+    for i in 0..5 {
+        node.submit(&workflow, json!({ "text": format!("single {i}") }))
+            .await;
+    }
+    let batch: Vec<Value> = (0..3)
+        .map(|i| json!({ "input": { "text": format!("batched {i}") } }))
+        .collect();
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({ "workflow": workflow, "submissions": batch }),
+        )
+        .await;
+    assert_eq!(answer["created"], 3, "{answer}");
+    assert_eq!(count(&client, "workflow_run").await, 8);
+    assert_eq!(
+        count(&client, "snapshot_sends").await,
+        1,
+        "only the first submission sent the snapshot"
+    );
+
+    // Retention deletes the jobs and the pruner their snapshot: the node's memory is
+    // stale, and its next submission is refused by the foreign key, then sent whole.
+    for submit_batched in [false, true] {
+        prune_everything(&client, &node.store).await;
+        let sent_before = count(&client, "snapshot_sends").await;
+        if submit_batched {
+            let answer = node
+                .ok(
+                    "submit-workflows",
+                    json!({ "workflow": workflow, "submissions": [{ "input": { "text": "again" } }] }),
+                )
+                .await;
+            assert_eq!(answer["created"], 1, "{answer}");
+        } else {
+            node.submit(&workflow, json!({ "text": "again" })).await;
+        }
+        assert_eq!(count(&client, "snapshot_sends").await, sent_before + 1);
+        assert_eq!(count(&client, "workflow_snapshot").await, 1, "filed again");
+        let names = texts(
+            &client,
+            "SELECT s.definition->>'name' FROM workflow_run w
+               JOIN workflow_snapshot s ON s.digest = w.definition_digest",
+        )
+        .await;
+        assert_eq!(names, ["embed-text"], "the job names its snapshot");
+    }
+    node.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

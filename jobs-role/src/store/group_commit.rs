@@ -20,8 +20,9 @@
 //! | no connection, a connection lost before `COMMIT`     | rolled back; every write answered the error at once, fast (trying each alone would meet it once per write) |
 //! | `COMMIT` sent, its answer lost                       | **read back**: each write is answered by what the row shows (landed, not landed, claim lost); only the ones that did not land are committed again, conditional as ever |
 //!
-//! The statements of a batch go to PostgreSQL pipelined (sent without waiting for
-//! each answer), in the order of the writes, so one job's events keep their order.
+//! The fenced updates of a batch go to PostgreSQL pipelined (sent without waiting for
+//! each answer); the events of the writes they matched follow in one statement, in
+//! the order of the writes, so one job's events keep their order.
 
 use futures_util::future::try_join_all;
 use tokio_postgres::Statement;
@@ -225,6 +226,98 @@ fn landing(write: &ClaimWrite, row: Option<&RowState>) -> Landing {
         Some(_) => Landing::Lost,
         // A barrier writes nothing.
         None => Landing::Landed,
+    }
+}
+
+/// The writes of a batch that only append a workflow's final checkpoint and settle
+/// COMPLETED (a one-step job's whole write), settled by one statement
+/// ([`sql::SETTLE_MANY_COMPLETED_WITH_CHECKPOINT`]) instead of one each; none when
+/// fewer than two (a write alone keeps its own statement, so a refusal names it).
+struct Completions<'w> {
+    /// Positions in the batch.
+    at: std::collections::HashSet<usize>,
+    job_ids: Vec<Uuid>,
+    owners: Vec<&'w str>,
+    tokens: Vec<i32>,
+    results: Vec<&'w Value>,
+    verdicts: Vec<&'w str>,
+    entries: Vec<&'w Value>,
+    positions: Vec<i32>,
+}
+
+impl<'w> Completions<'w> {
+    fn of(writes: &[&'w ClaimWrite], plans: &[Vec<Part<'_>>]) -> Completions<'w> {
+        let mut together = Completions {
+            at: Default::default(),
+            job_ids: Vec::new(),
+            owners: Vec::new(),
+            tokens: Vec::new(),
+            results: Vec::new(),
+            verdicts: Vec::new(),
+            entries: Vec::new(),
+            positions: Vec::new(),
+        };
+        let mut seen = std::collections::HashSet::new();
+        for (at, (write, plan)) in writes.iter().zip(plans).enumerate() {
+            let only_a_completion = matches!(plan.as_slice(), [part] if part.statement == sql::SETTLE_COMPLETED_WITH_CHECKPOINT);
+            let (Some(checkpoint), Some(Settlement::Completed { result, verdict })) =
+                (&write.checkpoint, &write.settlement)
+            else {
+                continue;
+            };
+            // One row per job: an id twice (never expected) keeps its own statements.
+            if !only_a_completion || !seen.insert(write.claim.job_id) {
+                continue;
+            }
+            together.at.insert(at);
+            together.job_ids.push(write.claim.job_id);
+            together.owners.push(&write.claim.owner);
+            together.tokens.push(write.claim.token);
+            together.results.push(result);
+            together.verdicts.push(verdict);
+            together.entries.push(&checkpoint.entry);
+            together.positions.push(checkpoint.position);
+        }
+        if together.at.len() < 2 {
+            together = Completions {
+                at: Default::default(),
+                ..together
+            };
+        }
+        together
+    }
+
+    /// True when the write at `at` is settled here.
+    fn holds(&self, at: usize) -> bool {
+        self.at.contains(&at)
+    }
+
+    /// Settles them all; answers the ids whose fences matched.
+    async fn settle(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+    ) -> Result<std::collections::HashSet<Uuid>, StoreError> {
+        if self.at.is_empty() {
+            return Ok(Default::default());
+        }
+        let statement = tx
+            .prepare_cached(sql::SETTLE_MANY_COMPLETED_WITH_CHECKPOINT)
+            .await?;
+        let rows = tx
+            .query(
+                &statement,
+                &[
+                    &self.job_ids,
+                    &self.owners,
+                    &self.tokens,
+                    &self.results,
+                    &self.verdicts,
+                    &self.entries,
+                    &self.positions,
+                ],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| row.get::<_, Uuid>(0)).collect())
     }
 }
 
@@ -468,9 +561,10 @@ impl Store {
         Ok(answers)
     }
 
-    /// The statements of a batch inside its transaction: each write's fenced updates
-    /// and then its events, one future per write, all of them pipelined on the one
-    /// connection; then one wake-up for the relays and one per requeued job.
+    /// The statements of a batch inside its transaction: each write's fenced updates,
+    /// one future per write, all of them pipelined on the one connection; then the
+    /// events of the writes whose fences matched, in the order of the writes, in one
+    /// statement; then one wake-up for the relays and one per requeued job.
     async fn run_batch(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
@@ -480,12 +574,7 @@ impl Store {
         // Prepared once per connection (the pool keeps them), so each statement is one
         // round trip, not a parse and an execute.
         let mut prepared: Vec<(&'static str, Statement)> = Vec::new();
-        for text in plans
-            .iter()
-            .flatten()
-            .map(|part| part.statement)
-            .chain([sql::INSERT_EVENT])
-        {
+        for text in plans.iter().flatten().map(|part| part.statement) {
             if !prepared.iter().any(|(known, _)| *known == text) {
                 prepared.push((text, tx.prepare_cached(text).await?));
             }
@@ -497,9 +586,12 @@ impl Store {
                 .map(|(_, statement)| statement)
                 .ok_or_else(|| StoreError::GroupCommit(format!("no prepared statement for {text}")))
         };
-        let insert_event = statement(sql::INSERT_EVENT)?;
 
-        let matched = try_join_all(writes.iter().zip(plans).enumerate().map(|(at, (write, plan))| async move {
+        let completions = &Completions::of(writes, plans);
+        let one_by_one = try_join_all(writes.iter().zip(plans).enumerate().map(|(at, (write, plan))| async move {
+            if completions.holds(at) {
+                return Ok(None);
+            }
             let claim = &write.claim;
             let written = async {
             for (index, part) in plan.iter().enumerate() {
@@ -522,30 +614,51 @@ impl Store {
                     return Ok(false);
                 }
             }
+            Ok::<bool, StoreError>(true)
+            };
+            // The write whose statement failed first is the one PostgreSQL refused.
+            written.await.map(Some).map_err(|error| BatchFailure::Refused { at, error })
+        }));
+        // Sent beside the others; refused, it fails the batch, which then commits each
+        // write alone (and a write alone is never in a batched statement).
+        let together = async {
+            completions
+                .settle(tx)
+                .await
+                .map_err(BatchFailure::Rolledback)
+        };
+        let (one_by_one, settled_together) =
+            futures_util::future::try_join(one_by_one, together).await?;
+        let matched: Vec<bool> = one_by_one
+            .into_iter()
+            .zip(writes)
+            .map(|(matched, write)| {
+                matched.unwrap_or_else(|| settled_together.contains(&write.claim.job_id))
+            })
+            .collect();
+
+        // One statement for every event of the batch (a statement per event cost the
+        // flusher's one connection more than the events themselves). Refused, it fails
+        // the batch, which then commits each write alone.
+        let mut events = EventBatch::default();
+        for ((write, plan), _) in writes.iter().zip(plans).zip(&matched).filter(|(_, m)| **m) {
+            let claim = &write.claim;
             for facts in plan.iter().flat_map(|part| &part.events) {
                 let position = match (facts.kind, &write.checkpoint) {
                     (Type::StepCheckpoint, Some(checkpoint)) => checkpoint.position,
                     _ => -1,
                 };
-                let event_id = events::claim_event_id(claim.job_id, claim.token, facts.kind, position);
-                let (event_id, payload) = events::encode_as(facts, event_id)?;
-                tx.execute(
-                    insert_event,
-                    &[
-                        &event_id,
-                        &facts.job_id,
-                        &events::type_name(facts.kind),
-                        &payload,
-                    ],
-                )
-                .await?;
+                let event_id =
+                    events::claim_event_id(claim.job_id, claim.token, facts.kind, position);
+                events
+                    .push_as(facts, event_id)
+                    .map_err(BatchFailure::Rolledback)?;
             }
-            Ok::<bool, StoreError>(true)
-            };
-            // The write whose statement failed first is the one PostgreSQL refused.
-            written.await.map_err(|error| BatchFailure::Refused { at, error })
-        }))
-        .await?;
+        }
+        events
+            .insert_prepared(tx)
+            .await
+            .map_err(BatchFailure::Rolledback)?;
 
         let committed = || {
             writes
@@ -554,11 +667,6 @@ impl Store {
                 .zip(&matched)
                 .filter(|(_, matched)| **matched)
         };
-        if committed().any(|((_, plan), _)| plan.iter().any(|part| !part.events.is_empty())) {
-            // Wakes idle relays when this transaction commits.
-            let notify = tx.prepare_cached(sql::NOTIFY_OUTBOX).await?;
-            tx.execute(&notify, &[]).await?;
-        }
         for ((write, _), _) in
             committed().filter(|((_, plan), _)| plan.iter().any(|part| part.wake))
         {

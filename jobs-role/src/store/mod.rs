@@ -24,6 +24,7 @@
 mod cancels;
 mod claims;
 pub mod events;
+mod filed_snapshots;
 mod group_commit;
 mod operator_acts;
 mod outbox;
@@ -319,6 +320,9 @@ pub struct Store {
     /// Connections everything but the worker's own writes may hold at once (see
     /// [`Store::shared`]).
     shared: std::sync::Arc<tokio::sync::Semaphore>,
+    /// The snapshot digests this node saw filed: their submissions send the digest
+    /// alone.
+    filed: filed_snapshots::FiledSnapshots,
 }
 
 /// The connections of a pool of `max` kept for the worker's own writes (claims,
@@ -383,6 +387,7 @@ impl Store {
             shared: std::sync::Arc::new(tokio::sync::Semaphore::new(
                 max_connections - reserved_for_the_worker(max_connections),
             )),
+            filed: Default::default(),
         })
     }
 
@@ -647,11 +652,23 @@ impl EventBatch {
     /// Encodes and adds one event.
     fn push(&mut self, facts: &EventFacts<'_>) -> Result<(), StoreError> {
         let (event_id, payload) = events::encode(facts)?;
+        self.add(facts, event_id, payload);
+        Ok(())
+    }
+
+    /// Encodes and adds one event under `event_id` (a claim's events have ids derived
+    /// from what they mark, so a write sent twice writes each once).
+    fn push_as(&mut self, facts: &EventFacts<'_>, event_id: Uuid) -> Result<(), StoreError> {
+        let (event_id, payload) = events::encode_as(facts, event_id)?;
+        self.add(facts, event_id, payload);
+        Ok(())
+    }
+
+    fn add(&mut self, facts: &EventFacts<'_>, event_id: Uuid, payload: Vec<u8>) {
         self.event_ids.push(event_id);
         self.job_ids.push(facts.job_id);
         self.types.push(events::type_name(facts.kind));
         self.payloads.push(payload);
-        Ok(())
     }
 
     /// The job of the first event, if any.
@@ -671,6 +688,28 @@ impl EventBatch {
         )
         .await?;
         tx.execute(sql::NOTIFY_OUTBOX, &[]).await?;
+        Ok(())
+    }
+
+    /// [`EventBatch::insert`] with its statements prepared once per connection (the
+    /// pool keeps them): for the flusher, which writes a batch many times a second.
+    async fn insert_prepared(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+    ) -> Result<(), StoreError> {
+        if self.job_ids.is_empty() {
+            return Ok(());
+        }
+        let insert = tx.prepare_cached(sql::INSERT_EVENTS).await?;
+        let notify = tx.prepare_cached(sql::NOTIFY_OUTBOX).await?;
+        futures_util::future::try_join(
+            tx.execute(
+                &insert,
+                &[&self.event_ids, &self.job_ids, &self.types, &self.payloads],
+            ),
+            tx.execute(&notify, &[]),
+        )
+        .await?;
         Ok(())
     }
 }

@@ -52,7 +52,7 @@ impl Store {
     /// different submission is [`StoreError::Conflict`].
     pub async fn insert_job(&self, job: &NewJob) -> Result<Inserted, StoreError> {
         let first = FirstState {
-            statement: sql::INSERT_JOB,
+            statement: sql::SUBMIT_JOB,
             last_param: &job.max_attempts,
             event: Type::Accepted,
             status: JobStatus::Queued,
@@ -71,7 +71,7 @@ impl Store {
     ) -> Result<Inserted, StoreError> {
         let error = printable(error);
         let first = FirstState {
-            statement: sql::INSERT_FAILED_JOB,
+            statement: sql::SUBMIT_FAILED_JOB,
             last_param: &error,
             event: Type::Failed,
             status: JobStatus::Failed,
@@ -90,31 +90,27 @@ impl Store {
         job: &NewJob,
         first: FirstState<'_>,
     ) -> Result<Inserted, StoreError> {
-        let mut client = self.shared().await?;
-        let tx = client.transaction().await?;
-        tx.batch_execute(sql::SUBMISSION_SETTINGS).await?;
-        let inserted = tx
-            .query_opt(
-                first.statement,
-                &[
-                    &job.job_id,
-                    &job.workflow_name,
-                    &*job.definition,
-                    &job.input,
-                    first.last_param,
-                    &job.definition_digest.as_deref(),
-                    &job.priority,
-                    &job.run_after,
-                    &job.trace_context,
-                ],
-            )
-            .await?;
-        if inserted.is_none() {
-            let existing = existing_submission(&tx, job).await;
-            tx.rollback().await?;
-            return existing;
+        let digest = job.definition_digest.as_deref();
+        let send_snapshot = !digest.is_some_and(|digest| self.filed.knows(digest));
+        match self.try_insert_new_job(job, &first, send_snapshot).await {
+            Err(refused) if !send_snapshot && filed_snapshots::is_missing_snapshot(&refused) => {
+                self.filed.forget_all();
+                self.try_insert_new_job(job, &first, true).await
+            }
+            answered => answered,
         }
-        let facts = EventFacts {
+    }
+
+    /// [`Store::insert_new_job`] once, with the snapshot or (`send_snapshot` false: the
+    /// node saw it filed) its digest alone.
+    async fn try_insert_new_job(
+        &self,
+        job: &NewJob,
+        first: &FirstState<'_>,
+        send_snapshot: bool,
+    ) -> Result<Inserted, StoreError> {
+        let definition = send_snapshot.then_some(&*job.definition);
+        let (event_id, payload) = events::encode(&EventFacts {
             job_id: job.job_id,
             workflow_name: &job.workflow_name,
             kind: first.event,
@@ -125,13 +121,40 @@ impl Store {
             status: first.status,
             detail: &[],
             data: None,
-        };
-        insert_event(&tx, &facts).await?;
-        if first.status == JobStatus::Queued {
-            tx.execute(sql::NOTIFY_QUEUED, &[&job.job_id.to_string()])
-                .await?;
+        })?;
+        let mut client = self.shared().await?;
+        let tx = client.transaction().await?;
+        let statement = tx.prepare_cached(first.statement).await?;
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &job.job_id,
+            &job.workflow_name,
+            &definition,
+            &job.input,
+            first.last_param,
+            &job.definition_digest.as_deref(),
+            &job.priority,
+            &job.run_after,
+            &job.trace_context,
+            &event_id,
+            &events::type_name(first.event),
+            &payload,
+        ];
+        // The settings and the write are sent together (one round trip); PostgreSQL
+        // runs them in order.
+        let (_, inserted) = futures_util::future::try_join(
+            tx.batch_execute(sql::SUBMISSION_SETTINGS),
+            tx.query_opt(&statement, &params),
+        )
+        .await?;
+        if inserted.is_none() {
+            let existing = existing_submission(&tx, job).await;
+            tx.rollback().await?;
+            return existing;
         }
         tx.commit().await?;
+        if let Some(digest) = &job.definition_digest {
+            self.filed.remember(digest);
+        }
         Ok(Inserted {
             created: true,
             status: first.status,
@@ -151,7 +174,15 @@ impl Store {
         if jobs.is_empty() {
             return Vec::new();
         }
-        match self.try_insert_jobs(jobs).await {
+        let mut attempt = self.try_insert_jobs(jobs, false).await;
+        if matches!(&attempt, Err(BatchFailure::Rolledback(refused))
+                if filed_snapshots::is_missing_snapshot(refused))
+        {
+            // A snapshot the node saw filed was pruned since: send them all.
+            self.filed.forget_all();
+            attempt = self.try_insert_jobs(jobs, true).await;
+        }
+        match attempt {
             Ok(answers) => answers,
             Err(BatchFailure::Rolledback(refused))
                 if jobs.len() > 1 && (refused.is_data_error() || refused.is_lock_timeout()) =>
@@ -167,21 +198,32 @@ impl Store {
         }
     }
 
+    /// One try of [`Store::insert_jobs`]: the snapshots the node saw filed are sent as
+    /// their digests alone, unless `send_snapshots`.
     async fn try_insert_jobs(
         &self,
         jobs: &[NewJob],
+        send_snapshots: bool,
     ) -> Result<Vec<Result<Inserted, StoreError>>, BatchFailure> {
+        let filed = (!send_snapshots).then_some(&self.filed);
         let mut client = self.shared().await.map_err(BatchFailure::Whole)?;
         let tx = begin_batch(&mut client).await?;
         tx.batch_execute(sql::SUBMISSION_SETTINGS)
             .await
             .map_err(|e| BatchFailure::Whole(e.into()))?;
-        let answers = insert_batch(&tx, jobs)
+        let answers = insert_batch(&tx, jobs, filed)
             .await
             .map_err(BatchFailure::Rolledback)?;
         tx.commit()
             .await
             .map_err(|e| BatchFailure::Whole(e.into()))?;
+        for (job, answer) in jobs.iter().zip(&answers) {
+            if let (Some(digest), Ok(Inserted { created: true, .. })) =
+                (&job.definition_digest, answer)
+            {
+                self.filed.remember(digest);
+            }
+        }
         Ok(answers)
     }
 }
@@ -196,12 +238,13 @@ const PIPELINED_CHECKS: usize = 64;
 async fn insert_batch(
     tx: &deadpool_postgres::Transaction<'_>,
     jobs: &[NewJob],
+    filed: Option<&filed_snapshots::FiledSnapshots>,
 ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
     // In job id order (stable: an id given twice is inserted as its first item), so
     // two batches holding the same ids lock them in the same order: never a deadlock.
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| jobs[i].job_id);
-    let rows = SnapshotRows::of(jobs, &order);
+    let rows = SnapshotRows::of(jobs, &order, filed);
     let inserted: std::collections::HashSet<Uuid> = tx
         .query(
             sql::INSERT_JOBS,
@@ -293,14 +336,15 @@ async fn insert_batch(
 }
 
 /// The columns of [`sql::INSERT_JOBS`]: one entry per job, and one per distinct
-/// snapshot (jobs with the same digest share one; a job without a digest has its own).
+/// snapshot (jobs with the same digest share one; a job without a digest has its own),
+/// its definition left out (NULL) when the node saw it filed.
 struct SnapshotRows<'a> {
     job_ids: Vec<Uuid>,
     workflow_names: Vec<&'a str>,
     snapshot: Vec<i32>,
     inputs: Vec<&'a Value>,
     max_attempts: Vec<i32>,
-    definitions: Vec<&'a Value>,
+    definitions: Vec<Option<&'a Value>>,
     digests: Vec<Option<&'a str>>,
     priorities: Vec<i16>,
     run_afters: Vec<Option<std::time::SystemTime>>,
@@ -308,7 +352,11 @@ struct SnapshotRows<'a> {
 }
 
 impl<'a> SnapshotRows<'a> {
-    fn of(jobs: &'a [NewJob], order: &[usize]) -> Self {
+    fn of(
+        jobs: &'a [NewJob],
+        order: &[usize],
+        filed: Option<&filed_snapshots::FiledSnapshots>,
+    ) -> Self {
         let mut rows = SnapshotRows {
             job_ids: Vec::with_capacity(order.len()),
             workflow_names: Vec::with_capacity(order.len()),
@@ -327,7 +375,8 @@ impl<'a> SnapshotRows<'a> {
             let digest = job.definition_digest.as_deref();
             let known = digest.and_then(|digest| by_digest.get(digest).copied());
             let at = known.unwrap_or_else(|| {
-                rows.definitions.push(&job.definition);
+                let known = digest.zip(filed).is_some_and(|(d, filed)| filed.knows(d));
+                rows.definitions.push((!known).then_some(&*job.definition));
                 rows.digests.push(digest);
                 // 1-based, as WITH ORDINALITY counts; a batch holds at most a few
                 // thousand jobs, far below i32::MAX.

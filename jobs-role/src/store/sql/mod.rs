@@ -45,26 +45,60 @@ pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 /// Wakes the idle worker when the transaction commits. `$1` job id (text).
 pub const NOTIFY_QUEUED: &str = "SELECT pg_notify('protomolt_jobs_queued', $1::text)";
 
-/// Files the job's workflow snapshot unless it is filed already (migration V21), and
-/// inserts the job naming it by digest, unless its id exists, or retention deleted a
-/// job of that id (a replay of a finished submission: see [`PRUNE_JOBS`]). `$1` job
-/// id, `$2` workflow name, `$3` definition, `$4` input, `$5` max attempts, `$6` the
-/// definition's digest (NULL: the row carries the definition and V21's trigger files
-/// it under a digest it computes), `$7` priority, `$8` when it becomes claimable
-/// (NULL, or a time past: now, so a past start never jumps the queue), `$9` the
-/// submitter's trace context (or NULL). Runs after [`SUBMISSION_SETTINGS`].
-pub const INSERT_JOB: &str = "\
-WITH filed AS (
+/// A submission's whole write in one statement, so it costs one round trip: files the
+/// job's workflow snapshot unless it is filed already (migration V21), inserts the row
+/// `$insert` (naming the snapshot by digest) unless its id exists or retention deleted
+/// a job of that id (a replay of a finished submission: see [`PRUNE_JOBS`]), writes
+/// the row's first outbox event only if it was inserted, and wakes the relays and,
+/// for a QUEUED job, the idle workers when the transaction commits. Answers the new
+/// row's status; no row: the id was taken (or pruned), and nothing was written.
+///
+/// Parameters: `$1` job id, `$2` workflow name, `$3` definition (NULL: the node saw it
+/// filed under `$6`, and V21's foreign key refuses the row if it is not), `$4` input,
+/// `$6` the definition's digest (NULL: the row carries the definition and V21's
+/// trigger files it under a digest it computes), `$7` priority, `$9` the submitter's
+/// trace context (or NULL); `$5` and `$8` as the insert says; `$10` the event's id,
+/// `$11` its type, `$12` its payload. Runs after [`SUBMISSION_SETTINGS`].
+macro_rules! submission {
+    ($insert:literal) => {
+        concat!(
+            "WITH filed AS (
     INSERT INTO workflow_snapshot (digest, definition)
-    SELECT $6::text, $3::jsonb WHERE $6::text IS NOT NULL
-    ON CONFLICT (digest) DO NOTHING)
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
-                          priority, run_after, trace_context)
-SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, $5::integer, $6::text,
-       $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text
- WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
-ON CONFLICT (job_id) DO NOTHING
-RETURNING status";
+    SELECT $6::text, $3::jsonb WHERE $6::text IS NOT NULL AND $3::jsonb IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING),
+job AS (
+",
+            $insert,
+            "
+     WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, status),
+event AS (
+    INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
+    SELECT $10::uuid, job.job_id, $11::text, $12::bytea,
+           CASE WHEN EXISTS (SELECT 1 FROM workflow_run_events_outbox o
+                              WHERE o.job_id = job.job_id AND o.status IN ('FAILED', 'HELD'))
+                THEN 'HELD' ELSE 'PENDING' END
+      FROM job
+    ON CONFLICT (event_id) DO NOTHING)
+SELECT job.status,
+       pg_notify('protomolt_jobs_outbox', '')::text AS relays_woken,
+       CASE WHEN job.status = 'QUEUED' THEN pg_notify('protomolt_jobs_queued', $1::uuid::text)::text END
+           AS workers_woken
+  FROM job"
+        )
+    };
+}
+
+/// Submits a QUEUED job with its ACCEPTED event ([`submission!`]'s parameters): `$5`
+/// max attempts, `$8` when it becomes claimable (NULL, or a time past: now, so a past
+/// start never jumps the queue).
+pub const SUBMIT_JOB: &str = submission!(
+    "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts,
+                              definition_digest, priority, run_after, trace_context)
+    SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, $5::integer,
+           $6::text, $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text"
+);
 
 /// Inserts a batch of jobs in one statement, each unless its id exists, sending each
 /// distinct snapshot once: PostgreSQL parses it once, however many jobs share it.
@@ -75,14 +109,14 @@ RETURNING status";
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
 /// (NULL: now), `$10` trace contexts (or NULL). Per distinct snapshot: `$6`
-/// definitions, `$7` digests (NULL: the row carries the definition and V21's trigger
-/// files it). Each snapshot is filed once (see [`INSERT_JOB`]), in digest order (two
+/// definitions (NULL: filed, as in [`SUBMIT_JOB`]), `$7` digests (NULL: the row
+/// carries the definition and V21's trigger files it). Each snapshot is filed once (see [`SUBMIT_JOB`]), in digest order (two
 /// batches filing the same new snapshots never deadlock).
 pub const INSERT_JOBS: &str = "\
 WITH filed AS (
     INSERT INTO workflow_snapshot (digest, definition)
     SELECT d.digest, d.definition FROM unnest($6::jsonb[], $7::text[]) AS d(definition, digest)
-     WHERE d.digest IS NOT NULL
+     WHERE d.digest IS NOT NULL AND d.definition IS NOT NULL
      ORDER BY d.digest
     ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
@@ -100,24 +134,17 @@ SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition E
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id";
 
-/// Inserts a job that failed before it could run (for example a broker-native request
-/// naming an unknown workflow), unless its id exists ([`SAME_SUBMISSION`] then tells
-/// a redelivery from a conflict). `$1` job id, `$2` workflow name,
-/// `$3` definition, `$4` input, `$5` error, `$6` the definition's digest (or NULL),
-/// `$7` priority, `$8` the start asked for (NULL: now), kept for the record, `$9` the
-/// trace context (or NULL).
-pub const INSERT_FAILED_JOB: &str = "\
-WITH filed AS (
-    INSERT INTO workflow_snapshot (digest, definition)
-    SELECT $6::text, $3::jsonb WHERE $6::text IS NOT NULL
-    ON CONFLICT (digest) DO NOTHING)
-INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error, finished_at, definition_digest,
-                          priority, run_after, trace_context)
-SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, 'FAILED', $5::text, now(), $6::text, $7::smallint,
-       COALESCE($8::timestamptz, now()), $9::text
- WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = $1::uuid)
-ON CONFLICT (job_id) DO NOTHING
-RETURNING status";
+/// Submits a job that failed before it could run (for example a broker-native
+/// request naming an unknown workflow) with its FAILED event ([`submission!`]'s
+/// parameters): `$5` the error, `$8` the start asked for (NULL: now), kept for the
+/// record. An id already taken answers no row ([`SAME_SUBMISSION`] then tells a
+/// redelivery from a conflict).
+pub const SUBMIT_FAILED_JOB: &str = submission!(
+    "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error,
+                              finished_at, definition_digest, priority, run_after, trace_context)
+    SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, 'FAILED', $5::text,
+           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now()), $9::text"
+);
 
 /// What an existing job was submitted with, to tell a resubmission from a conflict.
 /// Runs in the inserting transaction, after the insert found the id taken (so it
@@ -145,8 +172,9 @@ SELECT $1, $2, $3, $4,
             THEN 'HELD' ELSE 'PENDING' END
 ON CONFLICT (event_id) DO NOTHING";
 
-/// Writes the outbox rows of a batch, each as [`INSERT_EVENT`] would. Per row: `$1`
-/// event ids, `$2` job ids, `$3` event types, `$4` payloads.
+/// Writes the outbox rows of a batch, each as [`INSERT_EVENT`] would (an id already
+/// there left alone), in the order given. Per row: `$1` event ids, `$2` job ids, `$3`
+/// event types, `$4` payloads.
 pub const INSERT_EVENTS: &str = "\
 INSERT INTO workflow_run_events_outbox (event_id, job_id, event_type, payload, status)
 SELECT e.event_id, e.job_id, e.event_type, e.payload,
@@ -155,7 +183,8 @@ SELECT e.event_id, e.job_id, e.event_type, e.payload,
             THEN 'HELD' ELSE 'PENDING' END
   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[]) WITH ORDINALITY
            AS e(event_id, job_id, event_type, payload, at)
- ORDER BY e.at";
+ ORDER BY e.at
+ON CONFLICT (event_id) DO NOTHING";
 
 /// The whole claim of a batch in one statement (answering the snapshot's digest, not
 /// the snapshot: see [`JOB_DEFINITION`]): the sub-select finds `$3` eligible QUEUED
@@ -309,6 +338,23 @@ pub const SETTLE_COMPLETED_WITH_CHECKPOINT: &str = concat!(
     ))),
     "$7"
 );
+
+/// [`SETTLE_COMPLETED_WITH_CHECKPOINT`] for many claims in one statement (the
+/// flusher's commonest write, one row each), each row fenced on its own claim, not
+/// cancel-requested, and its checkpoint position, exactly as the single statement.
+/// Per claim: `$1` job ids, `$2` owners, `$3` fencing tokens, `$4` results, `$5`
+/// verdicts, `$6` checkpoint entries, `$7` their positions. Answers the ids whose
+/// fences matched; the ids must be distinct.
+pub const SETTLE_MANY_COMPLETED_WITH_CHECKPOINT: &str = "\
+UPDATE workflow_run w SET status = 'COMPLETED', result = u.result, verdict = u.verdict, error = NULL,
+       checkpoints = w.checkpoints || jsonb_build_array(u.entry),
+       lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::text[], $6::jsonb[], $7::int[])
+           AS u(job_id, owner, token, result, verdict, entry, position)
+ WHERE w.job_id = u.job_id AND w.status = 'RUNNING' AND w.lease_owner = u.owner AND w.claims = u.token
+   AND NOT w.cancel_requested
+   AND CASE WHEN jsonb_typeof(w.checkpoints) = 'array' THEN jsonb_array_length(w.checkpoints) END = u.position
+RETURNING w.job_id";
 
 /// What became of claimed jobs, read back after a batch whose `COMMIT` went
 /// unanswered (it may or may not have landed) and for writes whose fence matched

@@ -18,12 +18,14 @@
 
 mod chart;
 mod claim_depth;
+mod cost;
 mod memory;
 mod peer;
 mod pickup;
 mod relay;
 mod report;
 mod setup;
+mod storage;
 mod submit;
 mod throughput;
 
@@ -48,6 +50,9 @@ enum Scenario {
     Submit,
     Pickup,
     ClaimDepth,
+    Storage,
+    /// What one job costs PostgreSQL (statements, rows, WAL).
+    Cost,
     Relay,
     /// graphile-worker beside us in the same run; with ours, their ratios.
     Peer,
@@ -91,6 +96,8 @@ async fn main() {
             Scenario::Submit => submit::run(args.size).await,
             Scenario::Pickup => pickup::run(args.size).await,
             Scenario::ClaimDepth => claim_depth::run(args.size).await,
+            Scenario::Storage => storage::run(args.size).await,
+            Scenario::Cost => cost::run(args.size).await,
             Scenario::Relay => relay::run(args.size).await,
             Scenario::Memory => memory::run(args.size).await,
             Scenario::Peer => peer::run(args.size).await,

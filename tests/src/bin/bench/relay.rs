@@ -1,5 +1,7 @@
-//! `relay`: a backlog of PENDING outbox rows drained to the broker (events/s), and the
-//! lag of events (committed → acknowledged) while a node drains a job backlog.
+//! `relay`: a backlog of PENDING outbox rows drained to the broker (events/s), the
+//! lag of events (committed → acknowledged) while a node drains a job backlog, and
+//! whether the relay keeps up with a drain: the one-step drain with the Kafka lanes on
+//! (timed until every event is published) against the same drain without them.
 
 use std::time::{Duration, Instant};
 
@@ -14,16 +16,28 @@ use crate::report::{Report, Target, figure};
 use crate::setup::{PATIENCE, node_config, queue_with_sql, tokenize_chain, wait_completed};
 
 pub async fn run(size: Size) -> Report {
-    let (rows, jobs) = match size {
-        Size::Tiny => (1_000, 100),
-        Size::Full => (100_000, 5_000),
+    let (rows, jobs, drained_jobs) = match size {
+        Size::Tiny => (1_000, 100, 200),
+        Size::Full => (100_000, 5_000, 20_000),
     };
     let drained = drain_backlog(rows).await;
     let lag = lag_under_load(jobs).await;
+    let server = FixtureServer::start().await;
+    let workflow = tokenize_chain(&server.target(), 1);
+    let lanes_on = drain_with_lanes(&workflow, drained_jobs).await;
+    let lanes_off = crate::throughput::drain(&workflow, drained_jobs, 1, IN_FLIGHT).await;
     Report {
         scenario: "relay",
-        params: json!({ "outbox_rows": rows, "jobs_under_load": jobs }),
+        params: json!({ "outbox_rows": rows, "jobs_under_load": jobs, "drained_jobs": drained_jobs }),
         figures: vec![
+            figure(
+                "one-step jobs, one node, lanes on (until every event is published)",
+                lanes_on,
+                "jobs/s",
+            ),
+            figure("one-step jobs, one node, lanes off", lanes_off, "jobs/s"),
+            figure("drain with lanes on / without", lanes_on / lanes_off, "x")
+                .target(Target::AtLeast(0.8)),
             figure("outbox backlog drained to the broker", drained, "events/s")
                 .target(Target::AtLeast(10_000.0)),
             figure("event lag p99 (commit -> broker ack) under load", lag, "ms")
@@ -32,7 +46,10 @@ pub async fn run(size: Size) -> Report {
     }
 }
 
-/// A node with the Kafka lanes on fresh topics and no workers of its own.
+/// The in-flight limit of the drains (as `throughput`'s one-step figure).
+const IN_FLIGHT: usize = 256;
+
+/// A node with the Kafka lanes on fresh topics, `in_flight` segments at once.
 async fn kafka_config(db: &TestDatabase, in_flight: usize) -> JobsConfig {
     let events = unique_topic("bench-events");
     let requests = unique_topic("bench-requests");
@@ -92,6 +109,27 @@ async fn drain_backlog(rows: usize) -> f64 {
     .await;
     let rate = rows as f64 / started.elapsed().as_secs_f64();
     node.stop().await;
+    rate
+}
+
+/// `jobs` jobs of `workflow` queued, then drained by a node with the Kafka lanes on,
+/// timed until every job is COMPLETED and every event it wrote is published: jobs/s.
+async fn drain_with_lanes(workflow: &serde_json::Value, jobs: usize) -> f64 {
+    let db = TestDatabase::create().await;
+    let schema = JobsNode::start(node_config(&db, "schema", 0)).await;
+    let client = db.connect().await;
+    queue_with_sql(&client, workflow, jobs).await;
+    let config = kafka_config(&db, IN_FLIGHT).await;
+    let started = Instant::now();
+    let node = JobsNode::start(config).await;
+    wait_completed(&schema, jobs).await;
+    eventually("the outbox to drain", PATIENCE, || async {
+        pending(&client).await == 0
+    })
+    .await;
+    let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    node.stop().await;
+    schema.stop().await;
     rate
 }
 
