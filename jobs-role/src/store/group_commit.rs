@@ -27,6 +27,7 @@
 use futures_util::future::try_join_all;
 use tokio_postgres::Statement;
 
+use super::completions::Completions;
 use super::*;
 use crate::store::writes::{ClaimWrite, Settlement};
 
@@ -229,98 +230,6 @@ fn landing(write: &ClaimWrite, row: Option<&RowState>) -> Landing {
     }
 }
 
-/// The writes of a batch that only append a workflow's final checkpoint and settle
-/// COMPLETED (a one-step job's whole write), settled by one statement
-/// ([`sql::SETTLE_MANY_COMPLETED_WITH_CHECKPOINT`]) instead of one each; none when
-/// fewer than two (a write alone keeps its own statement, so a refusal names it).
-struct Completions<'w> {
-    /// Positions in the batch.
-    at: std::collections::HashSet<usize>,
-    job_ids: Vec<Uuid>,
-    owners: Vec<&'w str>,
-    tokens: Vec<i32>,
-    results: Vec<&'w Value>,
-    verdicts: Vec<&'w str>,
-    entries: Vec<&'w Value>,
-    positions: Vec<i32>,
-}
-
-impl<'w> Completions<'w> {
-    fn of(writes: &[&'w ClaimWrite], plans: &[Vec<Part<'_>>]) -> Completions<'w> {
-        let mut together = Completions {
-            at: Default::default(),
-            job_ids: Vec::new(),
-            owners: Vec::new(),
-            tokens: Vec::new(),
-            results: Vec::new(),
-            verdicts: Vec::new(),
-            entries: Vec::new(),
-            positions: Vec::new(),
-        };
-        let mut seen = std::collections::HashSet::new();
-        for (at, (write, plan)) in writes.iter().zip(plans).enumerate() {
-            let only_a_completion = matches!(plan.as_slice(), [part] if part.statement == sql::SETTLE_COMPLETED_WITH_CHECKPOINT);
-            let (Some(checkpoint), Some(Settlement::Completed { result, verdict })) =
-                (&write.checkpoint, &write.settlement)
-            else {
-                continue;
-            };
-            // One row per job: an id twice (never expected) keeps its own statements.
-            if !only_a_completion || !seen.insert(write.claim.job_id) {
-                continue;
-            }
-            together.at.insert(at);
-            together.job_ids.push(write.claim.job_id);
-            together.owners.push(&write.claim.owner);
-            together.tokens.push(write.claim.token);
-            together.results.push(result);
-            together.verdicts.push(verdict);
-            together.entries.push(&checkpoint.entry);
-            together.positions.push(checkpoint.position);
-        }
-        if together.at.len() < 2 {
-            together = Completions {
-                at: Default::default(),
-                ..together
-            };
-        }
-        together
-    }
-
-    /// True when the write at `at` is settled here.
-    fn holds(&self, at: usize) -> bool {
-        self.at.contains(&at)
-    }
-
-    /// Settles them all; answers the ids whose fences matched.
-    async fn settle(
-        &self,
-        tx: &deadpool_postgres::Transaction<'_>,
-    ) -> Result<std::collections::HashSet<Uuid>, StoreError> {
-        if self.at.is_empty() {
-            return Ok(Default::default());
-        }
-        let statement = tx
-            .prepare_cached(sql::SETTLE_MANY_COMPLETED_WITH_CHECKPOINT)
-            .await?;
-        let rows = tx
-            .query(
-                &statement,
-                &[
-                    &self.job_ids,
-                    &self.owners,
-                    &self.tokens,
-                    &self.results,
-                    &self.verdicts,
-                    &self.entries,
-                    &self.positions,
-                ],
-            )
-            .await?;
-        Ok(rows.iter().map(|row| row.get::<_, Uuid>(0)).collect())
-    }
-}
-
 impl Store {
     /// Commits the writes of many claims in one transaction and answers each: `Ok`
     /// (committed, or found already applied), [`StoreError::LostClaim`] (dropped from
@@ -363,9 +272,12 @@ impl Store {
         // Positions into `which` still to commit.
         let mut pending: Vec<usize> = (0..which.len()).collect();
         let mut unanswered_rounds = 0;
+        // Completions are settled by one statement until it is refused a value: then
+        // the batch is tried again with a statement per write, which names the one.
+        let mut together = true;
         while !pending.is_empty() {
             let batch: Vec<&ClaimWrite> = pending.iter().map(|&p| &writes[which[p]]).collect();
-            match self.try_commit(&batch).await {
+            match self.try_commit(&batch, together).await {
                 Ok(committed) => {
                     for (&p, answer) in pending.iter().zip(committed) {
                         answers[p] = Some(answer);
@@ -375,6 +287,10 @@ impl Store {
                 Err(BatchFailure::Refused { at, error }) if error.is_data_error() => {
                     let refused = pending.remove(at);
                     answers[refused] = Some(Err(error));
+                }
+                Err(BatchFailure::Rolledback(error)) if together && error.is_data_error() => {
+                    tracing::debug!(writes = batch.len(), %error, "a batched statement was refused a value; trying the batch a statement per write");
+                    together = false;
                 }
                 Err(BatchFailure::Unanswered(error)) => {
                     unanswered_rounds += 1;
@@ -523,12 +439,13 @@ impl Store {
     async fn try_commit(
         &self,
         writes: &[&ClaimWrite],
+        together: bool,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         let plans: Vec<Vec<Part<'_>>> = writes.iter().map(|write| parts(write)).collect();
         let mut client = Abandonable::new(batch_connection(&self.pool).await?);
         let tried = tokio::time::timeout(
             COMMIT_DEADLINE,
-            self.commit_on(client.object(), writes, &plans),
+            self.commit_on(client.object(), writes, &plans, together),
         )
         .await;
         match tried {
@@ -548,6 +465,7 @@ impl Store {
         client: &mut deadpool_postgres::Object,
         writes: &[&ClaimWrite],
         plans: &[Vec<Part<'_>>],
+        together: bool,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         let tx = begin_batch(client).await?;
         // A write blocked on a row lock (an operator's open transaction) must not hold
@@ -556,7 +474,7 @@ impl Store {
         tx.batch_execute(sql::BATCH_LOCK_TIMEOUT)
             .await
             .map_err(|e| BatchFailure::Rolledback(e.into()))?;
-        let answers = self.run_batch(&tx, writes, plans).await?;
+        let answers = self.run_batch(&tx, writes, plans, together).await?;
         tx.commit().await.map_err(commit_failure)?;
         Ok(answers)
     }
@@ -570,6 +488,7 @@ impl Store {
         tx: &deadpool_postgres::Transaction<'_>,
         writes: &[&ClaimWrite],
         plans: &[Vec<Part<'_>>],
+        together: bool,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         // Prepared once per connection (the pool keeps them), so each statement is one
         // round trip, not a parse and an execute.
@@ -587,7 +506,7 @@ impl Store {
                 .ok_or_else(|| StoreError::GroupCommit(format!("no prepared statement for {text}")))
         };
 
-        let completions = &Completions::of(writes, plans);
+        let completions = &Completions::of(writes, together);
         let one_by_one = try_join_all(writes.iter().zip(plans).enumerate().map(|(at, (write, plan))| async move {
             if completions.holds(at) {
                 return Ok(None);

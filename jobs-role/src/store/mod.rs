@@ -23,6 +23,7 @@
 
 mod cancels;
 mod claims;
+mod completions;
 pub mod events;
 mod filed_snapshots;
 mod group_commit;

@@ -10,8 +10,14 @@ const FONTS: [&str; 2] = [
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
 ];
 
-/// Draws `points` (in-flight limit, jobs/s) to `path`, with `target` as a line.
-pub fn draw(path: &Path, points: &[(usize, f64)], target: f64) -> Result<(), String> {
+/// Draws `points` (in-flight limit, jobs/s) to `path`, with `target` as a line, and
+/// the peer's drain of the same run (no-op jobs, its defaults) as another.
+pub fn draw(
+    path: &Path,
+    points: &[(usize, f64)],
+    target: f64,
+    peer: Option<f64>,
+) -> Result<(), String> {
     let font = FONTS
         .iter()
         .find_map(|font| std::fs::read(font).ok())
@@ -24,7 +30,12 @@ pub fn draw(path: &Path, points: &[(usize, f64)], target: f64) -> Result<(), Str
     let root = BitMapBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let x_max = points.iter().map(|(x, _)| *x).max().unwrap_or(1) as f64 * 1.5;
-    let y_max = points.iter().map(|(_, y)| *y).fold(target, f64::max) * 1.15;
+    let y_max = points
+        .iter()
+        .map(|(_, y)| *y)
+        .chain(peer)
+        .fold(target, f64::max)
+        * 1.15;
     let mut chart = ChartBuilder::on(&root)
         .caption("one-step jobs drained by one node", ("sans-serif", 24))
         .margin(20)
@@ -60,6 +71,18 @@ pub fn draw(path: &Path, points: &[(usize, f64)], target: f64) -> Result<(), Str
         .map_err(|e| e.to_string())?
         .label(format!("target {target} jobs/s"))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    if let Some(peer) = peer {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(0.8, peer), (x_max, peer)],
+                GREEN.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(format!(
+                "peer (graphile-worker, no-op jobs) {peer:.0} jobs/s"
+            ))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+    }
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)

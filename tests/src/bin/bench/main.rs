@@ -67,7 +67,8 @@ struct Args {
     /// `tiny` for CI, `full` for the recorded figures.
     #[arg(long, value_enum, default_value = "full")]
     size: Size,
-    /// Where `throughput` draws its chart (jobs/s against the in-flight limit), a PNG.
+    /// Where `throughput` draws its chart (jobs/s against the in-flight limit, with the
+    /// peer's drain when `peer` runs too), a PNG.
     #[arg(long)]
     chart: Option<PathBuf>,
 }
@@ -81,16 +82,12 @@ async fn main() {
         args.scenarios.clone()
     };
     let mut reports = Vec::new();
+    let mut chart_points = Vec::new();
     for scenario in scenarios {
         let report = match scenario {
             Scenario::Throughput => {
                 let (report, points) = throughput::run(args.size).await;
-                if let Some(path) = &args.chart {
-                    match chart::draw(path, &points, 2_500.0) {
-                        Ok(()) => eprintln!("chart drawn to {}", path.display()),
-                        Err(e) => eprintln!("no chart: {e}"),
-                    }
-                }
+                chart_points = points;
                 report
             }
             Scenario::Submit => submit::run(args.size).await,
@@ -104,6 +101,13 @@ async fn main() {
         };
         println!("{}", report.json());
         reports.push(report);
+    }
+    // Drawn once every scenario ran, so the peer's drain of the same run is on it.
+    if let (Some(path), false) = (&args.chart, chart_points.is_empty()) {
+        match chart::draw(path, &chart_points, 2_500.0, peer::drain(&reports)) {
+            Ok(()) => eprintln!("chart drawn to {}", path.display()),
+            Err(e) => eprintln!("no chart: {e}"),
+        }
     }
     if let Some(versus) = peer::versus(&reports) {
         println!("{}", versus.json());

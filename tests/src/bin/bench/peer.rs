@@ -127,3 +127,13 @@ pub fn versus(reports: &[Report]) -> Option<Report> {
         figures,
     })
 }
+
+/// The peer's drain (jobs/s) among `reports`, when the `peer` scenario ran.
+pub fn drain(reports: &[Report]) -> Option<f64> {
+    reports
+        .iter()
+        .filter(|report| report.scenario == "peer")
+        .flat_map(|report| &report.figures)
+        .find(|figure| figure.name == PEER_DRAIN)
+        .map(|figure| figure.value)
+}

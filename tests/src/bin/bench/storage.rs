@@ -14,7 +14,7 @@ use crate::report::{Report, Target, figure};
 use crate::setup::{node_config, queue_with_sql, tokenize_chain, wait_completed};
 
 /// The bytes of a table with its TOAST and indexes.
-const TOTAL_SIZE: &str = "SELECT pg_total_relation_size($1::regclass)";
+const TOTAL_SIZE: &str = "SELECT pg_total_relation_size($1::text::regclass)";
 
 pub async fn run(size: Size) -> Report {
     let jobs = match size {
