@@ -27,6 +27,7 @@ const CRATE_ROOTS: &[&str] = &[
     "tests/src/lib.rs",
     "tests/src/bin/bench/main.rs",
     "tests/src/bin/chaos/main.rs",
+    "tests/src/bin/flame.rs",
 ];
 
 /// The folders those crates' files live in: every `.rs` file under them must be

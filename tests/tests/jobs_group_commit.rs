@@ -750,3 +750,41 @@ async fn completions_settled_in_one_statement_keep_each_fence_and_land_once() {
         );
     }
 }
+
+/// Large completions (a result of megabytes) keep their own statements, and their
+/// events are split across statements of bounded size: every one lands, in order.
+#[tokio::test]
+async fn large_completions_and_their_events_land_in_bounded_statements() {
+    let db = TestDatabase::create().await;
+    let (node, claimed) = three_claims(&db).await;
+    let store = &node.store;
+    let large = json!({ "text": "x".repeat(3 * 1024 * 1024) });
+    let writes: Vec<ClaimWrite> = claimed
+        .iter()
+        .map(|job| {
+            ClaimWrite::settle(
+                &job.claim,
+                Some(StepCheckpoint {
+                    step: "embed".into(),
+                    position: 0,
+                    entry: json!({ "name": "embed", "skipped": false, "response": large }),
+                }),
+                Settlement::Completed {
+                    result: large.clone(),
+                    verdict: "2 steps".into(),
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    let answers = store.commit_claim_writes(&writes).await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    for job in &claimed {
+        let row = row_of(&node, job).await;
+        assert_eq!(row["status"], "COMPLETED");
+        assert_eq!(
+            events_of(store, job.claim.job_id).await,
+            ["ACCEPTED", "STEP_CHECKPOINT", "COMPLETED"]
+        );
+    }
+}

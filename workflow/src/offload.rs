@@ -20,7 +20,7 @@
 //! How many such threads exist at once is bounded process-wide by
 //! [`max_concurrent`] slots. A call first waits for a slot, within the same `limit`;
 //! if none frees up in time it fails with the same time-limit error. The slot moves
-//! into the thread and is released when the thread really finishes, not when the
+//! into the thread and is released when the work really finishes, not when the
 //! caller stops waiting, so abandoned evaluations count against the bound until
 //! they are done.
 
@@ -114,6 +114,12 @@ where
     }
 }
 
+/// Most evaluation threads kept waiting for work: one per core (each keeps the stack
+/// its deepest evaluation touched).
+fn max_idle() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
 /// A closure for an evaluation thread, with the slot it holds while it runs.
 type Job = (OwnedSemaphorePermit, Box<dyn FnOnce() + Send>);
 
@@ -152,7 +158,8 @@ fn spawn(
         let Some((_, thread)) = waiting else { break };
         match thread.send(job) {
             Ok(()) => return Ok(()),
-            // That thread ended (it panicked in its last closure): try another.
+            // That thread ended (never expected: a thread lists itself only between
+            // closures, and ends only unlisted): try another.
             Err(std::sync::mpsc::SendError(back)) => job = back,
         }
     }
@@ -175,8 +182,15 @@ fn evaluate_until_idle(number: u64, first: Job) {
     let mut next = Some(first);
     while let Some((slot, work)) = next.take() {
         work();
-        // Waiting before the slot is given back keeps the threads within the slots.
-        idle_threads().push((number, me.clone()));
+        {
+            let mut waiting = idle_threads();
+            if waiting.len() >= max_idle() {
+                // Enough wait already: this one ends, its stack given back.
+                return;
+            }
+            // Waiting before the slot is given back keeps the threads within the slots.
+            waiting.push((number, me.clone()));
+        }
         drop(slot);
         next = match jobs.recv_timeout(IDLE_FOR) {
             Ok(job) => Some(job),

@@ -24,17 +24,26 @@ fn json_bytes_within(value: &Value, limit: usize) -> Option<usize> {
             Value::Null | Value::Bool(_) => 5,
             Value::Number(_) => 24,
             Value::String(text) => text.len() + 2,
-            Value::Array(items) => {
-                stack.extend(items);
-                items.len() + 2
-            }
-            Value::Object(fields) => {
-                stack.extend(fields.values());
-                fields.keys().map(|key| key.len() + 4).sum::<usize>() + 2
-            }
+            // Counted before their items are taken up, so a huge array or object is
+            // refused without a walk of it.
+            Value::Array(items) => items.len() + 2,
+            Value::Object(fields) => fields.len() * 4 + 2,
         };
         if total > limit {
             return None;
+        }
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                for (key, item) in fields {
+                    total += key.len();
+                    if total > limit {
+                        return None;
+                    }
+                    stack.push(item);
+                }
+            }
+            _ => {}
         }
     }
     Some(total)

@@ -703,17 +703,47 @@ impl EventBatch {
         }
         let insert = tx.prepare_cached(sql::INSERT_EVENTS).await?;
         let notify = tx.prepare_cached(sql::NOTIFY_OUTBOX).await?;
+        // Statements of at most EVENT_BYTES_PER_STATEMENT (a COMPLETED event carries its
+        // result): PostgreSQL bounds a message. Pipelined, run in order.
+        let mut inserts = Vec::new();
+        let mut start = 0;
+        while start < self.payloads.len() {
+            let mut end = start + 1;
+            let mut bytes = self.payloads[start].len();
+            while end < self.payloads.len()
+                && bytes + self.payloads[end].len() <= EVENT_BYTES_PER_STATEMENT
+            {
+                bytes += self.payloads[end].len();
+                end += 1;
+            }
+            let range = start..end;
+            let insert = &insert;
+            inserts.push(async move {
+                tx.execute(
+                    insert,
+                    &[
+                        &&self.event_ids[range.clone()],
+                        &&self.job_ids[range.clone()],
+                        &&self.types[range.clone()],
+                        &&self.payloads[range],
+                    ],
+                )
+                .await
+            });
+            start = end;
+        }
         futures_util::future::try_join(
-            tx.execute(
-                &insert,
-                &[&self.event_ids, &self.job_ids, &self.types, &self.payloads],
-            ),
+            futures_util::future::try_join_all(inserts),
             tx.execute(&notify, &[]),
         )
         .await?;
         Ok(())
     }
 }
+
+/// The most payload bytes one statement of the flusher's events carries (an event
+/// larger than this goes alone).
+const EVENT_BYTES_PER_STATEMENT: usize = 8 * 1024 * 1024;
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
