@@ -41,6 +41,18 @@ async fn row_of(node: &JobsNode, claimed: &ClaimedJob) -> serde_json::Value {
     node.job(&claimed.claim.job_id.to_string()).await
 }
 
+/// Gives `job` back and has `owner` claim it again (the only job queued), so the
+/// claim `job` holds is stale: the new claim, with its newer token.
+async fn claim_again(store: &Store, job: &ClaimedJob, owner: &str) -> ClaimedJob {
+    store
+        .release_claim(&job.claim, Duration::ZERO, 10, "a test")
+        .await
+        .unwrap();
+    let again = store.claim_next_job(owner, LEASE).await.unwrap().unwrap();
+    assert_eq!(again.claim.job_id, job.claim.job_id);
+    again
+}
+
 /// Three queued two-step jobs on a node that runs none, claimed in one batch.
 async fn three_claims(db: &TestDatabase) -> (JobsNode, Vec<ClaimedJob>) {
     let node = JobsNode::start(test_config(&db.url, "quiet", 0)).await;
@@ -63,12 +75,7 @@ async fn a_lost_claim_in_a_batched_flush_drops_only_that_jobs_write() {
     };
     // The middle job is given back and claimed by another worker: its first claim is
     // now stale.
-    store
-        .release_claim(&stolen.claim, Duration::ZERO, 10, "a test")
-        .await
-        .unwrap();
-    let thief = store.claim_next_job("thief", LEASE).await.unwrap().unwrap();
-    assert_eq!(thief.claim.job_id, stolen.claim.job_id);
+    claim_again(store, stolen, "thief").await;
 
     let completed = ClaimWrite::settle(
         &last.claim,
@@ -505,12 +512,7 @@ async fn an_older_claim_of_the_same_owner_writes_nothing_alone_or_batched() {
     let (node, claimed) = three_claims(&db).await;
     let store = &node.store;
     let stale = &claimed[0];
-    store
-        .release_claim(&stale.claim, Duration::ZERO, 10, "a test")
-        .await
-        .unwrap();
-    let current = store.claim_next_job("w", LEASE).await.unwrap().unwrap();
-    assert_eq!(current.claim.job_id, stale.claim.job_id);
+    let current = claim_again(store, stale, "w").await;
     assert_eq!(current.claim.owner, stale.claim.owner, "the same owner");
     assert!(current.claim.token > stale.claim.token);
     let before = row_of(&node, stale).await;
@@ -639,18 +641,8 @@ async fn completions_settled_in_one_statement_keep_each_fence_and_land_once() {
         panic!("six claims: {}", claimed.len())
     };
     // Another worker holds `stolen`; this worker claimed `stale` again (a newer token).
-    store
-        .release_claim(&stolen.claim, Duration::ZERO, 10, "a test")
-        .await
-        .unwrap();
-    let thief = store.claim_next_job("thief", LEASE).await.unwrap().unwrap();
-    assert_eq!(thief.claim.job_id, stolen.claim.job_id);
-    store
-        .release_claim(&stale.claim, Duration::ZERO, 10, "a test")
-        .await
-        .unwrap();
-    let current = store.claim_next_job("w", LEASE).await.unwrap().unwrap();
-    assert_eq!(current.claim.job_id, stale.claim.job_id);
+    claim_again(store, stolen, "thief").await;
+    let current = claim_again(store, stale, "w").await;
     node.ok(
         "cancel-job",
         json!({ "jobId": cancelled.claim.job_id.to_string(), "reason": "a test" }),

@@ -5,13 +5,10 @@
 use std::time::{Duration, Instant};
 
 use jobs_role::store::sql;
-use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::JobsNode;
 use serde_json::json;
 
 use crate::Size;
 use crate::report::{Figure, Report, Target, figure, percentile_ms};
-use crate::setup::node_config;
 
 /// How the rows the claim must not be slowed by are made.
 const FILLERS: [(&str, &str); 3] = [
@@ -25,11 +22,7 @@ pub async fn run(size: Size) -> Report {
         Size::Tiny => (&[1_000, 10_000], 20),
         Size::Full => (&[1_000, 100_000, 1_000_000], 200),
     };
-    let db = TestDatabase::create().await;
-    JobsNode::start(node_config(&db, "schema", 0))
-        .await
-        .stop()
-        .await;
+    let db = crate::setup::migrated_database().await;
     let mut client = db.connect().await;
     // Every row names one snapshot, filed once (hex: safe inside the SQL below).
     let digest = protomolt_e2e::jobs::file_snapshot(&client, &json!({})).await;

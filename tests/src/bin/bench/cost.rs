@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::JobsNode;
 use serde_json::json;
 use tokio_postgres::Client;
@@ -43,11 +42,7 @@ pub async fn run(size: Size) -> Report {
     };
     let server = FixtureServer::start().await;
     let workflow = tokenize_chain(&server.target(), 1);
-    let db = TestDatabase::create().await;
-    JobsNode::start(node_config(&db, "schema", 0))
-        .await
-        .stop()
-        .await;
+    let db = crate::setup::migrated_database().await;
     let client = db.connect().await;
     let statements = client
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")

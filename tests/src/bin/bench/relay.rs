@@ -78,11 +78,7 @@ async fn pending(client: &tokio_postgres::Client) -> i64 {
 /// `rows` PENDING rows (one per job, 200-byte payloads) published by one relay:
 /// events/s.
 async fn drain_backlog(rows: usize) -> f64 {
-    let db = TestDatabase::create().await;
-    JobsNode::start(node_config(&db, "schema", 0))
-        .await
-        .stop()
-        .await;
+    let db = crate::setup::migrated_database().await;
     let client = db.connect().await;
     let digest = protomolt_e2e::jobs::file_snapshot(&client, &serde_json::json!({})).await;
     client

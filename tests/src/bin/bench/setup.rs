@@ -49,6 +49,17 @@ pub async fn queue_with_sql(client: &Client, workflow: &Value, count: usize) {
         .expect("ANALYZE");
 }
 
+/// A fresh database with the schema applied (a node without workers started and
+/// stopped), for scenarios that write their rows with SQL.
+pub async fn migrated_database() -> TestDatabase {
+    let db = TestDatabase::create().await;
+    JobsNode::start(node_config(&db, "schema", 0))
+        .await
+        .stop()
+        .await;
+    db
+}
+
 /// A node tuned to drain a backlog: `in_flight` segments at once, the per-target cap
 /// out of the way, a connection pool sized for the flusher, the lease renewals and
 /// the claims.
