@@ -190,6 +190,7 @@ async fn once_a_cancel_is_requested_no_settlement_but_cancelled_ends_the_claim()
             step: "review".into(),
             request: None,
             timeout: None,
+            others: Vec::new(),
         },
         Settlement::Completed {
             result: json!({}),

@@ -4,10 +4,16 @@
 //! { "name": "tokenize", "skipped": false, "response": { "ids": [4811, 9902] } }
 //! ```
 //!
-//! Replay is not trusting: entry *i* must name step *i*, every response must parse as
-//! its step's output type, and there may not be more entries than steps. A workflow
-//! edited under a live job therefore fails loud (a `Workflow` failure saying what
-//! drifted) instead of resuming against a shifted scope.
+//! The entries are stored in the order the steps completed. In a chain (no step
+//! declares `after`) that is declaration order; in a graph, parallel branches finish
+//! in any order, so replay finds each checkpoint by its step's name.
+//!
+//! Replay is not trusting: each entry must name a step of the workflow, at most once,
+//! after the entries of every step it waits for (in a chain: entry *i* names step
+//! *i*), every response must parse as its step's output type, and there may not be
+//! more entries than steps. A workflow edited under a live job therefore fails loud
+//! (a `Workflow` failure saying what drifted) instead of resuming against a shifted
+//! scope.
 
 use prost_reflect::DynamicMessage;
 use serde_json::{Value, json};
@@ -65,8 +71,10 @@ pub fn replay_checkpoints(
             workflow.steps.len()
         )));
     }
+    let chain = workflow.is_chain();
+    let mut done = vec![false; workflow.steps.len()];
     let mut replayed = Vec::with_capacity(entries.len());
-    for (i, (entry, step)) in entries.iter().zip(&workflow.steps).enumerate() {
+    for (i, entry) in entries.iter().enumerate() {
         let position = i + 1;
         let Some(object) = entry.as_object() else {
             return Err(StepFailure::workflow(format!(
@@ -77,12 +85,36 @@ pub fn replay_checkpoints(
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if name != step.name {
-            return Err(StepFailure::workflow(format!(
-                "checkpoint {position} names step '{name}' but step {position} is '{}' ({DRIFT})",
-                step.name
-            )));
-        }
+        let step = if chain {
+            // A chain's entries are its steps in order (bounded by the length check).
+            let step = &workflow.steps[i];
+            if name != step.name {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} names step '{name}' but step {position} is '{}' ({DRIFT})",
+                    step.name
+                )));
+            }
+            step
+        } else {
+            let Some(step) = workflow.step(name) else {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} names step '{name}', which the workflow does not have ({DRIFT})"
+                )));
+            };
+            if done[step.index] {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} names step '{name}' a second time ({DRIFT})"
+                )));
+            }
+            if let Some(&missing) = step.after.iter().find(|&&d| !done[d]) {
+                return Err(StepFailure::workflow(format!(
+                    "checkpoint {position} (step '{name}') comes before any checkpoint of step '{}', which it runs after ({DRIFT})",
+                    workflow.steps[missing].name
+                )));
+            }
+            step
+        };
+        done[step.index] = true;
         let skipped = match object.get("skipped") {
             None => false,
             Some(Value::Bool(b)) => *b,

@@ -13,7 +13,7 @@
 //!                                            │                                              │
 //!                                            │◄──────────── CheckpointSink::record ◄────────┘
 //!                                            ▼
-//!                          Completed { output, steps } | Parked { step }
+//!                          Completed { output, steps } | Parked { step, also_waiting }
 //! ```
 //!
 //! | module         | concept                                                                |
@@ -69,6 +69,6 @@ pub use compile::{
 };
 pub use failure::{FailureKind, StepFailure, Violation};
 pub use runner::{
-    CallMetadata, CheckpointSink, NoMetadata, RunError, RunOutcome, Runner, SYNC_REFUSAL,
-    SegmentError, SegmentOutcome, SinkError,
+    CallGuard, CallMetadata, CheckpointSink, NoMetadata, RunError, RunOutcome, Runner,
+    SYNC_REFUSAL, SegmentError, SegmentOutcome, SinkError, WaitingStep,
 };

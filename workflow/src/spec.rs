@@ -40,6 +40,8 @@ impl OnTimeout {
 /// A step as written, before its types are known.
 pub(crate) struct StepSpec {
     pub name: String,
+    /// The steps it runs after, as written (`None`: the step before it).
+    pub after: Option<AfterSpec>,
     pub target: Option<String>,
     pub method: Option<MethodDescriptor>,
     /// What the rules build (the method's input, or an external step's `requestType`).
@@ -56,6 +58,12 @@ pub(crate) struct StepSpec {
     pub max_response_bytes: Option<usize>,
     pub wait_timeout: Option<Duration>,
     pub on_timeout: OnTimeout,
+}
+
+/// A step's `after` as written: the names and the JSON path of the list.
+pub(crate) struct AfterSpec {
+    pub names: Vec<String>,
+    pub path: String,
 }
 
 /// The output mapping as written.

@@ -4,10 +4,11 @@
 //! A rule's target must exist on the request type with a type the source converts
 //! into (a literal exactly, without loss: see [`crate::rules::literal_value`]; a map
 //! into a map with the same key and value types); a source must be rooted at `input`
-//! or at an *earlier* step (a later step is a forward reference, an unknown root a
-//! typo); a `when` gate must compile as CEL within the bounds of
-//! [`crate::gate::analyze`] and read only those same roots. Output rules may read
-//! every step. (A new workflow is held to more: see
+//! or at an *ancestor* of the step (one it runs after, directly or through others:
+//! in a chain, an earlier step; a later step is a forward reference, a step of a
+//! parallel branch may not have run yet, an unknown root is a typo); a `when` gate
+//! must compile as CEL within the bounds of [`crate::gate::analyze`] and read only
+//! those same roots. Output rules may read every step. (A new workflow is held to more: see
 //! [`crate::CompiledWorkflow::strict_findings`].)
 //!
 //! Presence is a run-time matter, not a finding: a rule whose source turns out unset
@@ -16,6 +17,7 @@
 
 use prost_reflect::MessageDescriptor;
 
+use crate::compile::graph::StepGraph;
 use crate::finding::Finding;
 use crate::gate::Gate;
 use crate::rules::{Rule, RuleOp, Source, check_rule, source_shape};
@@ -26,9 +28,14 @@ pub(crate) fn verify(
     findings: &mut Vec<Finding>,
     input: Option<&MessageDescriptor>,
     steps: &[StepSpec],
+    graph: &StepGraph,
     output: Option<&OutputSpec>,
 ) {
-    let roots = Roots { input, steps };
+    let roots = Roots {
+        input,
+        steps,
+        graph,
+    };
     for (index, step) in steps.iter().enumerate() {
         let request = step.request_type.clone();
         for (rule, path) in &step.rules {
@@ -66,39 +73,67 @@ pub(crate) fn verify(
 struct Roots<'a> {
     input: Option<&'a MessageDescriptor>,
     steps: &'a [StepSpec],
+    graph: &'a StepGraph,
 }
 
 impl Roots<'_> {
     /// The type of `root` as seen from step `index` (`None` when it did not resolve),
-    /// or why `root` cannot be read there.
+    /// or why `root` cannot be read there. `index` past the last step is the output,
+    /// which reads every step.
     fn root_type(&self, root: &str, index: usize) -> Result<Option<MessageDescriptor>, String> {
         if root == INPUT {
             return Ok(self.input.cloned());
         }
+        let readable = |j: usize| index >= self.steps.len() || self.graph.is_ancestor(j, index);
         match self.steps.iter().position(|s| s.name == root) {
-            Some(j) if j < index => Ok(self.steps[j].response_type.clone()),
+            Some(j) if readable(j) => Ok(self.steps[j].response_type.clone()),
             Some(j) if j == index => Err(format!(
-                "'{root}' is this step itself: read only `input` and earlier steps"
+                "'{root}' is this step itself: read only `input` and {}",
+                self.readable_kind()
             )),
-            Some(j) => Err(format!(
+            Some(j) if self.graph.chain => Err(format!(
                 "forward reference to step '{root}', which runs later (step {} of {}): read only `input` and earlier steps",
                 j + 1,
                 self.steps.len()
             )),
+            Some(_) => Err(format!(
+                "step '{}' reads step '{root}', which is not one of its ancestors: '{root}' may not have run yet when '{}' starts; add '{root}' to its 'after' (or to the 'after' of a step it waits for)",
+                self.steps[index].name, self.steps[index].name
+            )),
             None => {
-                let earlier: Vec<&str> = self.steps[..index.min(self.steps.len())]
+                let readable: Vec<&str> = self
+                    .steps
                     .iter()
-                    .map(|s| s.name.as_str())
+                    .enumerate()
+                    .filter(|(j, _)| readable(*j))
+                    .map(|(_, s)| s.name.as_str())
                     .collect();
                 Err(format!(
                     "unknown scope '{root}': expected `input`{}",
-                    if earlier.is_empty() {
+                    if readable.is_empty() {
                         String::new()
                     } else {
-                        format!(" or an earlier step ({})", earlier.join(", "))
+                        format!(" or {} ({})", self.readable_one(), readable.join(", "))
                     }
                 ))
             }
+        }
+    }
+
+    /// What a step may read besides `input`, in the words that fit the workflow.
+    fn readable_kind(&self) -> &'static str {
+        if self.graph.chain {
+            "earlier steps"
+        } else {
+            "its ancestors (the steps it runs after)"
+        }
+    }
+
+    fn readable_one(&self) -> &'static str {
+        if self.graph.chain {
+            "an earlier step"
+        } else {
+            "an ancestor"
         }
     }
 

@@ -119,6 +119,7 @@ async fn three_steps_park_at_review_and_resume_without_recalling_tokenize() {
         step,
         steps,
         request,
+        ..
     } = outcome
     else {
         panic!("expected to park")

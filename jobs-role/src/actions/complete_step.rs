@@ -3,13 +3,14 @@
 //! The gate runs twice by design: fail-fast here, then again under the row lock in the
 //! store, so racing callers get the same answers. Here: the job must exist, the step
 //! must be an external step of the job's workflow (400 otherwise), the job must be
-//! WAITING on exactly that step, and the response must parse as the step's output
+//! WAITING on that step (one of its `outstandingSteps`), and the response must parse as the step's output
 //! type (400 otherwise). With `validate`, a response breaking its rules fails the job
 //! as a verdict. Redelivery answers `ALREADY_DONE` and appends nothing.
 //!
 //! | answer                                              | meaning                                 |
 //! |-----------------------------------------------------|-----------------------------------------|
 //! | `{ok: true, outcome: "COMPLETED", status: "QUEUED", resumes: true, message}` | accepted; the job resumes after the step (not a retry) |
+//! | `{ok: true, outcome: "COMPLETED", status: "WAITING", resumes: false, message}` | accepted; the job still waits for its other external steps (parallel branches), none of which this answer lets run |
 //! | `{ok: true, outcome: "ALREADY_DONE", status}`        | answered before; nothing appended       |
 //! | `{ok: false, outcome: "WRONG_STATE", status, outstandingStep, error}` | not parked on that step |
 //! | `{ok: false, outcome: "REJECTED", status: "FAILED", error, violations}` | the verdict          |
@@ -26,7 +27,7 @@ use workflow::{Checkpoint, CompiledWorkflow};
 
 use super::{JobsState, store_error};
 use crate::status::JobStatus;
-use crate::store::{ParkedAnswer, ParkedCompletion, nul_path};
+use crate::store::{ParkedAnswer, ParkedCompletion, has_checkpoint, nul_path, outstanding_steps};
 
 /// The parked step a call names, once the fail-fast gate passed.
 pub(super) struct ParkedStep {
@@ -66,17 +67,18 @@ pub(super) async fn parked_step(
         .unwrap_or_default()
         .parse()
         .map_err(ActionError::internal)?;
-    let outstanding = job["outstanding_step"].as_str();
-    let answered = job["checkpoints"]
-        .as_array()
-        .is_some_and(|c| c.len() > step.index);
-    if status != JobStatus::Waiting || outstanding != Some(step_name) {
+    let outstanding = outstanding_steps(
+        job["outstanding_step"].as_str().map(str::to_owned),
+        serde_json::from_value(job["outstanding_steps"].clone()).ok(),
+    );
+    let answered = has_checkpoint(&job["checkpoints"], step_name);
+    if status != JobStatus::Waiting || !outstanding.iter().any(|s| s == step_name) {
         let decided = if answered {
             ParkedCompletion::AlreadyDone { status }
         } else {
             ParkedCompletion::WrongState {
                 status,
-                outstanding_step: outstanding.map(str::to_owned),
+                outstanding_steps: outstanding,
             }
         };
         return Ok(Err(answer(decided, step_name, None)));
@@ -175,7 +177,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     };
     let decided = state
         .store
-        .complete_parked_step(job_id, step_name, step.index, &decision)
+        .complete_parked_step(job_id, step_name, &decision, &compiled)
         .await
         .map_err(store_error)?;
     let mut body = answer(decided, step_name, Some(&decision));
@@ -204,6 +206,17 @@ pub(super) fn answer(
             };
             json!({ "ok": false, "outcome": "REJECTED", "status": "FAILED", "error": error })
         }
+        ParkedCompletion::Completed {
+            status: JobStatus::Waiting,
+        } => json!({
+            "ok": true,
+            "outcome": "COMPLETED",
+            "status": "WAITING",
+            "resumes": false,
+            "message": format!(
+                "answer accepted: step '{step_name}' is done; the job still waits for its other external steps, and resumes once an answer lets a step run"
+            ),
+        }),
         ParkedCompletion::Completed { status } => json!({
             "ok": true,
             "outcome": "COMPLETED",
@@ -218,15 +231,20 @@ pub(super) fn answer(
         }
         ParkedCompletion::WrongState {
             status,
-            outstanding_step,
+            outstanding_steps,
         } => json!({
             "ok": false,
             "outcome": "WRONG_STATE",
             "status": status.as_str(),
-            "outstandingStep": outstanding_step,
-            "error": match &outstanding_step {
-                Some(parked) => format!("the job is {status} on step '{parked}', not on step '{step_name}'"),
-                None => format!("the job is {status}, not WAITING on step '{step_name}'"),
+            "outstandingStep": outstanding_steps.first(),
+            "outstandingSteps": outstanding_steps,
+            "error": match outstanding_steps.as_slice() {
+                [] => format!("the job is {status}, not WAITING on step '{step_name}'"),
+                [parked] => format!("the job is {status} on step '{parked}', not on step '{step_name}'"),
+                several => format!(
+                    "the job is {status} on steps '{}', not on step '{step_name}'",
+                    several.join("', '")
+                ),
             },
         }),
         ParkedCompletion::NotFound => json!({ "ok": false, "error": "no workflow run" }),

@@ -26,7 +26,9 @@ use crate::store::ParkedAnswer;
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
     let step_name = request.str("stepName");
     let body = match parked_step(&state, &request).await? {
-        Ok(ParkedStep { job_id, index, .. }) => {
+        Ok(ParkedStep {
+            job_id, compiled, ..
+        }) => {
             let reason = request.str("reason");
             let decision = ParkedAnswer::Reject {
                 error: format!("REJECTED: step '{step_name}': {reason}"),
@@ -34,7 +36,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             };
             let decided = state
                 .store
-                .complete_parked_step(job_id, step_name, index, &decision)
+                .complete_parked_step(job_id, step_name, &decision, &compiled)
                 .await
                 .map_err(store_error)?;
             answer(decided, step_name, Some(&decision))

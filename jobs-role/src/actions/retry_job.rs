@@ -4,7 +4,7 @@
 //!
 //! | answer                                                       | meaning                          |
 //! |--------------------------------------------------------------|----------------------------------|
-//! | `{ok: true, outcome: "RETRIED", status: "QUEUED", from, checkpointsKept}` | queued again; `from` the status it left; the next claim starts at step `checkpointsKept` |
+//! | `{ok: true, outcome: "RETRIED", status: "QUEUED", from, checkpointsKept}` | queued again; `from` the status it left; `checkpointsKept` the checkpoints kept (all but those of `fromStep` and the steps after it) |
 //! | `{ok: false, outcome: "WRONG_STATE", status, error}`           | live, COMPLETED without `fromStep`, or FAILED at submission |
 //! | `{ok: false, error: "no workflow run <id>"}`                   | no such job                      |
 //!
@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::many_jobs::busy;
 use super::{JobsState, store_error};
 use crate::status::JobStatus;
-use crate::store::{ByJob, Retry, RetryOutcome};
+use crate::store::{ByJob, RerunFrom, Retry, RetryOutcome};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -33,10 +33,15 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
                 return Ok(not_found());
             };
-            Some((
-                step,
-                super::job_step(&state, &job, "fromStep", step).await?.1,
-            ))
+            let (compiled, at) = super::job_step(&state, &job, "fromStep", step).await?;
+            // The step and every step that runs after it, directly or through others.
+            let dropped = compiled
+                .steps
+                .iter()
+                .filter(|s| s.index == at || s.ancestors.contains(&at))
+                .map(|s| (s.name.clone(), s.index))
+                .collect();
+            Some(RerunFrom { step, dropped })
         }
     };
     let retry = Retry {

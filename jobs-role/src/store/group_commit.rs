@@ -29,7 +29,7 @@ use tokio_postgres::Statement;
 
 use super::completions::Completions;
 use super::*;
-use crate::store::writes::{ClaimWrite, Settlement};
+use crate::store::writes::{ClaimWrite, ParkedWait, Settlement};
 
 /// One fenced statement of a write, with the events it commits, in order.
 struct Part<'w> {
@@ -122,20 +122,39 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             step,
             request,
             timeout,
-        } => Part {
-            statement: sql::SETTLE_WAITING,
-            extra: vec![
-                Box::new(step),
-                Box::new(timeout.map(|t| millis(t.after))),
-                Box::new(timeout.map(|t| t.on_timeout.as_str())),
-                Box::new(request),
-            ],
-            events: vec![EventFacts {
-                data: request.as_ref().map(|request| ("pendingRequest", request)),
-                ..facts(Type::Waiting, Some(step), None, None, to)
-            }],
-            wake: false,
-        },
+            others,
+        } => {
+            let first = ParkedWait {
+                step: step.clone(),
+                request: request.clone(),
+                timeout: *timeout,
+            };
+            let steps: Vec<String> = std::iter::once(step.clone())
+                .chain(others.iter().map(|other| other.step.clone()))
+                .collect();
+            let waits = Value::Array(
+                std::iter::once(&first)
+                    .chain(others)
+                    .map(ParkedWait::to_json)
+                    .collect(),
+            );
+            Part {
+                statement: sql::SETTLE_WAITING,
+                extra: vec![
+                    Box::new(step),
+                    Box::new(timeout.map(|t| millis(t.after))),
+                    Box::new(timeout.map(|t| t.on_timeout.as_str())),
+                    Box::new(request),
+                    Box::new(steps),
+                    Box::new(waits),
+                ],
+                events: vec![EventFacts {
+                    data: request.as_ref().map(|request| ("pendingRequest", request)),
+                    ..facts(Type::Waiting, Some(step), None, None, to)
+                }],
+                wake: false,
+            }
+        }
         Settlement::Failed { error, verdict } => Part {
             statement: sql::SETTLE_FAILED,
             extra: vec![Box::new(error), Box::new(verdict)],

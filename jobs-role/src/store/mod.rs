@@ -48,14 +48,14 @@ pub use operator_acts::{
 pub use outbox::{
     DrainReport, LaneCounts, OutboxRow, PendingEvent, PublishOutcome, RejectedRecord,
 };
-pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut};
+pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut, has_checkpoint, outstanding_steps};
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::{FleetState, JobFilter, PoolStatus};
-pub use retries::{Retry, RetryOutcome};
+pub use retries::{RerunFrom, Retry, RetryOutcome};
 pub use snapshots::{MovedSnapshots, PrunedSnapshots};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
 pub use watching::{WATCHED_EVENTS_PER_JOB, WatchedEvent};
-pub use writes::{ClaimWrite, Lease, ParkedTimeout, Settlement, StepCheckpoint};
+pub use writes::{ClaimWrite, Lease, ParkedTimeout, ParkedWait, Settlement, StepCheckpoint};
 
 use std::time::Duration;
 

@@ -22,7 +22,8 @@ pub enum ParkedAnswer {
 /// What `complete_parked_step` decided, atomically under the row lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParkedCompletion {
-    /// The answer was applied: the job is QUEUED again (or FAILED on a rejection).
+    /// The answer was applied: the job is QUEUED again (or FAILED on a rejection, or
+    /// still WAITING on other steps when the answer lets nothing run yet).
     Completed {
         /// The status after.
         status: JobStatus,
@@ -36,8 +37,8 @@ pub enum ParkedCompletion {
     WrongState {
         /// The job's current status.
         status: JobStatus,
-        /// The step it is parked on, if any.
-        outstanding_step: Option<String>,
+        /// The steps it is parked on, if any (the first is `outstandingStep`).
+        outstanding_steps: Vec<String>,
     },
     /// No such job.
     NotFound,
@@ -46,13 +47,15 @@ pub enum ParkedCompletion {
 impl Store {
     /// Answers a parked step under the row lock: the gate runs again here, so racing
     /// callers get one `Completed` and the rest `AlreadyDone` or `WrongState`.
-    /// `step_index` is the step's position in the job's workflow.
+    /// `workflow` is the job's own: when the job waits on other steps too (parallel
+    /// branches), an accepted answer requeues it only if it lets some step run;
+    /// otherwise the job stays WAITING on the others.
     pub async fn complete_parked_step(
         &self,
         job_id: Uuid,
         step_name: &str,
-        step_index: usize,
         answer: &ParkedAnswer,
+        workflow: &workflow::CompiledWorkflow,
     ) -> Result<ParkedCompletion, StoreError> {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
@@ -60,23 +63,67 @@ impl Store {
             return Ok(ParkedCompletion::NotFound);
         };
         let status: JobStatus = row.get::<_, String>("status").parse()?;
-        let outstanding: Option<String> = row.get("outstanding_step");
+        let outstanding =
+            outstanding_steps(row.get("outstanding_step"), row.get("outstanding_steps"));
         let checkpoints: Value = row.get("checkpoints");
-        let answered = checkpoints.as_array().is_some_and(|c| c.len() > step_index);
-        if status != JobStatus::Waiting || outstanding.as_deref() != Some(step_name) {
+        let answered = has_checkpoint(&checkpoints, step_name);
+        if status != JobStatus::Waiting || !outstanding.iter().any(|s| s == step_name) {
             tx.rollback().await?;
             return Ok(if answered {
                 ParkedCompletion::AlreadyDone { status }
             } else {
                 ParkedCompletion::WrongState {
                     status,
-                    outstanding_step: outstanding,
+                    outstanding_steps: outstanding,
                 }
             });
         }
+        let still_waiting: Vec<String> =
+            outstanding.into_iter().filter(|s| s != step_name).collect();
+        let waits: Option<Value> = row.get("waits");
+        let remaining_waits = Value::Array(
+            waits
+                .as_ref()
+                .and_then(Value::as_array)
+                .map(|all| {
+                    all.iter()
+                        .filter(|w| w["step"] != step_name)
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default(),
+        );
+        // The answer lets something run when a step other than those still waited
+        // for can start with it done (its gate decided by the worker).
+        let done = |name: &str| name == step_name || has_checkpoint(&checkpoints, name);
+        let resumes = still_waiting.is_empty()
+            || workflow
+                .ready_steps(&done)
+                .any(|step| !still_waiting.contains(&step.name));
         let workflow_name: String = row.get("workflow_name");
         let attempt: i32 = row.get("attempt");
         let status = match answer {
+            ParkedAnswer::Accept { checkpoint } if !resumes => {
+                tx.execute(
+                    sql::ANSWER_ONE_PARKED_STEP,
+                    &[&job_id, checkpoint, &still_waiting, &remaining_waits],
+                )
+                .await?;
+                let event = EventFacts {
+                    job_id,
+                    workflow_name: &workflow_name,
+                    kind: Type::StepCheckpoint,
+                    step: Some(step_name),
+                    attempt,
+                    verdict: None,
+                    error: None,
+                    status: JobStatus::Waiting,
+                    detail: &[],
+                    data: None,
+                };
+                insert_event(&tx, &event).await?;
+                JobStatus::Waiting
+            }
             ParkedAnswer::Accept { checkpoint } => {
                 tx.execute(sql::ACCEPT_PARKED_STEP, &[&job_id, checkpoint])
                     .await?;
@@ -120,6 +167,23 @@ impl Store {
         tx.commit().await?;
         Ok(ParkedCompletion::Completed { status })
     }
+}
+
+/// The steps a job is parked on: V22's list, or (a row parked before it) its one
+/// `outstanding_step`.
+pub fn outstanding_steps(first: Option<String>, all: Option<Vec<String>>) -> Vec<String> {
+    match all {
+        Some(all) if !all.is_empty() => all,
+        _ => first.into_iter().collect(),
+    }
+}
+
+/// True when `checkpoints` (a job's stored array) holds an entry of step `step`:
+/// found by name, since parallel branches end in any order.
+pub fn has_checkpoint(checkpoints: &Value, step: &str) -> bool {
+    checkpoints
+        .as_array()
+        .is_some_and(|entries| entries.iter().any(|entry| entry["name"] == step))
 }
 
 /// What a sweep of timed-out parked steps did.

@@ -12,14 +12,25 @@ use super::*;
 /// What the operator asked for.
 #[derive(Debug, Clone)]
 pub struct Retry<'a> {
-    /// The step to run again from, with its position in the job's workflow: its
-    /// checkpoint and every later one are dropped. `None` keeps every checkpoint (the
-    /// job resumes at the first missing one).
-    pub from_step: Option<(&'a str, usize)>,
+    /// The step to run again from: its checkpoint and those of every step that runs
+    /// after it (directly or through others) are dropped. `None` keeps every
+    /// checkpoint (the job resumes at the first missing one).
+    pub from_step: Option<RerunFrom<'a>>,
     /// The new retry budget; `None` keeps the job's own.
     pub max_attempts: Option<i32>,
     /// Why, for the RETRIED event.
     pub reason: Option<&'a str>,
+}
+
+/// The step an operator's retry runs again from, and what that drops.
+#[derive(Debug, Clone)]
+pub struct RerunFrom<'a> {
+    /// The step named.
+    pub step: &'a str,
+    /// It and every step that runs after it (its descendants in the job's workflow):
+    /// name and position in the workflow's declaration. Their checkpoints are
+    /// dropped, and each one dropped counts one more re-run of its step.
+    pub dropped: Vec<(String, usize)>,
 }
 
 /// What `retry-job` did.
@@ -29,8 +40,9 @@ pub enum RetryOutcome {
     Retried {
         /// The status before the retry.
         was: JobStatus,
-        /// Checkpoints kept: the next claim runs the workflow's step at this position
-        /// first (fewer than `fromStep`'s position when the job never got that far).
+        /// Checkpoints kept: every one but those of `fromStep` and the steps after it
+        /// (in a chain, the steps before `fromStep`, or fewer when the job never got
+        /// that far).
         checkpoints_kept: i32,
     },
     /// FAILED before it was ever claimed (its submission was refused): submit again.
@@ -62,8 +74,8 @@ impl RetryOutcome {
 
 /// `retry-job` and `retry-jobs`: see [`operator_acts`](super::operator_acts).
 struct RetryAct {
-    /// The step to run again from, and its position.
-    from_step: Option<(String, usize)>,
+    /// The step to run again from, and what that drops.
+    from_step: Option<(String, Vec<(String, usize)>)>,
     max_attempts: Option<i32>,
     reason: Option<String>,
 }
@@ -92,15 +104,25 @@ impl Act for RetryAct {
         if retried.is_empty() {
             return Ok(outcomes);
         }
-        // The step's position is how many checkpoints stay (steps run in order, one
-        // checkpoint each); a position past them keeps them all.
-        let keep = self
+        // The checkpoints of the steps dropped go, found by name (branches end in any
+        // order); each step's position counts its re-runs.
+        let dropped: Option<Vec<&str>> = self
             .from_step
             .as_ref()
-            .map(|(_, at)| i32::try_from(*at).unwrap_or(i32::MAX));
+            .map(|(_, dropped)| dropped.iter().map(|(name, _)| name.as_str()).collect());
+        let positions: Option<Vec<i32>> = self.from_step.as_ref().map(|(_, dropped)| {
+            dropped
+                .iter()
+                // A workflow has at most a few hundred steps (compile bounds them).
+                .map(|(_, at)| i32::try_from(*at + 1).unwrap_or(i32::MAX))
+                .collect()
+        });
         let ids: Vec<Uuid> = retried.iter().map(|(id, _, _)| *id).collect();
         let kept: std::collections::HashMap<Uuid, Option<i32>> = tx
-            .query(sql::RETRY_JOBS, &[&ids, &self.max_attempts, &keep])
+            .query(
+                sql::RETRY_JOBS,
+                &[&ids, &self.max_attempts, &dropped, &positions],
+            )
             .await?
             .iter()
             .map(|row| (row.get("job_id"), row.get("kept")))
@@ -160,8 +182,8 @@ impl Store {
         }
     }
 
-    /// Re-queues many jobs, each as [`Store::retry_job`] would (a `from_step` is a
-    /// position in one workflow: give it only for jobs of that workflow); `recheck`:
+    /// Re-queues many jobs, each as [`Store::retry_job`] would (a `from_step` names
+    /// steps of one workflow: give it only for jobs of that workflow); `recheck`:
     /// what a filter selected them by, checked again under each row lock.
     pub async fn retry_jobs(
         &self,
@@ -170,7 +192,10 @@ impl Store {
         recheck: Recheck,
     ) -> ActedOn<RetryOutcome> {
         let act = RetryAct {
-            from_step: retry.from_step.map(|(step, at)| (step.to_owned(), at)),
+            from_step: retry
+                .from_step
+                .as_ref()
+                .map(|from| (from.step.to_owned(), from.dropped.clone())),
             max_attempts: retry.max_attempts,
             reason: retry.reason.map(printable),
         };

@@ -13,7 +13,7 @@ pub enum Settlement {
         /// `N steps, output <type>`.
         verdict: String,
     },
-    /// WAITING on an external step.
+    /// WAITING on external steps: the first is the one whose wait ends first.
     Waiting {
         /// The step.
         step: String,
@@ -23,6 +23,9 @@ pub enum Settlement {
         /// How long the wait may last and how the job ends then; `None` waits for
         /// ever.
         timeout: Option<ParkedTimeout>,
+        /// The other steps waited for at the same time (parallel branches), in the
+        /// order their waits end (those that wait for ever last).
+        others: Vec<ParkedWait>,
     },
     /// FAILED: a validation verdict or a non-retryable error.
     Failed {
@@ -94,6 +97,38 @@ pub struct ParkedTimeout {
     pub after: Duration,
     /// FAILED or DEAD when it runs out.
     pub on_timeout: workflow::OnTimeout,
+}
+
+/// One more external step a parked job waits for (see [`Settlement::Waiting`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParkedWait {
+    /// The step.
+    pub step: String,
+    /// The request its rules built, if it has a request type.
+    pub request: Option<Value>,
+    /// Its own wait; `None` waits for ever.
+    pub timeout: Option<ParkedTimeout>,
+}
+
+impl ParkedWait {
+    /// Its entry in V22's `waits` column (without `untilMs`, which the database sets
+    /// from its own clock when the job parks).
+    pub fn to_json(&self) -> Value {
+        let mut entry = serde_json::Map::new();
+        entry.insert("step".into(), Value::String(self.step.clone()));
+        if let Some(request) = &self.request {
+            entry.insert("request".into(), request.clone());
+        }
+        if let Some(timeout) = self.timeout {
+            let millis = u64::try_from(timeout.after.as_millis()).unwrap_or(u64::MAX);
+            entry.insert("timeoutMs".into(), Value::from(millis));
+            entry.insert(
+                "onTimeout".into(),
+                Value::String(timeout.on_timeout.as_str().into()),
+            );
+        }
+        Value::Object(entry)
+    }
 }
 
 /// One step's checkpoint entry, as a claim appends it.

@@ -1,10 +1,13 @@
 //! The per-target concurrency cap.
 //!
 //! Before running a segment, a worker takes a permit for the target of the job's next
-//! unexecuted step, at most `max_concurrent_per_target` per target on this node. This
-//! is a documented approximation: a segment may call several targets, but the
-//! inference tier's bottleneck is one box per model, and an uncapped fleet would
-//! overwhelm it.
+//! ready step, at most `max_concurrent_per_target` per target on this node, and holds
+//! it for the segment. This is a documented approximation: a segment may call several
+//! targets one after another, but the inference tier's bottleneck is one box per
+//! model, and an uncapped fleet would overwhelm it. A call that would run beside the
+//! segment's other calls (parallel branches) needs a permit of its own target, taken
+//! without waiting ([`TargetLimits::try_acquire`]); without one it waits for a call of
+//! its segment to end, so a segment never waits for a permit while holding one.
 //!
 //! Targets come from user input, so the map is bounded: once it holds more than
 //! [`MAX_IDLE_TARGETS`] targets, every semaphore nobody holds or waits for is dropped
@@ -36,7 +39,17 @@ impl TargetLimits {
     /// Waits for a permit for `target`. `None` only if the semaphore was closed,
     /// which this type never does.
     pub async fn acquire(&self, target: &str) -> Option<OwnedSemaphorePermit> {
-        let semaphore = {
+        self.semaphore(target).acquire_owned().await.ok()
+    }
+
+    /// A permit for `target` if one is free now, without waiting.
+    pub fn try_acquire(&self, target: &str) -> Option<OwnedSemaphorePermit> {
+        self.semaphore(target).try_acquire_owned().ok()
+    }
+
+    /// The semaphore of `target`, made on first use.
+    fn semaphore(&self, target: &str) -> Arc<Semaphore> {
+        {
             // A poisoned lock only means a panic mid-insert; the map is still valid.
             let mut semaphores = self.semaphores.lock().unwrap_or_else(|p| p.into_inner());
             if semaphores.len() > MAX_IDLE_TARGETS {
@@ -48,8 +61,7 @@ impl TargetLimits {
                 .entry(target.to_owned())
                 .or_insert_with(|| Arc::new(Semaphore::new(self.per_target)))
                 .clone()
-        };
-        semaphore.acquire_owned().await.ok()
+        }
     }
 
     /// Each target in use or waited for: (target, permits in use, callers waiting).

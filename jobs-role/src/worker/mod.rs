@@ -309,9 +309,14 @@ impl Worker {
             Ok(prior) => prior,
             Err(failure) => return Ran::Drifted(failure.to_string()),
         };
+        let done: std::collections::HashSet<&str> = prior
+            .iter()
+            .map(|replayed| replayed.checkpoint.name.as_str())
+            .collect();
+        let is_done = |name: &str| done.contains(name);
         let next_target = compiled
-            .steps
-            .get(prior.len())
+            .ready_steps(&is_done)
+            .next()
             .filter(|step| !step.is_external())
             .and_then(|step| step.target.clone());
         let _permit = match &next_target {
@@ -328,6 +333,7 @@ impl Worker {
             last_step_ended: std::time::Instant::now(),
             next_step: prior.len(),
             last_step: compiled.steps.len().saturating_sub(1),
+            limits: &self.limits,
             held: None,
         };
         let metadata = JobMetadata {

@@ -14,7 +14,8 @@ use super::retry;
 use super::sink::commit_through;
 use crate::status::JobStatus;
 use crate::store::{
-    Claim, ClaimWrite, ClaimedJob, ParkedTimeout, Settlement, StepCheckpoint, StoreError, nul_path,
+    Claim, ClaimWrite, ClaimedJob, ParkedTimeout, ParkedWait, Settlement, StepCheckpoint,
+    StoreError, nul_path,
 };
 
 impl Worker {
@@ -236,19 +237,40 @@ impl Worker {
                 );
                 Decision::Settle(Settlement::Completed { result, verdict })
             }
-            Ok(SegmentOutcome::Parked { step, request, .. }) => {
-                // The step's own wait, else the node's default, else for ever.
-                let timeout = compiled.step(&step).and_then(|parked| {
-                    let after = parked.wait_timeout.or(self.config.wait_timeout())?;
-                    Some(ParkedTimeout {
-                        after,
-                        on_timeout: parked.on_timeout,
+            Ok(SegmentOutcome::Parked {
+                step,
+                request,
+                also_waiting,
+                ..
+            }) => {
+                // Each step's own wait, else the node's default, else for ever.
+                let timeout = |name: &str| {
+                    compiled.step(name).and_then(|parked| {
+                        let after = parked.wait_timeout.or(self.config.wait_timeout())?;
+                        Some(ParkedTimeout {
+                            after,
+                            on_timeout: parked.on_timeout,
+                        })
                     })
-                });
+                };
+                let mut waits: Vec<ParkedWait> = std::iter::once((step, request))
+                    .chain(also_waiting.into_iter().map(|w| (w.step, w.request)))
+                    .map(|(step, request)| ParkedWait {
+                        timeout: timeout(&step),
+                        step,
+                        request,
+                    })
+                    .collect();
+                // The first wait to end first (the single-step columns and the timeout
+                // sweep follow it); those that wait for ever last. Stable: ties keep
+                // declaration order.
+                waits.sort_by_key(|w| (w.timeout.is_none(), w.timeout.map(|t| t.after)));
+                let first = waits.remove(0);
                 Decision::Settle(Settlement::Waiting {
-                    step,
-                    request,
-                    timeout,
+                    step: first.step,
+                    request: first.request,
+                    timeout: first.timeout,
+                    others: waits,
                 })
             }
             Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use workflow::{CallMetadata, Checkpoint, CheckpointSink, CompiledStep, SinkError};
+use workflow::{CallGuard, CallMetadata, Checkpoint, CheckpointSink, CompiledStep, SinkError};
 
-use super::{LeaseClock, retry};
+use super::{LeaseClock, TargetLimits, retry};
 use crate::metrics::JobsMetrics;
 use crate::store::{Claim, ClaimWrite, StepCheckpoint, Store, StoreError, nul_path};
 use crate::worker::Flusher;
@@ -23,10 +23,13 @@ pub(super) struct StoreSink<'a> {
     pub(super) metrics: &'a JobsMetrics,
     /// When the previous step of the segment ended (or the segment started).
     pub(super) last_step_ended: std::time::Instant,
-    /// The index of the step the next checkpoint is for.
+    /// How many checkpoints the row holds before the next one: its position (steps
+    /// of parallel branches are recorded one at a time, in the order they end).
     pub(super) next_step: usize,
-    /// The index of the workflow's last step.
+    /// The position of the workflow's last checkpoint (its step count less one).
     pub(super) last_step: usize,
+    /// The per-target caps, for calls that run beside others.
+    pub(super) limits: &'a TargetLimits,
     pub(super) held: Option<StepCheckpoint>,
 }
 
@@ -40,6 +43,17 @@ impl CheckpointSink for StoreSink<'_> {
             return Err(Box::new(self.claim.lost()));
         }
         Ok(())
+    }
+
+    /// A call beside the segment's others needs a permit of its own target, free now.
+    fn beside_others(&mut self, step: &CompiledStep) -> Option<CallGuard> {
+        match &step.target {
+            Some(target) => self
+                .limits
+                .try_acquire(target)
+                .map(|permit| Box::new(permit) as CallGuard),
+            None => Some(Box::new(())),
+        }
     }
 
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {

@@ -16,6 +16,13 @@
 //! external steps `waitTimeoutMs` (how long a parked step may wait for its answer, 1 ms
 //! to 366 days) and `onTimeout` (`"fail"`, the default, or `"dead"`).
 //!
+//! Steps form a graph ([`graph`]): `after` lists the steps a step waits for; without
+//! it a step waits for the one declared before it (so a list of steps is a chain),
+//! and `"after": []` starts with the job. Steps whose dependencies are done run at
+//! the same time, at most the workflow's `maxParallel` (default
+//! [`DEFAULT_MAX_PARALLEL`], at most [`MAX_PARALLEL_CEILING`]). A step's rules and
+//! gate read `input` and its ancestors only; the output reads every step.
+//!
 //! An external step is never called, so instead of a `method` it may declare just its
 //! types: `outputType`, the message its answer must be, and optionally `requestType`,
 //! the message its `rules` build when the job parks (the request the reviewer is
@@ -38,9 +45,11 @@
 //! | `names`    | workflow and step names, `host:port` targets                         |
 //! | `pool`     | the descriptor set, and the types and methods it names               |
 //! | `steps`    | steps and output as written, before verification                     |
+//! | `graph`    | `after`: each step's dependencies and ancestors; unknown names, cycles |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
 mod draft;
+pub(crate) mod graph;
 mod limits;
 mod messages;
 mod names;
@@ -68,6 +77,8 @@ use crate::scope::INPUT;
 use crate::spec::StepSpec;
 pub use crate::spec::{Completion, OnTimeout};
 use crate::verify;
+pub use graph::{DEFAULT_MAX_PARALLEL, MAX_PARALLEL_CEILING};
+use graph::{StepGraph, read_max_parallel};
 pub use limits::{
     COMPILE_STACK_BYTES, DEFAULT_DEADLINE, MAX_RESPONSE_BYTES_CEILING, MAX_RULES, MAX_STEPS,
     MAX_WAIT_TIMEOUT_MS, RULES_TIME_LIMIT,
@@ -86,6 +97,12 @@ pub struct CompiledStep {
     pub name: String,
     /// Position in the workflow.
     pub index: usize,
+    /// The indices of the steps it waits for (its `after`, or the step before it),
+    /// ascending.
+    pub after: Vec<usize>,
+    /// The indices of every step that always ends before it starts (its `after`, and
+    /// theirs), ascending: the steps its rules and gate may read.
+    pub ancestors: Vec<usize>,
     /// `host:port` of the gRPC server; `None` only on external steps.
     pub target: Option<String>,
     /// The resolved method; `None` only on an external step declared by its types
@@ -149,8 +166,10 @@ pub struct CompiledWorkflow {
     pub pool: DescriptorPool,
     /// The type of the input.
     pub input_type: MessageDescriptor,
-    /// Steps, in order.
+    /// Steps, in declaration order.
     pub steps: Vec<CompiledStep>,
+    /// The most steps one segment runs at once (`maxParallel`).
+    pub max_parallel: usize,
     /// Output mapping; `None` means the last step's response is the output.
     pub output: Option<OutputMapping>,
     /// Bound of one segment of a run.
@@ -260,9 +279,10 @@ impl CompiledWorkflow {
                     if root == INPUT {
                         return Some(self.input_type.clone());
                     }
-                    self.steps[..index]
+                    step.ancestors
                         .iter()
-                        .find(|earlier| earlier.name == root)
+                        .map(|&a| &self.steps[a])
+                        .find(|ancestor| ancestor.name == root)
                         .map(CompiledStep::output_type)
                 };
                 let problems = gate.check_types(&root_type);
@@ -282,6 +302,26 @@ impl CompiledWorkflow {
     /// The step called `name`.
     pub fn step(&self, name: &str) -> Option<&CompiledStep> {
         self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// True when every step waits for exactly the step declared before it (what a
+    /// workflow without `after` is): its steps run one at a time, in order.
+    pub fn is_chain(&self) -> bool {
+        self.steps
+            .iter()
+            .all(|s| s.after.iter().copied().eq(s.index.checked_sub(1)))
+    }
+
+    /// The steps that can start once the steps `done` says are done (called or
+    /// skipped) are: not done themselves, every step they wait for done. In
+    /// declaration order.
+    pub fn ready_steps<'a>(
+        &'a self,
+        done: &'a dyn Fn(&str) -> bool,
+    ) -> impl Iterator<Item = &'a CompiledStep> + 'a {
+        self.steps.iter().filter(move |step| {
+            !done(&step.name) && step.after.iter().all(|&d| done(&self.steps[d].name))
+        })
     }
 
     /// True when some step is completed externally (such a workflow can only run as a job).
@@ -408,6 +448,7 @@ const ROOT_KEYS: &[&str] = &[
     "schema",
     "inputType",
     "deadlineMs",
+    "maxParallel",
     "steps",
     "output",
 ];
@@ -431,6 +472,7 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
         draft.find(None, "$.name", format!("the workflow name {reason}"));
     }
     let deadline = draft.deadline(root, None, "$").unwrap_or(DEFAULT_DEADLINE);
+    let max_parallel = read_max_parallel(&mut draft, root, None, "$");
     let pool = schema_pool(&mut draft, root);
     let input_type_name = draft.string(root, "inputType", true, None, "$");
     let input_type = match (&pool, &input_type_name) {
@@ -439,13 +481,24 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
     };
 
     let steps = step_specs(&mut draft, root, pool.as_ref());
+    let graph = {
+        let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+        let after: Vec<_> = steps.iter().map(|s| s.after.as_ref()).collect();
+        StepGraph::build(&mut draft, &names, &after)
+    };
     let output = root
         .get("output")
         .and_then(|value| output_spec(&mut draft, value, pool.as_ref()));
 
     // Verification needs the types; it still runs on whatever resolved, so one bad
     // method does not hide the rule problems of the other steps.
-    verify::verify(draft.findings, input_type.as_ref(), &steps, output.as_ref());
+    verify::verify(
+        draft.findings,
+        input_type.as_ref(),
+        &steps,
+        &graph,
+        output.as_ref(),
+    );
     // One validator per workflow: it caches compiled rules by message name, and two
     // workflows may declare the same name with different rules. Checking the rules
     // here compiles them once, for the run as well.
@@ -458,6 +511,8 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
         compiled_steps.push(CompiledStep {
             name: spec.name,
             index,
+            after: graph.deps[index].clone(),
+            ancestors: graph.ancestors_of(index),
             target: spec.target,
             method: spec.method,
             request_type: spec.request_type,
@@ -488,6 +543,7 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
         pool,
         input_type,
         steps: compiled_steps,
+        max_parallel,
         output,
         deadline,
         envelope: Arc::new(envelope.clone()),

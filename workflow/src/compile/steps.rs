@@ -7,6 +7,7 @@ use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
 use serde_json::{Map, Value};
 
 use crate::compile::draft::{Draft, json_kind};
+use crate::compile::graph::read_after;
 use crate::compile::limits::MAX_STEPS;
 use crate::compile::names::valid_step_name;
 use crate::compile::pool::{resolve_message, resolve_method};
@@ -14,6 +15,7 @@ use crate::spec::{Completion, OutputSpec, StepSpec};
 
 const STEP_KEYS: &[&str] = &[
     "name",
+    "after",
     "target",
     "method",
     "rules",
@@ -134,8 +136,10 @@ pub(super) fn step_specs(
         let deadline = draft.deadline(object, step, &path);
         let max_response_bytes = draft.max_response_bytes(object, step, &path);
         let (wait_timeout, on_timeout) = draft.parked_wait(object, completion, step, &path);
+        let after = read_after(draft, object, step, &path);
         specs.push(StepSpec {
             name: label,
+            after,
             target,
             method,
             request_type,

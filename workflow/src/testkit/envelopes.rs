@@ -92,6 +92,45 @@ pub fn three_step_workflow(target: &str) -> Value {
     )
 }
 
+/// A diamond: `a` tokenizes the input; `b` and `c` both embed `a`'s ids, each
+/// after `a` only (so they run at once); `d` tokenizes the input again after both.
+/// Output `jobs.test.Embedding { source_text, vector }`: `b`'s values then `c`'s.
+pub fn diamond_workflow(target: &str) -> Value {
+    let after = |mut step: Value, names: &[&str]| {
+        step["after"] = json!(names);
+        step
+    };
+    let tokenize = |name: &str| {
+        step(
+            name,
+            target,
+            "jobs.test.Tokenizer/Tokenize",
+            &["text = input.text", "fail = input.fail"],
+        )
+    };
+    let embed = |name: &str| {
+        step(
+            name,
+            target,
+            "jobs.test.Embedder/Embed",
+            &["ids = a.ids", "fail = a.fail"],
+        )
+    };
+    workflow(
+        "diamond",
+        vec![
+            tokenize("a"),
+            after(embed("b"), &["a"]),
+            after(embed("c"), &["a"]),
+            after(tokenize("d"), &["b", "c"]),
+        ],
+        Some(json!({
+            "type": "jobs.test.Embedding",
+            "rules": ["source_text = input.text", "vector = b.values", "vector += c.values"],
+        })),
+    )
+}
+
 /// The input text that makes [`unencodable_response_workflow`]'s step answer a
 /// response with no proto3 JSON form: its code points, which the fixture tokenizer
 /// returns as packed ids (one byte each), are the encoding of a

@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 
 pub use envelopes::{
-    UNENCODABLE_TEXT, review_step, step, three_step_workflow, two_step_workflow,
+    UNENCODABLE_TEXT, diamond_workflow, review_step, step, three_step_workflow, two_step_workflow,
     unencodable_response_workflow, workflow,
 };
 pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};

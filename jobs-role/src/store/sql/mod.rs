@@ -371,15 +371,23 @@ pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
 ));
 
-/// Parks WAITING on an external step (clearing an earlier attempt's error: every step
-/// before it succeeded). `$4` the step, `$5` how long it may wait in milliseconds and
-/// `$6` how it ends then (`fail` or `dead`), both NULL to wait for ever, `$7` the
-/// request its rules built (NULL when it has none).
+/// Parks WAITING on external steps (clearing an earlier attempt's error: every step
+/// before them succeeded). `$4` the first step (the one whose wait ends first), `$5`
+/// how long it may wait in milliseconds and `$6` how it ends then (`fail` or
+/// `dead`), both NULL to wait for ever, `$7` the request its rules built (NULL when
+/// it has none); `$8` every step waited for, the first first, and `$9` their waits
+/// (V22's `waits`, without `untilMs`, which is set here from the database's clock).
 pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4, error = NULL,
        pending_request = $7::jsonb,
        wait_until = now() + $5::bigint * interval '1 millisecond', wait_timeout_ms = $5::bigint,
        on_timeout = $6::text,
+       outstanding_steps = $8::text[],
+       waits = (SELECT jsonb_agg(CASE WHEN w ? 'timeoutMs'
+                                      THEN w || jsonb_build_object('untilMs',
+                                             floor(extract(epoch FROM now()) * 1000)::bigint + (w ->> 'timeoutMs')::bigint)
+                                      ELSE w END ORDER BY o)
+                  FROM jsonb_array_elements($9::jsonb) WITH ORDINALITY AS t(w, o)),
        lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
 ));
 
@@ -503,7 +511,7 @@ pub const EXISTING_JOBS: &str = "SELECT job_id FROM workflow_run WHERE job_id = 
 /// Cancels QUEUED or WAITING jobs at once. `$1` job ids, `$2` the operator's reason.
 /// Returns each job's attempt and reason, for its event.
 pub const CANCEL_NOW: &str = "\
-UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_step = NULL,
+UPDATE workflow_run SET status = 'CANCELLED', cancel_reason = $2, outstanding_step = NULL, outstanding_steps = NULL, waits = NULL,
        pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = ANY($1) AND status IN ('QUEUED', 'WAITING')";
@@ -549,30 +557,34 @@ pub const CANCELLABLE_JOBS: &str = bulk_selection!("NOT cancel_requested");
 pub const RETRYABLE_JOBS: &str = bulk_selection!("(status <> 'FAILED' OR claims > 0)");
 
 /// An operator's retry: the jobs are QUEUED again, claimable now, with a fresh retry
-/// budget and their outcome cleared; their checkpoints are kept up to `$3` entries
-/// (NULL: all of them, and `reruns` unchanged), so the next claim resumes at the first
-/// missing one. Each step whose checkpoint is dropped counts one more re-run in
-/// `step_reruns` (its calls get a new idempotency key); a step that had none keeps
-/// its count. A checkpoint column that is not an array (drifted) is emptied when
-/// cut. Returns each job's checkpoints kept. `$1` job ids, `$2` max attempts (NULL:
-/// each job's own), `$3` checkpoints to keep.
+/// budget and their outcome cleared. `$3` names the steps whose checkpoints are
+/// dropped (NULL: none, and `reruns` unchanged), found by name wherever they are in
+/// the array (parallel branches end in any order), so the next claim runs them
+/// again; `$4` their positions in the workflow (1-based), each of them that had a
+/// checkpoint counting one more re-run in `step_reruns` (its calls get a new
+/// idempotency key); a step that had none keeps its count. A checkpoint column that
+/// is not an array (drifted) is emptied when cut. Returns each job's checkpoints
+/// kept. `$1` job ids, `$2` max attempts (NULL: each job's own).
 pub const RETRY_JOBS: &str = "\
 UPDATE workflow_run
    SET status = 'QUEUED', attempt = 0, max_attempts = COALESCE($2::integer, max_attempts), releases = 0,
-       reruns = CASE WHEN $3::integer IS NULL THEN reruns ELSE reruns + 1 END,
-       step_reruns = CASE WHEN $3::integer IS NULL OR jsonb_typeof(checkpoints) <> 'array' THEN step_reruns
+       reruns = CASE WHEN $3::text[] IS NULL THEN reruns ELSE reruns + 1 END,
+       step_reruns = CASE WHEN $3::text[] IS NULL OR jsonb_typeof(checkpoints) <> 'array' THEN step_reruns
                           ELSE (SELECT COALESCE(array_agg(COALESCE(step_reruns[i], 0)
-                                                          + CASE WHEN i > $3::integer AND i <= jsonb_array_length(checkpoints)
+                                                          + CASE WHEN EXISTS (
+                                                                   SELECT 1 FROM unnest($3::text[], $4::int[]) AS d(name, at)
+                                                                    WHERE d.at = i
+                                                                      AND checkpoints @> jsonb_build_array(jsonb_build_object('name', d.name)))
                                                                  THEN 1 ELSE 0 END
                                                           ORDER BY i), '{}')
                                   FROM generate_series(1, GREATEST(COALESCE(array_length(step_reruns, 1), 0),
-                                                                   jsonb_array_length(checkpoints))) AS i) END,
-       checkpoints = CASE WHEN $3::integer IS NULL THEN checkpoints
+                                                                   (SELECT COALESCE(max(at), 0) FROM unnest($4::int[]) AS at))) AS i) END,
+       checkpoints = CASE WHEN $3::text[] IS NULL THEN checkpoints
                           WHEN jsonb_typeof(checkpoints) <> 'array' THEN '[]'::jsonb
                           ELSE (SELECT COALESCE(jsonb_agg(c.entry ORDER BY c.at), '[]'::jsonb)
                                   FROM jsonb_array_elements(checkpoints) WITH ORDINALITY AS c(entry, at)
-                                 WHERE c.at <= $3::integer) END,
-       result = NULL, verdict = NULL, error = NULL, outstanding_step = NULL, pending_request = NULL,
+                                 WHERE NOT COALESCE(c.entry ->> 'name' = ANY($3::text[]), false)) END,
+       result = NULL, verdict = NULL, error = NULL, outstanding_step = NULL, outstanding_steps = NULL, waits = NULL, pending_request = NULL,
        cancel_requested = false, cancel_reason = NULL,
        run_after = now(), finished_at = NULL, updated_at = now()
  WHERE job_id = ANY($1) AND status IN ('DEAD', 'FAILED', 'CANCELLED', 'COMPLETED')
@@ -595,7 +607,7 @@ UPDATE workflow_run w
    SET status = CASE WHEN w.on_timeout = 'dead' THEN 'DEAD' ELSE 'FAILED' END,
        error = 'TIMEOUT: step ''' || w.outstanding_step || ''' was not answered within '
                || w.wait_timeout_ms || ' ms',
-       outstanding_step = NULL, pending_request = NULL,
+       outstanding_step = NULL, outstanding_steps = NULL, waits = NULL, pending_request = NULL,
        wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
   FROM (SELECT job_id, outstanding_step FROM workflow_run
@@ -608,7 +620,7 @@ RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outsta
 
 /// Locks a job for `complete-step`. `$1` job id.
 pub const LOCK_JOB: &str = "\
-SELECT w.status, w.outstanding_step, w.workflow_name,
+SELECT w.status, w.outstanding_step, w.outstanding_steps, w.waits, w.workflow_name,
        COALESCE(w.workflow_definition, s.definition) AS workflow_definition, w.checkpoints, w.attempt
   FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
  WHERE w.job_id = $1
@@ -620,15 +632,29 @@ SELECT w.status, w.outstanding_step, w.workflow_name,
 /// `$2` the checkpoint entry.
 pub const ACCEPT_PARKED_STEP: &str = "\
 UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb), status = 'QUEUED',
-       attempt = attempt - 1, outstanding_step = NULL, pending_request = NULL,
+       attempt = attempt - 1, outstanding_step = NULL, outstanding_steps = NULL, waits = NULL, pending_request = NULL,
        run_after = now(), updated_at = now(),
        wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL
+ WHERE job_id = $1 AND status = 'WAITING'";
+
+/// Appends the supplied checkpoint of one of the steps a job is parked on and keeps
+/// it WAITING on the others (their answers are what lets anything run next). `$1`
+/// job id, `$2` the checkpoint entry, `$3` the steps still waited for, `$4` their
+/// waits (the first, whose wait ends first, is what the single-step columns show).
+pub const ANSWER_ONE_PARKED_STEP: &str = "\
+UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb),
+       outstanding_steps = $3::text[], waits = $4::jsonb, outstanding_step = $3[1],
+       pending_request = $4::jsonb -> 0 -> 'request',
+       wait_timeout_ms = ($4::jsonb -> 0 ->> 'timeoutMs')::bigint,
+       on_timeout = $4::jsonb -> 0 ->> 'onTimeout',
+       wait_until = to_timestamp((($4::jsonb -> 0 ->> 'untilMs')::bigint) / 1000.0),
+       updated_at = now()
  WHERE job_id = $1 AND status = 'WAITING'";
 
 /// Fails a parked job whose supplied response broke its rules (a verdict). `$1` job
 /// id, `$2` error, `$3` verdict.
 pub const REJECT_PARKED_STEP: &str = "\
-UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding_step = NULL,
+UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding_step = NULL, outstanding_steps = NULL, waits = NULL,
        pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = $1 AND status = 'WAITING'";
@@ -676,7 +702,7 @@ SELECT json_build_object(
  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
    AND ($5::text IS NULL OR created_at < $5::text::timestamptz)
    AND ($6::text IS NULL OR created_at > $6::text::timestamptz)
-   AND ($7::text IS NULL OR outstanding_step = $7)
+   AND ($7::text IS NULL OR outstanding_step = $7 OR $7 = ANY(outstanding_steps))
    AND ($8::smallint IS NULL OR priority = $8)
    AND ($9::uuid IS NULL OR job_id BETWEEN $9 AND $10)
    AND ($11::text IS NULL OR (created_at, job_id) ",

@@ -1,0 +1,320 @@
+//! One step call: its `when` gate, the request its rules build, the call within the
+//! step's deadline and what is left of the segment's, and the check of the response
+//! when the step asks for `validate`; and the failure each of those ends in.
+
+use std::time::Duration;
+
+use prost_reflect::DynamicMessage;
+use tokio::time::Instant;
+
+use crate::compile::{CompiledStep, CompiledWorkflow, RULES_TIME_LIMIT};
+use crate::failure::{FailureKind, StepFailure};
+use crate::gate::GATE_TIME_LIMIT;
+use crate::grpc::{Call, CallError, GrpcClient};
+use crate::outbound::OutboundPolicy;
+use crate::rules::apply_rule;
+use crate::scope::Scope;
+
+/// gRPC metadata the caller attaches to each step call (the jobs worker sends the job
+/// id, the step, the attempt and an idempotency key; the synchronous verb sends none).
+pub trait CallMetadata: Send + Sync {
+    /// The headers for a call of `step`.
+    fn for_step(&self, step: &CompiledStep) -> Vec<(String, String)>;
+}
+
+/// No metadata at all.
+pub struct NoMetadata;
+
+impl CallMetadata for NoMetadata {
+    fn for_step(&self, _step: &CompiledStep) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// What one step call needs of the runner: its channels, its outbound policy and
+/// its response limit.
+pub(super) struct Caller<'r> {
+    pub(super) grpc: &'r GrpcClient,
+    pub(super) outbound: &'r OutboundPolicy,
+    pub(super) max_response_bytes: usize,
+}
+
+impl Caller<'_> {
+    /// Evaluates `step`'s `when` gate (true without one), bounded by its time limit
+    /// and what is left of the segment.
+    pub(super) async fn gate_opens(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &Scope,
+        segment_end: Instant,
+    ) -> Result<bool, StepFailure> {
+        let Some(gate) = &step.when else {
+            return Ok(true);
+        };
+        let remaining = time_left(workflow, &step.name, segment_end)?;
+        gate.evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
+            .await
+            .map_err(|e| {
+                let bound = Bounded {
+                    own_limit: GATE_TIME_LIMIT,
+                    remaining,
+                    segment_end,
+                    doing: "the `when` gate ran",
+                };
+                bound.failure(workflow, &step.name, FailureKind::Gate, e)
+            })
+    }
+
+    /// Runs one called step; `None` when its gate skipped it.
+    pub(super) async fn run_step(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &Scope,
+        segment_end: Instant,
+        metadata: &dyn CallMetadata,
+    ) -> Result<Option<DynamicMessage>, StepFailure> {
+        let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
+        if !self.gate_opens(workflow, step, scope, segment_end).await? {
+            return Ok(None);
+        }
+        let method = step
+            .method
+            .as_ref()
+            .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a method".into()))?;
+        // A job accepted under an older policy must not call what the current one
+        // forbids: it fails here, loud and not retried, before anything is sent.
+        let breaches = self.outbound.step_findings(workflow, step);
+        if !breaches.is_empty() {
+            let listed: Vec<String> = breaches.iter().map(|f| f.message.clone()).collect();
+            return Err(fail(
+                FailureKind::Workflow,
+                format!(
+                    "the outbound policy forbids this call: {}",
+                    listed.join("; ")
+                ),
+            ));
+        }
+        let request =
+            build_request(step, scope)?.unwrap_or_else(|| DynamicMessage::new(method.input()));
+        self.outbound
+            .check_request_size(prost::Message::encoded_len(&request))
+            .map_err(|e| fail(FailureKind::Workflow, e))?;
+        let remaining = time_left(workflow, &step.name, segment_end)?;
+        let deadline = step.deadline.map_or(remaining, |own| own.min(remaining));
+        let target = step
+            .target
+            .as_deref()
+            .ok_or_else(|| fail(FailureKind::Workflow, "a called step needs a target".into()))?;
+        let limit = self
+            .outbound
+            .response_limit(step.max_response_bytes.unwrap_or(self.max_response_bytes));
+        let headers = metadata.for_step(step);
+        let call = Call {
+            target,
+            tls: step.tls,
+            method,
+            deadline,
+            metadata: &headers,
+            max_response_bytes: limit,
+        };
+        let response = self
+            .grpc
+            .call(&call, request)
+            .await
+            .map_err(|e| match e {
+                CallError::Status {
+                    code,
+                    message,
+                    transport,
+                } => {
+                    let too_large = code == tonic::Code::OutOfRange
+                        && message.contains("message length too large");
+                    let said = if too_large {
+                        format!(
+                            "{}: the response is larger than the limit of {limit} bytes ({message}): raise the step's maxResponseBytes, or the node's [registry].max_response_bytes",
+                            code_name(code)
+                        )
+                    } else if transport {
+                        format!(
+                            "{}: {message} (the connection to target {target} failed)",
+                            code_name(code)
+                        )
+                    } else {
+                        format!("{}: {message}", code_name(code))
+                    };
+                    fail(
+                        FailureKind::Grpc {
+                            code,
+                            message,
+                            transport,
+                        },
+                        said,
+                    )
+                }
+                CallError::Certificate(reason) => fail(
+                    FailureKind::Workflow,
+                    format!(
+                        "the TLS handshake with '{target}' failed over certificates: {reason}: check the CA bundle and client certificate configured for this target ([[registry.tls]])"
+                    ),
+                ),
+                CallError::Refused(reason) => fail(FailureKind::Workflow, reason),
+                CallError::Deadline(waited) => fail(
+                    FailureKind::Deadline,
+                    deadline_message(waited, step.deadline, remaining),
+                ),
+            })?;
+        if step.validate {
+            // The check runs the type's CEL rules: off the async threads, and bounded
+            // by what is left of the segment as a call is.
+            let remaining = segment_end.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(fail(
+                    FailureKind::Deadline,
+                    format!(
+                        "the segment deadline of {} ms passed before the response could be checked",
+                        workflow.deadline.as_millis()
+                    ),
+                ));
+            }
+            let violations = workflow
+                .violations_within(&response, RULES_TIME_LIMIT.min(remaining))
+                .await
+                .map_err(|e| {
+                    let bound = Bounded {
+                        own_limit: RULES_TIME_LIMIT,
+                        remaining,
+                        segment_end,
+                        doing: "the response was checked",
+                    };
+                    bound.failure(workflow, &step.name, FailureKind::Workflow, e)
+                })?;
+            if !violations.is_empty() {
+                let listed = violations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(fail(
+                    FailureKind::Validation { violations },
+                    format!(
+                        "the response breaks the rules of {}: {listed}",
+                        step.output_type().full_name()
+                    ),
+                ));
+            }
+        }
+        Ok(Some(response))
+    }
+}
+
+/// The message `step`'s rules build from `scope` (`None` for an external step without
+/// a request type).
+pub(super) fn build_request(
+    step: &CompiledStep,
+    scope: &Scope,
+) -> Result<Option<DynamicMessage>, StepFailure> {
+    let Some(request_type) = &step.request_type else {
+        return Ok(None);
+    };
+    let mut request = DynamicMessage::new(request_type.clone());
+    for rule in &step.rules {
+        apply_rule(rule, &mut request, scope).map_err(|e| {
+            StepFailure::at(
+                &step.name,
+                FailureKind::Mapping,
+                format!("rule '{}': {e}", rule.text),
+            )
+        })?;
+    }
+    Ok(Some(request))
+}
+
+/// A time-bounded evaluation (a gate, a response check) and the bounds it ran under.
+struct Bounded {
+    /// The evaluation's own limit.
+    own_limit: Duration,
+    /// What was left of the segment when it started.
+    remaining: Duration,
+    segment_end: Instant,
+    /// What was going on, for the message ("the `when` gate ran").
+    doing: &'static str,
+}
+
+impl Bounded {
+    /// The step failure for an evaluation that failed with `error`: when the segment's
+    /// end was the binding bound and has passed, the segment ran out (a slow earlier
+    /// step), a retryable deadline, since a retry resumes with a fresh segment;
+    /// otherwise a failure of `kind`.
+    fn failure(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &str,
+        kind: FailureKind,
+        error: String,
+    ) -> StepFailure {
+        if self.remaining < self.own_limit && Instant::now() >= self.segment_end {
+            let message = format!(
+                "the segment deadline of {} ms passed while {} ({error})",
+                workflow.deadline.as_millis(),
+                self.doing
+            );
+            StepFailure::at(step, FailureKind::Deadline, message)
+        } else {
+            StepFailure::at(step, kind, error)
+        }
+    }
+}
+
+/// What is left of the segment; a `DEADLINE` failure of `step` when nothing is.
+fn time_left(
+    workflow: &CompiledWorkflow,
+    step: &str,
+    segment_end: Instant,
+) -> Result<Duration, StepFailure> {
+    let remaining = segment_end.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err(StepFailure::at(
+            step,
+            FailureKind::Deadline,
+            format!(
+                "the segment deadline of {} ms passed before the step could run",
+                workflow.deadline.as_millis()
+            ),
+        ));
+    }
+    Ok(remaining)
+}
+
+fn deadline_message(waited: Duration, own: Option<Duration>, remaining: Duration) -> String {
+    let which = match own {
+        Some(own) if own <= remaining => "the step's deadline",
+        _ => "what was left of the segment deadline",
+    };
+    format!("no answer within {} ms ({which})", waited.as_millis())
+}
+
+/// The canonical upper-case name of a gRPC status code.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}

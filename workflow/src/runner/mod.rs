@@ -1,0 +1,553 @@
+//! Running workflows: one segment at a time for jobs, all at once for `run-workflow`.
+//!
+//! A segment rebuilds the scope from the prior checkpoints (already replayed by the
+//! caller) and runs every step whose dependencies are done, several at once when the
+//! workflow's graph allows (see [`Runner::run_segment`]); for each step it evaluates its
+//! `when` gate (off the async threads, within the smaller of
+//! [`crate::gate::GATE_TIME_LIMIT`] and what is left of the segment), builds the
+//! request with its rules, calls the target within the smaller of the step's deadline
+//! and what is left of the segment's, checks the response when the step asks for
+//! `validate` (off the async threads too, within [`crate::compile::RULES_TIME_LIMIT`]),
+//! and hands the
+//! checkpoint to the caller's [`CheckpointSink`] **before** any step that waits for
+//! it runs. It stops when external steps wait and nothing else can run (`Parked`), at
+//! the end (`Completed`), or at a failure.
+//!
+//! | module   | concept                                                                |
+//! |----------|------------------------------------------------------------------------|
+//! | this one | the segment: which steps are ready, how many run at once, what is recorded |
+//! | `call`   | one step call: gate, request, call, response check, and their failures |
+
+mod call;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use prost_reflect::DynamicMessage;
+use serde_json::Value;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+pub use call::{CallMetadata, NoMetadata, code_name};
+use call::{Caller, build_request};
+
+use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
+use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
+use crate::failure::{FailureKind, StepFailure};
+use crate::grpc::GrpcClient;
+use crate::outbound::OutboundPolicy;
+use crate::rules::apply_rule;
+use crate::scope::Scope;
+
+/// The synchronous verb's refusal of a workflow that would park.
+pub const SYNC_REFUSAL: &str = "synchronous run-workflow cannot park - submit the workflow as a job (submit-workflow) so complete-step can supply the response";
+
+/// Any error a checkpoint sink reports.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a segment's checkpoints go, one at a time, before the next step runs.
+pub trait CheckpointSink: Send {
+    /// Persists one checkpoint. An error stops the segment with
+    /// [`SegmentError::Checkpoint`]; the caller decides what that means.
+    fn record(
+        &mut self,
+        checkpoint: &Checkpoint,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Asked just before each step call: an error stops the segment before the call,
+    /// as a failed [`record`](Self::record) does. The jobs worker refuses once its
+    /// claim may have lapsed by its own clock (a process frozen past its lease must
+    /// not call a step another node may have run since). Calls are allowed by default.
+    fn before_call(&mut self, step: &str) -> Result<(), SinkError> {
+        let _ = step;
+        Ok(())
+    }
+
+    /// Asked before a step call that would run beside calls already in flight (the
+    /// first call of a segment is never asked): `Some(guard)` lets it start, the
+    /// guard held until the call ends; `None` holds it back until a call in flight
+    /// ends. The jobs worker answers with a per-target permit taken without waiting
+    /// (a segment that waited while holding a permit could wait on another segment
+    /// waiting on it). Every call is let through by default.
+    fn beside_others(&mut self, step: &CompiledStep) -> Option<CallGuard> {
+        let _ = step;
+        Some(Box::new(()))
+    }
+}
+
+/// What [`CheckpointSink::beside_others`] hands a call to hold while it runs.
+pub type CallGuard = Box<dyn Send>;
+
+/// How a segment ended, when it did not fail.
+#[derive(Debug, Clone)]
+pub enum SegmentOutcome {
+    /// Every step ran (or was skipped).
+    Completed {
+        /// The workflow's output.
+        output: DynamicMessage,
+        /// The output as proto3 JSON (a segment whose output has none fails instead).
+        output_json: Value,
+        /// Every checkpoint, prior ones included, in order.
+        steps: Vec<Checkpoint>,
+    },
+    /// Nothing more can run: external steps wait for their responses.
+    Parked {
+        /// The first external step waiting (in declaration order).
+        step: String,
+        /// Every checkpoint so far, in the order they were recorded.
+        steps: Vec<Checkpoint>,
+        /// What the step's rules built from the scope, as proto3 JSON: the request its
+        /// reviewer is shown. `None` when the step has no request type.
+        request: Option<Value>,
+        /// The other external steps waiting at the same time (in parallel branches),
+        /// in declaration order.
+        also_waiting: Vec<WaitingStep>,
+    },
+}
+
+/// An external step a parked job waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitingStep {
+    /// The step's name.
+    pub step: String,
+    /// What its rules built, as proto3 JSON (`None` without a request type).
+    pub request: Option<Value>,
+}
+
+/// Why a segment stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    /// A step (or the output mapping) failed.
+    #[error(transparent)]
+    Failed(#[from] StepFailure),
+    /// The sink could not record a checkpoint; the step's response is lost with it.
+    #[error("recording the checkpoint of step '{step}' failed: {source}")]
+    Checkpoint {
+        /// The step whose checkpoint was not recorded.
+        step: String,
+        /// The sink's error.
+        source: SinkError,
+    },
+    /// The sink refused a step call before it was made
+    /// ([`CheckpointSink::before_call`]); nothing was called.
+    #[error("step '{step}' was not called: {source}")]
+    NotCalled {
+        /// The step.
+        step: String,
+        /// The sink's reason.
+        source: SinkError,
+    },
+}
+
+/// A finished synchronous run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The workflow's output.
+    pub output: DynamicMessage,
+    /// The output as proto3 JSON.
+    pub output_json: Value,
+    /// Every step's checkpoint, in order.
+    pub steps: Vec<Checkpoint>,
+}
+
+impl RunOutcome {
+    /// The output as proto3 JSON.
+    pub fn output_json(&self) -> Value {
+        self.output_json.clone()
+    }
+}
+
+/// Why a synchronous run did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The workflow has an external step; only a job can wait for it.
+    #[error("{}", SYNC_REFUSAL)]
+    WouldPark,
+    /// A step failed.
+    #[error(transparent)]
+    Failed(#[from] StepFailure),
+}
+
+/// The largest step response a runner accepts unless configured otherwise (tonic's
+/// own default).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Runs compiled workflows; holds the gRPC channel cache (and the TLS settings per
+/// target), so share one per process.
+pub struct Runner {
+    grpc: GrpcClient,
+    max_response_bytes: usize,
+    outbound: Arc<OutboundPolicy>,
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Runner {
+            grpc: GrpcClient::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            outbound: Arc::new(OutboundPolicy::unrestricted()),
+        }
+    }
+}
+
+struct Discard;
+
+impl CheckpointSink for Discard {
+    async fn record(&mut self, _checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+impl Runner {
+    /// What one step call needs of the runner.
+    fn caller(&self) -> Caller<'_> {
+        Caller {
+            grpc: &self.grpc,
+            outbound: &self.outbound,
+            max_response_bytes: self.max_response_bytes,
+        }
+    }
+
+    /// A runner with an empty channel cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// TLS steps reach the targets each entry matches with its CA bundle and client
+    /// certificate (the first match applies; the public roots otherwise).
+    pub fn with_tls_targets(mut self, tls: Vec<crate::grpc::TlsTarget>) -> Self {
+        self.grpc = GrpcClient::with_tls(tls).with_outbound(self.outbound.clone());
+        self
+    }
+
+    /// Calls only what `policy` allows: before each call a step is checked against it
+    /// (a step it forbids fails with a `WORKFLOW` failure, not retried, and nothing is
+    /// sent), and connections go only to the addresses it allows.
+    pub fn with_outbound(mut self, policy: OutboundPolicy) -> Self {
+        self.outbound = Arc::new(policy);
+        self.grpc = std::mem::take(&mut self.grpc).with_outbound(self.outbound.clone());
+        self
+    }
+
+    /// The outbound policy, for the checks made when a workflow is accepted
+    /// ([`OutboundPolicy::findings`]).
+    pub fn outbound(&self) -> Arc<OutboundPolicy> {
+        self.outbound.clone()
+    }
+
+    /// Accepts step responses up to `bytes` (a step's `maxResponseBytes` overrides
+    /// it); larger ones fail the step, naming both settings.
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// Runs the whole workflow in one segment. Reaching an external step (one whose
+    /// `when` gate, if any, is open) refuses the run: only a job can wait for it. A
+    /// gate that skips the external step lets the run go on.
+    pub async fn run(
+        &self,
+        workflow: &CompiledWorkflow,
+        input: &DynamicMessage,
+    ) -> Result<RunOutcome, RunError> {
+        match self
+            .run_segment(workflow, input, Vec::new(), &mut Discard, &NoMetadata)
+            .await
+        {
+            Ok(SegmentOutcome::Completed {
+                output,
+                output_json,
+                steps,
+            }) => Ok(RunOutcome {
+                output,
+                output_json,
+                steps,
+            }),
+            Ok(SegmentOutcome::Parked { .. }) => Err(RunError::WouldPark),
+            Err(SegmentError::Failed(failure)) => Err(RunError::Failed(failure)),
+            Err(
+                SegmentError::Checkpoint { step, source }
+                | SegmentError::NotCalled { step, source },
+            ) => Err(RunError::Failed(StepFailure::at(
+                &step,
+                FailureKind::Workflow,
+                source.to_string(),
+            ))),
+        }
+    }
+
+    /// Runs one segment: resumes after `prior`, runs every step whose dependencies
+    /// are done (at most the workflow's `maxParallel` calls at once), records each new
+    /// checkpoint through `sink` as its step completes and before any step that waits
+    /// for it starts, and stops when every step is done or nothing more can run
+    /// because external steps wait.
+    ///
+    /// A failure in one branch: a retryable one lets the calls already in flight
+    /// finish (their checkpoints are recorded) and starts nothing more, then returns
+    /// the failure, so the retry runs only what is missing; any other failure (a
+    /// verdict, a defect, a non-retryable status) returns at once, abandoning the calls
+    /// in flight, whose responses are never recorded.
+    pub async fn run_segment<S: CheckpointSink>(
+        &self,
+        workflow: &CompiledWorkflow,
+        input: &DynamicMessage,
+        prior: Vec<ReplayedCheckpoint>,
+        sink: &mut S,
+        metadata: &dyn CallMetadata,
+    ) -> Result<SegmentOutcome, SegmentError> {
+        let segment_end = Instant::now() + self.outbound.segment_limit(workflow.deadline);
+        let mut scope = Scope::new(input.clone());
+        let mut steps = Vec::with_capacity(workflow.steps.len());
+        let mut state = vec![StepState::Pending; workflow.steps.len()];
+        for replayed in prior {
+            if let Some(step) = workflow.step(&replayed.checkpoint.name) {
+                state[step.index] = StepState::Done;
+            }
+            if replayed.checkpoint.skipped {
+                scope.insert_skipped(&replayed.checkpoint.name, replayed.response);
+            } else {
+                scope.insert_step(&replayed.checkpoint.name, replayed.response);
+            }
+            steps.push(replayed.checkpoint);
+        }
+        // One call of a step, with its own copy of the scope (messages are shared, so
+        // the copy costs a reference count per root): the scope grows as siblings end.
+        let call = |index: usize, scope: Scope, guard: Option<CallGuard>| {
+            let step = &workflow.steps[index];
+            // A span per step call: the metadata is made inside it, so a caller
+            // tracing across processes can send the call's own trace context.
+            let span = tracing::info_span!(
+                "step",
+                otel.kind = "client",
+                step = %step.name,
+                target = step.target.as_deref().unwrap_or_default()
+            );
+            async move {
+                let _guard = guard;
+                let called = self
+                    .caller()
+                    .run_step(workflow, step, &scope, segment_end, metadata)
+                    .instrument(span)
+                    .await;
+                (index, called)
+            }
+        };
+        let mut in_flight = FuturesUnordered::new();
+        let mut waiting: Vec<WaitingStep> = Vec::new();
+        let mut retryable: Option<StepFailure> = None;
+        loop {
+            // Start what is ready, in declaration order; nothing new once a branch
+            // failed and the segment only lets the calls in flight finish.
+            while retryable.is_none() && in_flight.len() < workflow.max_parallel.max(1) {
+                let Some(step) = next_ready(workflow, &state) else {
+                    break;
+                };
+                if !step.is_external() {
+                    let guard = if in_flight.is_empty() {
+                        None
+                    } else {
+                        match sink.beside_others(step) {
+                            Some(guard) => Some(guard),
+                            None => break,
+                        }
+                    };
+                    sink.before_call(&step.name)
+                        .map_err(|source| SegmentError::NotCalled {
+                            step: step.name.clone(),
+                            source,
+                        })?;
+                    state[step.index] = StepState::Running;
+                    in_flight.push(call(step.index, scope.clone(), guard));
+                    continue;
+                }
+                // An external step waits only when its gate (if any) is open; a closed
+                // gate skips it like any other step.
+                if self
+                    .caller()
+                    .gate_opens(workflow, step, &scope, segment_end)
+                    .await?
+                {
+                    let request = match build_request(step, &scope)? {
+                        Some(request) => Some(encode_json(&request).map_err(|e| {
+                            StepFailure::at(
+                                &step.name,
+                                FailureKind::Mapping,
+                                format!("the request its rules build cannot be stored: {e}"),
+                            )
+                        })?),
+                        None => None,
+                    };
+                    state[step.index] = StepState::Waiting;
+                    waiting.push(WaitingStep {
+                        step: step.name.clone(),
+                        request,
+                    });
+                } else {
+                    let done = Ended::new(step, None)?;
+                    done.record(sink, &mut scope, &mut steps).await?;
+                    state[step.index] = StepState::Done;
+                }
+            }
+            let Some((index, called)) = in_flight.next().await else {
+                break;
+            };
+            let step = &workflow.steps[index];
+            match called {
+                Ok(response) => {
+                    let done = Ended::new(step, response)?;
+                    done.record(sink, &mut scope, &mut steps).await?;
+                    state[index] = StepState::Done;
+                }
+                Err(failure) if failure.is_retryable() => {
+                    state[index] = StepState::Pending;
+                    retryable.get_or_insert(failure);
+                }
+                Err(failure) => return Err(failure.into()),
+            }
+        }
+        if let Some(failure) = retryable {
+            return Err(failure.into());
+        }
+        if !waiting.is_empty() {
+            let first = waiting.remove(0);
+            return Ok(SegmentOutcome::Parked {
+                step: first.step,
+                steps,
+                request: first.request,
+                also_waiting: waiting,
+            });
+        }
+        let output = build_output(workflow, &scope)?;
+        let output_json = encode_json(&output).map_err(|e| StepFailure {
+            step: None,
+            kind: FailureKind::Mapping,
+            message: format!("the output cannot be stored: {e}"),
+        })?;
+        Ok(SegmentOutcome::Completed {
+            output,
+            output_json,
+            steps,
+        })
+    }
+}
+
+/// Where a step of a running segment stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepState {
+    /// Not started: its dependencies are not all done, or it is next.
+    Pending,
+    /// Its call is in flight.
+    Running,
+    /// Its checkpoint is recorded (called or skipped).
+    Done,
+    /// An external step whose answer the job waits for.
+    Waiting,
+}
+
+/// The first step, in declaration order, that has not started and whose
+/// dependencies are all done.
+fn next_ready<'w>(workflow: &'w CompiledWorkflow, state: &[StepState]) -> Option<&'w CompiledStep> {
+    workflow.steps.iter().find(|step| {
+        state[step.index] == StepState::Pending
+            && step.after.iter().all(|&d| state[d] == StepState::Done)
+    })
+}
+
+/// A step that ended (called, or skipped by its gate), ready to be recorded.
+struct Ended<'w> {
+    step: &'w CompiledStep,
+    checkpoint: Checkpoint,
+    /// The response (the output type's default for a skipped step).
+    response: DynamicMessage,
+}
+
+impl<'w> Ended<'w> {
+    /// The checkpoint of `step` that answered `response` (`None`: skipped). No
+    /// checkpoint without a faithful encoding: a response with no proto3 JSON form
+    /// fails the step here, before anything is stored.
+    fn new(step: &'w CompiledStep, response: Option<DynamicMessage>) -> Result<Self, StepFailure> {
+        let Some(response) = response else {
+            return Ok(Ended {
+                step,
+                checkpoint: Checkpoint {
+                    name: step.name.clone(),
+                    skipped: true,
+                    response: None,
+                },
+                response: DynamicMessage::new(step.output_type()),
+            });
+        };
+        let json = encode_json(&response).map_err(|e| {
+            StepFailure::at(
+                &step.name,
+                FailureKind::Workflow,
+                format!("its response cannot be stored: {e}"),
+            )
+        })?;
+        Ok(Ended {
+            step,
+            checkpoint: Checkpoint {
+                name: step.name.clone(),
+                skipped: false,
+                response: Some(json),
+            },
+            response,
+        })
+    }
+
+    /// Records the checkpoint through `sink`, then puts the response in scope for
+    /// the steps that wait for it.
+    async fn record<S: CheckpointSink>(
+        self,
+        sink: &mut S,
+        scope: &mut Scope,
+        steps: &mut Vec<Checkpoint>,
+    ) -> Result<(), SegmentError> {
+        sink.record(&self.checkpoint)
+            .await
+            .map_err(|source| SegmentError::Checkpoint {
+                step: self.step.name.clone(),
+                source,
+            })?;
+        if self.checkpoint.skipped {
+            scope.insert_skipped(&self.step.name, self.response);
+        } else {
+            scope.insert_step(&self.step.name, self.response);
+        }
+        steps.push(self.checkpoint);
+        Ok(())
+    }
+}
+
+fn build_output(workflow: &CompiledWorkflow, scope: &Scope) -> Result<DynamicMessage, StepFailure> {
+    let mapping_failure = |message: String| StepFailure {
+        step: None,
+        kind: FailureKind::Mapping,
+        message,
+    };
+    match &workflow.output {
+        Some(mapping) => {
+            let mut output = DynamicMessage::new(mapping.message.clone());
+            for rule in &mapping.rules {
+                apply_rule(rule, &mut output, scope)
+                    .map_err(|e| mapping_failure(format!("output rule '{}': {e}", rule.text)))?;
+            }
+            Ok(output)
+        }
+        None => {
+            let last = workflow
+                .steps
+                .last()
+                .ok_or_else(|| StepFailure::workflow("the workflow has no steps"))?;
+            match scope.read(&last.name, &[]) {
+                Ok(prost_reflect::Value::Message(message)) => Ok(message),
+                Ok(_) | Err(_) => Err(mapping_failure(format!(
+                    "the last step '{}' left no response",
+                    last.name
+                ))),
+            }
+        }
+    }
+}
