@@ -17,17 +17,19 @@ fn roles(config: &HostConfig) -> Vec<Arc<dyn Role>> {
         .iter()
         .filter_map(|name| -> Option<Arc<dyn Role>> {
             match name.as_str() {
-                "registry" => Some(Arc::new(
-                    RegistryRole::from_section(&config.registry).with_outbound(
-                        // HostConfig::check refused rules that do not compile; if it
-                        // was skipped, fail closed rather than open.
-                        config
-                            .workflow
-                            .outbound
-                            .compile()
-                            .unwrap_or_else(|_| workflow::outbound::OutboundPolicy::nothing()),
-                    ),
-                )),
+                "registry" => {
+                    Some(Arc::new(
+                        RegistryRole::from_section(&config.registry)
+                            .with_outbound(
+                                // HostConfig::check refused rules that do not compile; if it
+                                // was skipped, fail closed rather than open.
+                                config.workflow.outbound.compile().unwrap_or_else(|_| {
+                                    workflow::outbound::OutboundPolicy::nothing()
+                                }),
+                            )
+                            .with_max_map_items(config.workflow.max_map_items),
+                    ))
+                }
                 "parse" => Some(Arc::new(ParseRole {
                     config: config.parse.clone(),
                 })),

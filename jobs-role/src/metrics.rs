@@ -74,6 +74,9 @@ pub struct JobsMetrics {
     /// Failed step calls, by `workflow`, `step` and gRPC `code` (or the failure's
     /// kind: deadline, validation, gate, mapping, workflow).
     pub step_errors: Family<Labels, Counter>,
+    /// Elements of map steps stored, by `workflow`, `step` and `outcome` (`answered`,
+    /// or `failed` under `onItemFailure: "collect"`).
+    pub map_items: Family<Labels, Counter>,
     /// Lease renewals written.
     pub lease_renewals: Counter,
     /// Claims found lost (another worker owns the job).
@@ -128,6 +131,7 @@ impl Default for JobsMetrics {
             segment_seconds: latency_family(),
             step_seconds: latency_family(),
             step_errors: Family::default(),
+            map_items: Family::default(),
             lease_renewals: Counter::default(),
             lost_claims: Counter::default(),
             sweeps: Family::default(),
@@ -178,6 +182,11 @@ impl JobsMetrics {
             "step_errors",
             "Failed steps by workflow, step and gRPC code (or failure kind)",
             m.step_errors,
+        );
+        jobs.register(
+            "map_items",
+            "Elements of map steps stored, by workflow, step and outcome (answered, failed)",
+            m.map_items,
         );
         jobs.register("lease_renewals", "Lease renewals written", m.lease_renewals);
         jobs.register(
@@ -320,6 +329,24 @@ impl JobsMetrics {
         let mut labels = self.step_labels(workflow, step);
         labels.push(("code", code.to_owned()));
         self.step_errors.get_or_create(&labels).inc();
+    }
+
+    /// Counts the elements of a map step stored, by outcome.
+    pub fn map_items(&self, workflow: &str, step: &str, items: &[(usize, workflow::ItemOutcome)]) {
+        let failed = items
+            .iter()
+            .filter(|(_, outcome)| matches!(outcome, workflow::ItemOutcome::Failed(_)))
+            .count() as u64;
+        for (outcome, count) in [
+            ("answered", items.len() as u64 - failed),
+            ("failed", failed),
+        ] {
+            if count > 0 {
+                let mut labels = self.step_labels(workflow, step);
+                labels.push(("outcome", outcome.to_owned()));
+                self.map_items.get_or_create(&labels).inc_by(count);
+            }
+        }
     }
 
     /// Counts with a single `outcome` label.

@@ -210,14 +210,44 @@ impl RegistrySection {
     }
 }
 
-/// The `[workflow]` section: what the engine's steps may call.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+/// The `[workflow]` section: what the engine's steps may call, and how far a map step
+/// may fan out.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkflowSection {
     /// `[workflow.outbound]`: the outbound call policy ([`workflow::outbound`]). By
     /// default loopback targets only (`localhost`, `127.0.0.0/8`, `[::1]`, any port),
     /// TLS required elsewhere.
     pub outbound: workflow::outbound::OutboundRules,
+    /// The most elements one map step (`forEach`) may fan out over (default 10,000,
+    /// at most [`MAX_MAP_ITEMS_CEILING`]); a longer list fails the step, naming both
+    /// numbers.
+    pub max_map_items: usize,
+}
+
+/// The largest `[workflow].max_map_items` a node accepts.
+pub const MAX_MAP_ITEMS_CEILING: usize = 1_000_000;
+
+impl Default for WorkflowSection {
+    fn default() -> Self {
+        WorkflowSection {
+            outbound: workflow::outbound::OutboundRules::default(),
+            max_map_items: workflow::runner::DEFAULT_MAX_MAP_ITEMS,
+        }
+    }
+}
+
+impl WorkflowSection {
+    /// Refuses a `max_map_items` of 0 or past [`MAX_MAP_ITEMS_CEILING`].
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_MAP_ITEMS_CEILING).contains(&self.max_map_items) {
+            return Err(format!(
+                "workflow.max_map_items must be from 1 to {MAX_MAP_ITEMS_CEILING}, not {}",
+                self.max_map_items
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Refuses a bind that would expose an unauthenticated node beyond this machine.

@@ -34,6 +34,7 @@ pub struct RegistryRole {
     config: RegistryConfig,
     limits: RunLimits,
     max_response_bytes: usize,
+    max_map_items: usize,
     tls: Vec<TlsSection>,
     outbound: OutboundPolicy,
 }
@@ -46,6 +47,7 @@ impl RegistryRole {
             config,
             limits: RunLimits::default(),
             max_response_bytes: workflow::runner::DEFAULT_MAX_RESPONSE_BYTES,
+            max_map_items: workflow::runner::DEFAULT_MAX_MAP_ITEMS,
             tls: Vec::new(),
             outbound: OutboundPolicy::unrestricted(),
         }
@@ -72,6 +74,12 @@ impl RegistryRole {
     /// the role mounts, and a file that cannot be read stops the node from booting.
     pub fn with_tls(mut self, tls: Vec<TlsSection>) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// The most elements a map step may fan out over (`[workflow].max_map_items`).
+    pub fn with_max_map_items(mut self, items: usize) -> Self {
+        self.max_map_items = items;
         self
     }
 
@@ -147,6 +155,7 @@ impl Role for RegistryRole {
         let runner = Arc::new(
             Runner::new()
                 .with_max_response_bytes(self.max_response_bytes)
+                .with_max_map_items(self.max_map_items)
                 .with_outbound(self.outbound.clone())
                 .with_tls_targets(tls),
         );

@@ -49,8 +49,51 @@ impl Checkpoint {
 pub struct ReplayedCheckpoint {
     /// The entry as stored.
     pub checkpoint: Checkpoint,
-    /// The response as a message (the output type's default for a skipped step).
+    /// The response as a message (the output type's default for a skipped step, and
+    /// for a map step, whose responses are in `list`).
     pub response: DynamicMessage,
+    /// A map step's responses, in element order (`None` for other steps; empty for
+    /// a skipped map step).
+    pub list: Option<Vec<DynamicMessage>>,
+}
+
+/// One element of a map step, as its call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ItemOutcome {
+    /// Its response, as proto3 JSON.
+    Response(Value),
+    /// Failed for good (kept only with `onItemFailure: "collect"`): the error.
+    Failed(String),
+}
+
+/// One element of a map step whose step has no checkpoint yet, as stored (a resume
+/// calls only the elements without one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemCheckpoint {
+    /// The map step.
+    pub step: String,
+    /// The element's position in the list.
+    pub index: usize,
+    /// How its call ended.
+    pub outcome: ItemOutcome,
+}
+
+/// A map step's checkpoint response: `{"items": [responses in element order],
+/// "failed": [{"index", "error"}]}` (`failed` only when elements failed with
+/// `onItemFailure: "collect"`).
+pub fn map_checkpoint(items: Vec<Value>, failed: &[(usize, String)]) -> Value {
+    let mut response = serde_json::Map::new();
+    response.insert("items".into(), Value::Array(items));
+    if !failed.is_empty() {
+        response.insert(
+            "failed".into(),
+            failed
+                .iter()
+                .map(|(index, error)| json!({ "index": index, "error": error }))
+                .collect(),
+        );
+    }
+    Value::Object(response)
 }
 
 /// Re-parses a stored checkpoint array against `workflow`.
@@ -125,6 +168,7 @@ pub fn replay_checkpoints(
             }
         };
         let output_type = step.output_type();
+        let mut map_list = None;
         let (response, json) = match (skipped, object.get("response")) {
             (true, None | Some(Value::Null)) => (DynamicMessage::new(output_type), None),
             (true, Some(_)) => {
@@ -137,6 +181,23 @@ pub fn replay_checkpoints(
                     "checkpoint {position} (step '{name}') has no response ({DRIFT})"
                 )));
             }
+            (false, Some(json)) if step.map.is_some() => {
+                let items = json.get("items").and_then(Value::as_array).ok_or_else(|| {
+                    StepFailure::workflow(format!(
+                        "checkpoint {position} (map step '{name}') has no 'items' list ({DRIFT})"
+                    ))
+                })?;
+                let mut list = Vec::with_capacity(items.len());
+                for (k, item) in items.iter().enumerate() {
+                    list.push(decode_json(&output_type, item).map_err(|e| {
+                        StepFailure::workflow(format!(
+                            "checkpoint {position} (map step '{name}') item {k} does not decode: {e} ({DRIFT})"
+                        ))
+                    })?);
+                }
+                map_list = Some(list);
+                (DynamicMessage::new(output_type), Some(json.clone()))
+            }
             (false, Some(json)) => {
                 let message = decode_json(&output_type, json).map_err(|e| {
                     StepFailure::workflow(format!(
@@ -146,6 +207,9 @@ pub fn replay_checkpoints(
                 (message, Some(json.clone()))
             }
         };
+        if step.map.is_some() && map_list.is_none() {
+            map_list = Some(Vec::new());
+        }
         replayed.push(ReplayedCheckpoint {
             checkpoint: Checkpoint {
                 name: name.to_owned(),
@@ -153,6 +217,7 @@ pub fn replay_checkpoints(
                 response: json,
             },
             response,
+            list: map_list,
         });
     }
     Ok(replayed)

@@ -63,9 +63,12 @@ pub mod verify;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use checkpoint::{Checkpoint, ReplayedCheckpoint, replay_checkpoints};
+pub use checkpoint::{
+    Checkpoint, ItemCheckpoint, ItemOutcome, ReplayedCheckpoint, replay_checkpoints,
+};
 pub use compile::{
-    CompiledStep, CompiledWorkflow, Completion, Finding, Findings, OnTimeout, OutputMapping,
+    CompiledStep, CompiledWorkflow, Completion, Finding, Findings, MapStep, OnItemFailure,
+    OnTimeout, OutputMapping,
 };
 pub use failure::{FailureKind, StepFailure, Violation};
 pub use runner::{

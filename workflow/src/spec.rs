@@ -37,11 +37,49 @@ impl OnTimeout {
     }
 }
 
+/// What a map step does when the call for one element fails for good (a failure
+/// that is not retried).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnItemFailure {
+    /// The step fails (the default), with the first failed element's error and the
+    /// count of failed elements, once none of its calls is in flight.
+    #[default]
+    Fail,
+    /// The failed elements are left out of the step's list; their errors are listed
+    /// in its checkpoint.
+    Collect,
+}
+
+impl OnItemFailure {
+    /// The envelope's spelling: `fail` or `collect`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OnItemFailure::Fail => "fail",
+            OnItemFailure::Collect => "collect",
+        }
+    }
+}
+
+/// A map step's `forEach` and its bounds, as written.
+pub(crate) struct MapSpec {
+    /// The root of the list (`input` or an ancestor step).
+    pub root: String,
+    /// The fields below it down to the repeated field (empty: a map step's list).
+    pub fields: Vec<String>,
+    /// The JSON path of `forEach`.
+    pub path: String,
+    /// At most this many of its calls at once.
+    pub max_parallel: usize,
+    pub on_item_failure: OnItemFailure,
+}
+
 /// A step as written, before its types are known.
 pub(crate) struct StepSpec {
     pub name: String,
     /// The steps it runs after, as written (`None`: the step before it).
     pub after: Option<AfterSpec>,
+    /// `forEach` and its bounds, on a map step.
+    pub map: Option<MapSpec>,
     pub target: Option<String>,
     pub method: Option<MethodDescriptor>,
     /// What the rules build (the method's input, or an external step's `requestType`).

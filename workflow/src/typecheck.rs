@@ -65,6 +65,12 @@ impl fmt::Display for Ty {
 }
 
 impl Ty {
+    /// The type of a scope root of message type `message`: a wrapper reads as its
+    /// inner value, as in the gate.
+    pub fn of_root(message: &MessageDescriptor) -> Ty {
+        wrapped(message).unwrap_or_else(|| Ty::Message(message.clone()))
+    }
+
     /// The type a field's value converts to (see [`crate::gate`]): wrappers read as
     /// their inner value, enums as ints, repeated fields as lists, maps as maps.
     pub fn of_field(field: &FieldDescriptor) -> Ty {
@@ -138,13 +144,11 @@ fn wrapped(message: &MessageDescriptor) -> Option<Ty> {
     })
 }
 
-/// Checks a parsed gate against the types of its roots. `root_type` gives the
-/// message type of a scope root, or `None` when it is unknown or did not resolve
+/// Checks a parsed gate against the types of its roots. `root_type` gives the type
+/// of a scope root (a message, or a map step's list of messages; use
+/// [`Ty::of_root`] for a message), or `None` when it is unknown or did not resolve
 /// (those are reported elsewhere). Returns every problem found, each a sentence.
-pub fn check_gate(
-    expression: &IdedExpr,
-    root_type: &dyn Fn(&str) -> Option<MessageDescriptor>,
-) -> Vec<String> {
+pub fn check_gate(expression: &IdedExpr, root_type: &dyn Fn(&str) -> Option<Ty>) -> Vec<String> {
     let mut checker = Checker {
         root_type,
         bound: Vec::new(),
@@ -168,7 +172,7 @@ pub fn check_gate(
 }
 
 struct Checker<'a> {
-    root_type: &'a dyn Fn(&str) -> Option<MessageDescriptor>,
+    root_type: &'a dyn Fn(&str) -> Option<Ty>,
     /// Variables bound by enclosing comprehensions, innermost last.
     bound: Vec<(String, Ty)>,
     problems: Vec<String>,
@@ -181,10 +185,7 @@ impl Checker<'_> {
                 if let Some((_, ty)) = self.bound.iter().rev().find(|(n, _)| n == name) {
                     return ty.clone();
                 }
-                // A root of a wrapper type reads as its inner value, as in the gate.
-                (self.root_type)(name).map_or(Ty::Dyn, |message| {
-                    wrapped(&message).unwrap_or(Ty::Message(message))
-                })
+                (self.root_type)(name).unwrap_or(Ty::Dyn)
             }
             Expr::Literal(literal) => match literal {
                 LiteralValue::Boolean(_) => Ty::Bool,
@@ -397,6 +398,7 @@ fn path_of(operand: &IdedExpr, field: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::Ty;
     use crate::gate::Gate;
     use crate::schema::compile_proto_pool;
 
@@ -427,10 +429,20 @@ mod tests {
             .unwrap();
         let gate = Gate::compile(source).unwrap();
         gate.check_types(&|root| match root {
-            "summarize" => Some(summary.clone()),
-            "approve" => Some(approved.clone()),
+            "summarize" => Some(Ty::of_root(&summary)),
+            "approve" => Some(Ty::of_root(&approved)),
+            "summarize_each" => Some(Ty::List(Box::new(Ty::of_root(&summary)))),
             _ => None,
         })
+    }
+
+    #[test]
+    fn a_map_steps_responses_are_a_list_of_its_messages() {
+        for source in ["size(summarize_each) > 0", "summarize_each.all(s, s.done)"] {
+            assert_eq!(problems(source), Vec::<String>::new(), "{source}");
+        }
+        assert!(!problems("summarize_each.all(s, s.word)").is_empty());
+        assert!(!problems("summarize_each").is_empty());
     }
 
     #[test]

@@ -15,47 +15,71 @@
 //! (or whose path passes through an unset message) does nothing (see
 //! [`crate::rules`]), where a gate reading through an unset message fails.
 
-use prost_reflect::MessageDescriptor;
+use prost_reflect::{Kind, MessageDescriptor};
 
 use crate::compile::graph::StepGraph;
 use crate::finding::Finding;
 use crate::gate::Gate;
-use crate::rules::{Rule, RuleOp, Source, check_rule, source_shape};
-use crate::scope::INPUT;
+use crate::rules::{Cardinality, Rule, RuleOp, Shape, Source, check_rule, source_shape};
+use crate::scope::{INDEX, INPUT, ITEM};
 use crate::spec::{OutputSpec, StepSpec};
 
+/// Verifies every step and the output, and answers, per step, the kind of a map
+/// step's elements (`None` for other steps, or when it did not resolve).
 pub(crate) fn verify(
     findings: &mut Vec<Finding>,
     input: Option<&MessageDescriptor>,
     steps: &[StepSpec],
     graph: &StepGraph,
     output: Option<&OutputSpec>,
-) {
-    let roots = Roots {
+) -> Vec<Option<Kind>> {
+    let mut roots = Roots {
         input,
         steps,
         graph,
+        element: None,
     };
+    let mut elements = Vec::with_capacity(steps.len());
     for (index, step) in steps.iter().enumerate() {
+        let mut find = |path: &str, message: String| {
+            findings.push(Finding {
+                step: Some(step.name.clone()),
+                path: path.to_owned(),
+                message,
+            });
+        };
+        roots.element = None;
+        if let Some(map) = &step.map {
+            match roots.element_kind(&map.root, &map.fields, index) {
+                Ok(kind) => roots.element = kind,
+                Err(reason) => find(&map.path, format!("'forEach': {reason}")),
+            }
+            if let Some(shadow) = [ITEM, INDEX]
+                .into_iter()
+                .find(|name| roots.readable_step(name, index))
+            {
+                find(
+                    &map.path,
+                    format!(
+                        "a map step's rules read the element as `item` and its position as `index`, but an ancestor step is named '{shadow}': rename that step"
+                    ),
+                );
+            }
+        }
         let request = step.request_type.clone();
         for (rule, path) in &step.rules {
             if let Err(reason) = roots.check_rule(rule, request.as_ref(), index) {
-                findings.push(Finding {
-                    step: Some(step.name.clone()),
-                    path: path.clone(),
-                    message: format!("rule '{}': {reason}", rule.text),
-                });
+                find(path, format!("rule '{}': {reason}", rule.text));
             }
         }
+        // A map step's gate is decided once, for the whole step: not per element.
+        let element = roots.element.take();
         if let Some((source, path)) = &step.when
             && let Err(reason) = roots.check_gate(source, index)
         {
-            findings.push(Finding {
-                step: Some(step.name.clone()),
-                path: path.clone(),
-                message: reason,
-            });
+            find(path, reason);
         }
+        elements.push(step.map.as_ref().and(element));
     }
     if let Some(output) = output {
         for (rule, path) in &output.rules {
@@ -67,26 +91,71 @@ pub(crate) fn verify(
                 });
             }
         }
+    } else if let Some(last) = steps.last().filter(|s| s.map.is_some()) {
+        findings.push(Finding {
+            step: Some(last.name.clone()),
+            path: "$.output".into(),
+            message: format!(
+                "the last step '{}' is a map step, whose response is a list: declare an 'output' (a message with a repeated field, `results = {}`)",
+                last.name, last.name
+            ),
+        });
     }
+    elements
 }
 
 struct Roots<'a> {
     input: Option<&'a MessageDescriptor>,
     steps: &'a [StepSpec],
     graph: &'a StepGraph,
+    /// While a map step's rules are checked: the kind of its elements (`item`).
+    element: Option<Kind>,
 }
 
 impl Roots<'_> {
-    /// The type of `root` as seen from step `index` (`None` when it did not resolve),
-    /// or why `root` cannot be read there. `index` past the last step is the output,
-    /// which reads every step.
-    fn root_type(&self, root: &str, index: usize) -> Result<Option<MessageDescriptor>, String> {
+    /// True when `name` is a step that step `index` may read.
+    fn readable_step(&self, name: &str, index: usize) -> bool {
+        self.steps
+            .iter()
+            .position(|s| s.name == name)
+            .is_some_and(|j| self.graph.is_ancestor(j, index))
+    }
+
+    /// The shape of `root` as seen from step `index` (`None` when it did not resolve),
+    /// or why `root` cannot be read there: a message, or a map step's list of them
+    /// (and in a map step's rules, `item` and `index`). `index` past the last step is
+    /// the output, which reads every step.
+    fn root_type(&self, root: &str, index: usize) -> Result<Option<Shape>, String> {
+        let single = |message: MessageDescriptor| Shape {
+            kind: Kind::Message(message),
+            cardinality: Cardinality::Single,
+        };
         if root == INPUT {
-            return Ok(self.input.cloned());
+            return Ok(self.input.cloned().map(single));
+        }
+        if let Some(element) = &self.element {
+            if root == ITEM {
+                return Ok(Some(Shape {
+                    kind: element.clone(),
+                    cardinality: Cardinality::Single,
+                }));
+            }
+            if root == INDEX {
+                return Ok(Some(Shape {
+                    kind: Kind::Int64,
+                    cardinality: Cardinality::Single,
+                }));
+            }
         }
         let readable = |j: usize| index >= self.steps.len() || self.graph.is_ancestor(j, index);
         match self.steps.iter().position(|s| s.name == root) {
-            Some(j) if readable(j) => Ok(self.steps[j].response_type.clone()),
+            Some(j) if readable(j) => Ok(self.steps[j].response_type.clone().map(|message| {
+                let mut shape = single(message);
+                if self.steps[j].map.is_some() {
+                    shape.cardinality = Cardinality::Repeated;
+                }
+                shape
+            })),
             Some(j) if j == index => Err(format!(
                 "'{root}' is this step itself: read only `input` and {}",
                 self.readable_kind()
@@ -148,7 +217,7 @@ impl Roots<'_> {
             | RuleOp::Append(Source::Path { root, fields }) => {
                 match self.root_type(root, index)? {
                     Some(root_type) => Some(
-                        source_shape(&root_type, fields)
+                        path_shape(root_type, root, fields)
                             .map_err(|e| format!("source {root}: {e}"))?,
                     ),
                     // The root's type did not resolve; that finding is reported elsewhere.
@@ -160,6 +229,32 @@ impl Roots<'_> {
         match target {
             Some(target) => check_rule(rule, target, source_shape.as_ref()),
             None => Ok(()),
+        }
+    }
+
+    /// The kind of the elements `forEach` names (`root.fields`), seen from map step
+    /// `index`: a repeated field, or a whole map step's list. `None` when a type did
+    /// not resolve (reported elsewhere).
+    fn element_kind(
+        &self,
+        root: &str,
+        fields: &[String],
+        index: usize,
+    ) -> Result<Option<Kind>, String> {
+        let Some(root_shape) = self.root_type(root, index)? else {
+            return Ok(None);
+        };
+        let shape = path_shape(root_shape, root, fields)?;
+        match shape.cardinality {
+            Cardinality::Repeated => Ok(Some(shape.kind)),
+            _ => Err(format!(
+                "'{}' is {}, not a list: name a repeated field",
+                std::iter::once(root)
+                    .chain(fields.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join("."),
+                shape.describe()
+            )),
         }
     }
 
@@ -176,5 +271,20 @@ impl Roots<'_> {
         } else {
             Err(format!("`when` {}", problems.join("; ")))
         }
+    }
+}
+
+/// The shape of `root.fields` when `root` has shape `root_shape`: fields are read
+/// only below a single message.
+fn path_shape(root_shape: Shape, root: &str, fields: &[String]) -> Result<Shape, String> {
+    if fields.is_empty() {
+        return Ok(root_shape);
+    }
+    match (&root_shape.kind, root_shape.cardinality) {
+        (Kind::Message(message), Cardinality::Single) => source_shape(message, fields),
+        _ => Err(format!(
+            "'{root}' is {}: it has no fields to read (copy it whole, or read it in a `when` gate)",
+            root_shape.describe()
+        )),
     }
 }

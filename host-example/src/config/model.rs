@@ -71,6 +71,9 @@ impl HostConfig {
             .outbound
             .compile()
             .map_err(|e| format!("invalid config: {e}"))?;
+        self.workflow
+            .check()
+            .map_err(|e| format!("invalid config: {e}"))?;
         for host in &self.node.allowed_hosts {
             let plain = !host.trim().is_empty()
                 && !host.contains("://")

@@ -44,6 +44,30 @@ struct Part<'w> {
 /// final checkpoint with a COMPLETED settlement is one statement (one row version).
 fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
     let claim = &write.claim;
+    if let Some(items) = &write.items {
+        let positions: Vec<i32> = items.elements.iter().map(|(at, _)| *at).collect();
+        let responses: Vec<Option<&Value>> = items
+            .elements
+            .iter()
+            .map(|(_, outcome)| outcome.as_ref().ok())
+            .collect();
+        let errors: Vec<Option<&str>> = items
+            .elements
+            .iter()
+            .map(|(_, outcome)| outcome.as_ref().err().map(String::as_str))
+            .collect();
+        return vec![Part {
+            statement: sql::INSERT_ITEMS,
+            extra: vec![
+                Box::new(&items.step),
+                Box::new(positions),
+                Box::new(responses),
+                Box::new(errors),
+            ],
+            events: Vec::new(),
+            wake: false,
+        }];
+    }
     let facts = |kind, step, verdict, error, status| EventFacts {
         job_id: claim.job_id,
         workflow_name: &claim.workflow_name,
@@ -233,6 +257,11 @@ fn landing(write: &ClaimWrite, row: Option<&RowState>) -> Landing {
         } else {
             Landing::Lost
         };
+    }
+    if write.items.is_some() {
+        // Still held, the elements are stored: a resend whose every element was
+        // already there inserts nothing, and that is what matched nothing.
+        return if held { Landing::Landed } else { Landing::Lost };
     }
     match &write.checkpoint {
         // Under one claim only that claim appends, each position once.

@@ -27,6 +27,7 @@ mod completions;
 pub mod events;
 mod filed_snapshots;
 mod group_commit;
+mod items;
 mod operator_acts;
 mod outbox;
 mod parked;
@@ -37,11 +38,13 @@ mod snapshots;
 pub mod sql;
 mod submissions;
 pub mod tls;
+mod unstorable;
 mod watching;
 mod writes;
 
 pub use cancels::CancelOutcome;
 pub use claims::{Claim, ClaimedJob, SweepReport};
+pub use items::StoredItem;
 pub use operator_acts::{
     ActedOn, ByJob, JOBS_PER_TRANSACTION, JobSelection, LOCK_WAIT, Recheck, Selected,
 };
@@ -54,8 +57,11 @@ pub use reads::{FleetState, JobFilter, PoolStatus};
 pub use retries::{RerunFrom, Retry, RetryOutcome};
 pub use snapshots::{MovedSnapshots, PrunedSnapshots};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
+pub use unstorable::{nul_path, printable};
 pub use watching::{WATCHED_EVENTS_PER_JOB, WatchedEvent};
-pub use writes::{ClaimWrite, Lease, ParkedTimeout, ParkedWait, Settlement, StepCheckpoint};
+pub use writes::{
+    ClaimWrite, Lease, ParkedTimeout, ParkedWait, Settlement, StepCheckpoint, StepItems,
+};
 
 use std::time::Duration;
 
@@ -180,34 +186,6 @@ fn is_data_class(sqlstate: &str) -> bool {
     ["22", "23", "54"]
         .iter()
         .any(|class| sqlstate.starts_with(class))
-}
-
-/// The path (`root.field[2].name`) of the first string or key in `value` holding a
-/// NUL character, which PostgreSQL stores in neither `jsonb` nor `text`; `None` when
-/// the whole value is storable. Submissions and answers are checked with it before
-/// anything is written, so the caller hears which field to fix.
-pub fn nul_path(value: &Value, root: &str) -> Option<String> {
-    match value {
-        Value::String(text) if text.contains('\0') => Some(root.to_owned()),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, item)| nul_path(item, &format!("{root}[{i}]"))),
-        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
-            let path = format!("{root}.{}", printable(key));
-            if key.contains('\0') {
-                Some(path)
-            } else {
-                nul_path(item, &path)
-            }
-        }),
-        _ => None,
-    }
-}
-
-/// `text` with its NULs written out, so an error about a NUL can itself be stored.
-pub fn printable(text: &str) -> String {
-    text.replace('\0', "\\u0000")
 }
 
 impl StoreError {

@@ -127,6 +127,11 @@ impl Act for RetryAct {
             .iter()
             .map(|row| (row.get("job_id"), row.get("kept")))
             .collect();
+        // The stored elements of the map steps re-run go with their checkpoints: the
+        // next claim calls every element again.
+        if let Some(dropped) = &dropped {
+            tx.execute(sql::DROP_ITEMS, &[&ids, dropped]).await?;
+        }
         let mut events = EventBatch::default();
         for (job_id, was, name) in &retried {
             let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];

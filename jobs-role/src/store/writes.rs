@@ -152,6 +152,19 @@ pub struct ClaimWrite {
     pub(super) claim: Claim,
     pub(super) checkpoint: Option<StepCheckpoint>,
     pub(super) settlement: Option<Settlement>,
+    /// Elements of a map step (a write of its own: never with a checkpoint or a
+    /// settlement).
+    pub(super) items: Option<StepItems>,
+}
+
+/// Elements of one map step whose calls ended, as a claim stores them (migration V23).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepItems {
+    /// The map step.
+    pub step: String,
+    /// Per element: its position in the list, and its response (proto3 JSON) or, for
+    /// an element that failed for good under `onItemFailure: "collect"`, its error.
+    pub elements: Vec<(i32, Result<Value, String>)>,
 }
 
 impl ClaimWrite {
@@ -161,6 +174,19 @@ impl ClaimWrite {
             claim: claim.clone(),
             checkpoint: Some(checkpoint),
             settlement: None,
+            items: None,
+        }
+    }
+
+    /// Stores elements of a map step (no event: the step's checkpoint has one once
+    /// every element is done). An element already stored is kept, so it is safe to
+    /// send twice.
+    pub fn items(claim: &Claim, items: StepItems) -> ClaimWrite {
+        ClaimWrite {
+            claim: claim.clone(),
+            checkpoint: None,
+            settlement: None,
+            items: Some(items),
         }
     }
 
@@ -182,6 +208,7 @@ impl ClaimWrite {
             claim: claim.clone(),
             checkpoint: held,
             settlement: Some(settlement.storable()),
+            items: None,
         })
     }
 
@@ -192,6 +219,7 @@ impl ClaimWrite {
             claim: claim.clone(),
             checkpoint: None,
             settlement: None,
+            items: None,
         }
     }
 

@@ -274,7 +274,9 @@ impl Worker {
                 Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
                 Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
                 Ran::Unavailable(e) => {
-                    let reason = format!("reading the workflow snapshot failed: {e}");
+                    let reason = format!(
+                        "reading the workflow snapshot or the stored map elements failed: {e}"
+                    );
                     self.release(claim, self.config.backoff(claim.attempt), &reason)
                         .await
                 }
@@ -313,6 +315,21 @@ impl Worker {
             .iter()
             .map(|replayed| replayed.checkpoint.name.as_str())
             .collect();
+        // The elements stored of map steps not yet done: the segment calls the others.
+        let unfinished_maps: Vec<String> = compiled
+            .steps
+            .iter()
+            .filter(|step| step.map.is_some() && !done.contains(step.name.as_str()))
+            .map(|step| step.name.clone())
+            .collect();
+        let items = if unfinished_maps.is_empty() {
+            Vec::new()
+        } else {
+            match self.store.job_items(claim.job_id, &unfinished_maps).await {
+                Ok(items) => items,
+                Err(e) => return Ran::Unavailable(e),
+            }
+        };
         let is_done = |name: &str| done.contains(name);
         let next_target = compiled
             .ready_steps(&is_done)
@@ -351,7 +368,7 @@ impl Worker {
         };
         let outcome = self
             .runner
-            .run_segment(&compiled, &input, prior, &mut sink, &metadata)
+            .resume_segment(&compiled, &input, prior, &items, &mut sink, &metadata)
             .await;
         Ran::Segment {
             compiled,

@@ -5,11 +5,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use workflow::{CallGuard, CallMetadata, Checkpoint, CheckpointSink, CompiledStep, SinkError};
+use workflow::{
+    CallGuard, CallMetadata, Checkpoint, CheckpointSink, CompiledStep, ItemOutcome, SinkError,
+};
 
 use super::{LeaseClock, TargetLimits, retry};
 use crate::metrics::JobsMetrics;
-use crate::store::{Claim, ClaimWrite, StepCheckpoint, Store, StoreError, nul_path};
+use crate::store::{
+    Claim, ClaimWrite, StepCheckpoint, StepItems, Store, StoreError, nul_path, printable,
+};
 use crate::worker::Flusher;
 
 /// Persists each checkpoint, fenced, through the flusher before the engine runs the
@@ -54,6 +58,51 @@ impl CheckpointSink for StoreSink<'_> {
                 .map(|permit| Box::new(permit) as CallGuard),
             None => Some(Box::new(())),
         }
+    }
+
+    /// A map step's elements, stored together (fenced, and safe to send twice: an
+    /// element stored is kept) before their slots go to new calls, sent again through
+    /// a database outage as a checkpoint is.
+    async fn record_items(
+        &mut self,
+        step: &CompiledStep,
+        items: &[(usize, ItemOutcome)],
+    ) -> Result<(), SinkError> {
+        let mut elements = Vec::with_capacity(items.len());
+        for (index, outcome) in items {
+            let path = format!("{}[{index}]", step.name);
+            let stored = match outcome {
+                ItemOutcome::Response(json) => {
+                    if let Some(at) = nul_path(json, &path) {
+                        return Err(Box::new(StoreError::unstorable(&at)));
+                    }
+                    Ok(json.clone())
+                }
+                // An error may quote a target's own message: no NUL reaches the row.
+                ItemOutcome::Failed(error) => Err(printable(error)),
+            };
+            // A list holds at most [workflow].max_map_items elements, far below 2^31.
+            elements.push((i32::try_from(*index).unwrap_or(i32::MAX), stored));
+        }
+        self.metrics
+            .map_items(&self.claim.workflow_name, &step.name, items);
+        let (store, flusher, claim, clock) = (self.store, self.flusher, self.claim, self.clock);
+        let write = ClaimWrite::items(
+            claim,
+            StepItems {
+                step: step.name.clone(),
+                elements,
+            },
+        );
+        let alone = AtomicBool::new(false);
+        retry::until_written(
+            "map elements",
+            claim.job_id,
+            || !clock.lapsed(),
+            || commit_through(store, flusher, write.clone(), &alone),
+        )
+        .await
+        .map_err(|e| Box::new(e) as SinkError)
     }
 
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {

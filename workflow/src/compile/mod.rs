@@ -46,11 +46,13 @@
 //! | `pool`     | the descriptor set, and the types and methods it names               |
 //! | `steps`    | steps and output as written, before verification                     |
 //! | `graph`    | `after`: each step's dependencies and ancestors; unknown names, cycles |
+//! | `map`      | map steps: `forEach`, their `maxParallel` and `onItemFailure`         |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
 mod draft;
 pub(crate) mod graph;
 mod limits;
+mod map;
 mod messages;
 mod names;
 mod pool;
@@ -75,7 +77,8 @@ use crate::rules::Rule;
 use crate::ruleset::{self, TypeRoot};
 use crate::scope::INPUT;
 use crate::spec::StepSpec;
-pub use crate::spec::{Completion, OnTimeout};
+pub use crate::spec::{Completion, OnItemFailure, OnTimeout};
+use crate::typecheck::Ty;
 use crate::verify;
 pub use graph::{DEFAULT_MAX_PARALLEL, MAX_PARALLEL_CEILING};
 use graph::{StepGraph, read_max_parallel};
@@ -113,8 +116,10 @@ pub struct CompiledStep {
     /// step that declares none.
     pub request_type: Option<MessageDescriptor>,
     /// The message the step answers with (what its checkpoint holds): the method's
-    /// output or an external step's `outputType`.
+    /// output or an external step's `outputType`. A map step answers a list of them.
     pub response_type: MessageDescriptor,
+    /// `Some` on a map step (`forEach`).
+    pub map: Option<MapStep>,
     /// Mapping rules building the request.
     pub rules: Vec<Rule>,
     /// Optional gate.
@@ -142,10 +147,36 @@ impl CompiledStep {
         self.response_type.clone()
     }
 
+    /// How a gate reads the step's response: its message, or a map step's list of
+    /// them.
+    pub fn scope_type(&self) -> Ty {
+        let single = Ty::of_root(&self.response_type);
+        match self.map {
+            Some(_) => Ty::List(Box::new(single)),
+            None => single,
+        }
+    }
+
     /// True for a `completion: "external"` step.
     pub fn is_external(&self) -> bool {
         self.completion == Completion::External
     }
+}
+
+/// A map step's fan-out: the list it is called for, once per element.
+#[derive(Debug, Clone)]
+pub struct MapStep {
+    /// The list's root: `input` or an ancestor step.
+    pub root: String,
+    /// The fields below the root down to the repeated field (empty: the root is a
+    /// map step's list).
+    pub fields: Vec<String>,
+    /// The kind of the elements (what `item` is in the step's rules).
+    pub element: prost_reflect::Kind,
+    /// At most this many of its calls at once.
+    pub max_parallel: usize,
+    /// What a failed element does.
+    pub on_item_failure: OnItemFailure,
 }
 
 /// How the workflow's output is built.
@@ -277,13 +308,13 @@ impl CompiledWorkflow {
             if let Some(gate) = &step.when {
                 let root_type = |root: &str| {
                     if root == INPUT {
-                        return Some(self.input_type.clone());
+                        return Some(Ty::of_root(&self.input_type));
                     }
                     step.ancestors
                         .iter()
                         .map(|&a| &self.steps[a])
                         .find(|ancestor| ancestor.name == root)
-                        .map(CompiledStep::output_type)
+                        .map(CompiledStep::scope_type)
                 };
                 let problems = gate.check_types(&root_type);
                 if !problems.is_empty() {
@@ -492,7 +523,7 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
 
     // Verification needs the types; it still runs on whatever resolved, so one bad
     // method does not hide the rule problems of the other steps.
-    verify::verify(
+    let elements = verify::verify(
         draft.findings,
         input_type.as_ref(),
         &steps,
@@ -507,8 +538,19 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
 
     let (name, pool, input_type) = (name?, pool?, input_type?);
     let mut compiled_steps = Vec::with_capacity(steps.len());
-    for (index, spec) in steps.into_iter().enumerate() {
+    for ((index, spec), element) in steps.into_iter().enumerate().zip(elements) {
+        let map = match spec.map {
+            Some(map) => Some(MapStep {
+                root: map.root,
+                fields: map.fields,
+                element: element?,
+                max_parallel: map.max_parallel,
+                on_item_failure: map.on_item_failure,
+            }),
+            None => None,
+        };
         compiled_steps.push(CompiledStep {
+            map,
             name: spec.name,
             index,
             after: graph.deps[index].clone(),

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::compile::draft::{Draft, json_kind};
 use crate::compile::graph::read_after;
 use crate::compile::limits::MAX_STEPS;
+use crate::compile::map::read_map;
 use crate::compile::names::valid_step_name;
 use crate::compile::pool::{resolve_message, resolve_method};
 use crate::spec::{Completion, OutputSpec, StepSpec};
@@ -16,6 +17,9 @@ use crate::spec::{Completion, OutputSpec, StepSpec};
 const STEP_KEYS: &[&str] = &[
     "name",
     "after",
+    "forEach",
+    "maxParallel",
+    "onItemFailure",
     "target",
     "method",
     "rules",
@@ -137,9 +141,11 @@ pub(super) fn step_specs(
         let max_response_bytes = draft.max_response_bytes(object, step, &path);
         let (wait_timeout, on_timeout) = draft.parked_wait(object, completion, step, &path);
         let after = read_after(draft, object, step, &path);
+        let map = read_map(draft, object, completion, step, &path);
         specs.push(StepSpec {
             name: label,
             after,
+            map,
             target,
             method,
             request_type,

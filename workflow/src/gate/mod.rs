@@ -70,7 +70,9 @@ use std::time::Duration;
 use cel::common::ast::{EntryExpr, Expr, LiteralValue, MapExpr, StructExpr};
 use cel::objects::Value as CelValue;
 use cel::{Context, IdedExpr, Program};
-use prost_reflect::MessageDescriptor;
+use prost_reflect::Value;
+
+use crate::typecheck::Ty;
 
 use crate::offload::{self, OffloadError};
 use crate::scope::Scope;
@@ -330,14 +332,11 @@ impl Gate {
         self.shape
     }
 
-    /// Checks the expression against the message types of its roots (see
+    /// Checks the expression against the types of its roots (see
     /// [`crate::typecheck`]): fields that do not exist, operands of the wrong type, a
     /// result that cannot be a boolean. `root_type` answers `None` for a root that is
     /// unknown or did not resolve.
-    pub fn check_types(
-        &self,
-        root_type: &dyn Fn(&str) -> Option<MessageDescriptor>,
-    ) -> Vec<String> {
+    pub fn check_types(&self, root_type: &dyn Fn(&str) -> Option<Ty>) -> Vec<String> {
         crate::typecheck::check_gate(self.program.expression(), root_type)
     }
 
@@ -349,10 +348,14 @@ impl Gate {
         let mut budget = Budget::default();
         let mut context = Context::default();
         for name in self.roots.iter() {
-            if let Some(message) = scope.get(name) {
-                let value = budget.message(message, 1)?;
-                context.add_variable_from_value(name.clone(), value);
-            }
+            let converted = match scope.get_value(name) {
+                Some(Value::Message(message)) => budget.message(message, 1)?,
+                // A map step's responses (a list of messages), or a map step's `item`
+                // and `index`.
+                Some(other) => budget.value(other, 0)?,
+                None => continue,
+            };
+            context.add_variable_from_value(name.clone(), converted);
         }
         let cost = self.shape.cost(budget.values);
         if cost > MAX_COST {

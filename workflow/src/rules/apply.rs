@@ -79,8 +79,8 @@ fn convert_map(entries: HashMap<MapKey, Value>, field: &FieldDescriptor) -> Resu
 ///
 /// Only the value read is cloned, never the root message.
 fn read_source(scope: &Scope, root: &str, fields: &[String]) -> Result<Option<Value>, String> {
-    let message = scope
-        .get(root)
+    let value = scope
+        .get_value(root)
         .ok_or_else(|| format!("'{root}' is not in scope yet"))?;
     let Some((last, parents)) = fields.split_last() else {
         // A skipped step's response is absent as a whole (its fields still read as
@@ -88,8 +88,11 @@ fn read_source(scope: &Scope, root: &str, fields: &[String]) -> Result<Option<Va
         if scope.is_skipped(root) {
             return Ok(None);
         }
-        return Ok(Some(Value::Message(message.clone())));
+        return Ok(Some(value.clone()));
     };
+    let message = value
+        .as_message()
+        .ok_or_else(|| format!("'{root}' is not a message: its fields cannot be read"))?;
     let field_of = |message: &DynamicMessage, name: &str| {
         message
             .descriptor()

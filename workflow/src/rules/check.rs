@@ -41,7 +41,8 @@ impl Shape {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `string`, `repeated int64`, `map (...)`: as findings name a type.
+    pub fn describe(&self) -> String {
         let kind = kind_name(&self.kind);
         match self.cardinality {
             Cardinality::Single => kind,

@@ -50,5 +50,5 @@ mod values;
 
 pub use apply::apply_rule;
 pub use check::{Cardinality, Shape, assignable, check_rule, resolve_fields, source_shape};
-pub use syntax::{Literal, Rule, RuleOp, Source, parse_rule};
+pub use syntax::{Literal, Rule, RuleOp, Source, parse_path, parse_rule};
 pub use values::{kind_name, literal_value};

@@ -140,7 +140,8 @@ pub(super) fn parse_source(text: &str) -> Result<Source, String> {
     Ok(Source::Path { root, fields })
 }
 
-fn parse_path(text: &str) -> Result<Vec<String>, String> {
+/// A dotted path (`input.chunks`): its segments, each an identifier.
+pub fn parse_path(text: &str) -> Result<Vec<String>, String> {
     let parts: Vec<String> = text.split('.').map(|p| p.trim().to_owned()).collect();
     for part in &parts {
         let mut chars = part.chars();

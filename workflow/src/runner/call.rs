@@ -20,6 +20,22 @@ use crate::scope::Scope;
 pub trait CallMetadata: Send + Sync {
     /// The headers for a call of `step`.
     fn for_step(&self, step: &CompiledStep) -> Vec<(String, String)>;
+
+    /// The headers for the call of element `index` of map step `step`: the step's,
+    /// its `idempotency-key` (if any) followed by `/<index>`, and
+    /// `x-protomolt-item: <index>`.
+    fn for_item(&self, step: &CompiledStep, index: usize) -> Vec<(String, String)> {
+        let mut headers = self.for_step(step);
+        for (name, value) in &mut headers {
+            if name == "idempotency-key" {
+                value.push_str(&format!("/{index}"));
+            }
+        }
+        if !headers.is_empty() {
+            headers.push(("x-protomolt-item".into(), index.to_string()));
+        }
+        headers
+    }
 }
 
 /// No metadata at all.
@@ -75,10 +91,26 @@ impl Caller<'_> {
         segment_end: Instant,
         metadata: &dyn CallMetadata,
     ) -> Result<Option<DynamicMessage>, StepFailure> {
-        let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
         if !self.gate_opens(workflow, step, scope, segment_end).await? {
             return Ok(None);
         }
+        let headers = metadata.for_step(step);
+        self.call_step(workflow, step, scope, segment_end, headers)
+            .await
+            .map(Some)
+    }
+
+    /// Calls `step` (its gate already decided) with the request its rules build from
+    /// `scope`, sending `headers`: one call of a step, or of one element of a map step.
+    pub(super) async fn call_step(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &Scope,
+        segment_end: Instant,
+        headers: Vec<(String, String)>,
+    ) -> Result<DynamicMessage, StepFailure> {
+        let fail = |kind: FailureKind, message: String| StepFailure::at(&step.name, kind, message);
         let method = step
             .method
             .as_ref()
@@ -110,7 +142,6 @@ impl Caller<'_> {
         let limit = self
             .outbound
             .response_limit(step.max_response_bytes.unwrap_or(self.max_response_bytes));
-        let headers = metadata.for_step(step);
         let call = Call {
             target,
             tls: step.tls,
@@ -205,7 +236,7 @@ impl Caller<'_> {
                 ));
             }
         }
-        Ok(Some(response))
+        Ok(response)
     }
 }
 

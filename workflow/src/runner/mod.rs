@@ -19,12 +19,13 @@
 //! | `call`   | one step call: gate, request, call, response check, and their failures |
 
 mod call;
+mod map;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use prost_reflect::DynamicMessage;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -32,8 +33,10 @@ use tracing::Instrument;
 
 pub use call::{CallMetadata, NoMetadata, code_name};
 use call::{Caller, build_request};
+pub use map::DEFAULT_MAX_MAP_ITEMS;
+use map::Mapping;
 
-use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
+use crate::checkpoint::{Checkpoint, ItemCheckpoint, ItemOutcome, ReplayedCheckpoint};
 use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
 use crate::failure::{FailureKind, StepFailure};
 use crate::grpc::GrpcClient;
@@ -74,6 +77,20 @@ pub trait CheckpointSink: Send {
     fn beside_others(&mut self, step: &CompiledStep) -> Option<CallGuard> {
         let _ = step;
         Some(Box::new(()))
+    }
+
+    /// Persists how elements of map step `step` ended (by position in its list: the
+    /// response, or with `onItemFailure: "collect"` the error), before their slots go
+    /// to new calls: a later segment calls only the elements with none. The elements
+    /// whose calls ended together come in one call. An error stops the segment as a
+    /// failed [`record`](Self::record) does. Nothing is kept by default.
+    fn record_items(
+        &mut self,
+        step: &CompiledStep,
+        items: &[(usize, ItemOutcome)],
+    ) -> impl Future<Output = Result<(), SinkError>> + Send {
+        let _ = (step, items);
+        std::future::ready(Ok(()))
     }
 }
 
@@ -179,6 +196,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 pub struct Runner {
     grpc: GrpcClient,
     max_response_bytes: usize,
+    max_map_items: usize,
     outbound: Arc<OutboundPolicy>,
 }
 
@@ -187,6 +205,7 @@ impl Default for Runner {
         Runner {
             grpc: GrpcClient::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_map_items: DEFAULT_MAX_MAP_ITEMS,
             outbound: Arc::new(OutboundPolicy::unrestricted()),
         }
     }
@@ -237,6 +256,13 @@ impl Runner {
         self.outbound.clone()
     }
 
+    /// Lets a map step fan out over at most `items` elements; a longer list fails the
+    /// step, naming both numbers.
+    pub fn with_max_map_items(mut self, items: usize) -> Self {
+        self.max_map_items = items;
+        self
+    }
+
     /// Accepts step responses up to `bytes` (a step's `maxResponseBytes` overrides
     /// it); larger ones fail the step, naming both settings.
     pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
@@ -279,7 +305,7 @@ impl Runner {
     }
 
     /// Runs one segment: resumes after `prior`, runs every step whose dependencies
-    /// are done (at most the workflow's `maxParallel` calls at once), records each new
+    /// are done (at most the workflow's `maxParallel` steps at once), records each new
     /// checkpoint through `sink` as its step completes and before any step that waits
     /// for it starts, and stops when every step is done or nothing more can run
     /// because external steps wait.
@@ -297,6 +323,23 @@ impl Runner {
         sink: &mut S,
         metadata: &dyn CallMetadata,
     ) -> Result<SegmentOutcome, SegmentError> {
+        self.resume_segment(workflow, input, prior, &[], sink, metadata)
+            .await
+    }
+
+    /// [`Runner::run_segment`] with the elements of unfinished map steps that an
+    /// earlier segment stored (`items`): those elements are not called again. Each
+    /// element called is recorded through [`CheckpointSink::record_items`] as its call
+    /// ends; a map step's own checkpoint (its list) once every element is done.
+    pub async fn resume_segment<S: CheckpointSink>(
+        &self,
+        workflow: &CompiledWorkflow,
+        input: &DynamicMessage,
+        prior: Vec<ReplayedCheckpoint>,
+        items: &[ItemCheckpoint],
+        sink: &mut S,
+        metadata: &dyn CallMetadata,
+    ) -> Result<SegmentOutcome, SegmentError> {
         let segment_end = Instant::now() + self.outbound.segment_limit(workflow.deadline);
         let mut scope = Scope::new(input.clone());
         let mut steps = Vec::with_capacity(workflow.steps.len());
@@ -305,45 +348,121 @@ impl Runner {
             if let Some(step) = workflow.step(&replayed.checkpoint.name) {
                 state[step.index] = StepState::Done;
             }
-            if replayed.checkpoint.skipped {
-                scope.insert_skipped(&replayed.checkpoint.name, replayed.response);
-            } else {
-                scope.insert_step(&replayed.checkpoint.name, replayed.response);
+            let name = &replayed.checkpoint.name;
+            match (replayed.list, replayed.checkpoint.skipped) {
+                (Some(_), true) => scope.insert_skipped_list(name),
+                (Some(list), false) => scope.insert_list(name, list),
+                (None, true) => scope.insert_skipped(name, replayed.response),
+                (None, false) => scope.insert_step(name, replayed.response),
             }
             steps.push(replayed.checkpoint);
         }
-        // One call of a step, with its own copy of the scope (messages are shared, so
-        // the copy costs a reference count per root): the scope grows as siblings end.
-        let call = |index: usize, scope: Scope, guard: Option<CallGuard>| {
+        // One call of a step, or of one element of a map step, with its own copy of
+        // the scope (messages are shared, so the copy costs a reference count per
+        // root): the scope grows as siblings end.
+        let call = |index: usize,
+                    element: Option<(usize, prost_reflect::Value)>,
+                    scope: Scope,
+                    guard: Option<CallGuard>| {
             let step = &workflow.steps[index];
+            let element_index = element.as_ref().map(|(k, _)| *k);
             // A span per step call: the metadata is made inside it, so a caller
             // tracing across processes can send the call's own trace context.
             let span = tracing::info_span!(
                 "step",
                 otel.kind = "client",
                 step = %step.name,
+                item = element_index,
                 target = step.target.as_deref().unwrap_or_default()
             );
             async move {
                 let _guard = guard;
-                let called = self
-                    .caller()
-                    .run_step(workflow, step, &scope, segment_end, metadata)
-                    .instrument(span)
-                    .await;
-                (index, called)
+                let caller = self.caller();
+                let called = match element {
+                    None => {
+                        caller
+                            .run_step(workflow, step, &scope, segment_end, metadata)
+                            .instrument(span)
+                            .await
+                    }
+                    Some((k, value)) => {
+                        let scope = scope.with_item(value, k);
+                        let headers = span.in_scope(|| metadata.for_item(step, k));
+                        caller
+                            .call_step(workflow, step, &scope, segment_end, headers)
+                            .instrument(span)
+                            .await
+                            .map(Some)
+                    }
+                };
+                (index, element_index, called)
             }
         };
         let mut in_flight = FuturesUnordered::new();
+        let mut mappings: Vec<Mapping> = Vec::new();
+        let mut running_steps = 0usize;
         let mut waiting: Vec<WaitingStep> = Vec::new();
         let mut retryable: Option<StepFailure> = None;
         loop {
-            // Start what is ready, in declaration order; nothing new once a branch
-            // failed and the segment only lets the calls in flight finish.
-            while retryable.is_none() && in_flight.len() < workflow.max_parallel.max(1) {
+            // Start what is ready: the next elements of running map steps, then the
+            // steps whose dependencies are done, in declaration order; nothing new
+            // once a branch failed and the segment only lets the calls in flight end.
+            'start: while retryable.is_none() {
+                for mapping in &mut mappings {
+                    while mapping.has_more() {
+                        let guard = match in_flight.is_empty() {
+                            true => None,
+                            false => match sink.beside_others(mapping.step) {
+                                Some(guard) => Some(guard),
+                                None => break 'start,
+                            },
+                        };
+                        sink.before_call(&mapping.step.name).map_err(|source| {
+                            SegmentError::NotCalled {
+                                step: mapping.step.name.clone(),
+                                source,
+                            }
+                        })?;
+                        let Some(element) = mapping.next_element() else {
+                            break;
+                        };
+                        in_flight.push(call(
+                            mapping.step.index,
+                            Some(element),
+                            scope.clone(),
+                            guard,
+                        ));
+                    }
+                }
+                if running_steps >= workflow.max_parallel.max(1) {
+                    break;
+                }
                 let Some(step) = next_ready(workflow, &state) else {
                     break;
                 };
+                if step.map.is_some() {
+                    if !self
+                        .caller()
+                        .gate_opens(workflow, step, &scope, segment_end)
+                        .await?
+                    {
+                        let done = Ended::new(step, None)?;
+                        done.record(sink, &mut scope, &mut steps).await?;
+                        state[step.index] = StepState::Done;
+                        continue;
+                    }
+                    let mapping = Mapping::start(step, &scope, items, self.max_map_items)?;
+                    state[step.index] = StepState::Running;
+                    running_steps += 1;
+                    if mapping.ended() {
+                        running_steps -= 1;
+                        end_map(mapping, sink, &mut scope, &mut steps).await?;
+                        state[step.index] = StepState::Done;
+                    } else {
+                        mappings.push(mapping);
+                    }
+                    continue;
+                }
                 if !step.is_external() {
                     let guard = if in_flight.is_empty() {
                         None
@@ -359,7 +478,8 @@ impl Runner {
                             source,
                         })?;
                     state[step.index] = StepState::Running;
-                    in_flight.push(call(step.index, scope.clone(), guard));
+                    running_steps += 1;
+                    in_flight.push(call(step.index, None, scope.clone(), guard));
                     continue;
                 }
                 // An external step waits only when its gate (if any) is open; a closed
@@ -390,21 +510,81 @@ impl Runner {
                     state[step.index] = StepState::Done;
                 }
             }
-            let Some((index, called)) = in_flight.next().await else {
+            let Some(first) = in_flight.next().await else {
                 break;
             };
-            let step = &workflow.steps[index];
-            match called {
-                Ok(response) => {
-                    let done = Ended::new(step, response)?;
-                    done.record(sink, &mut scope, &mut steps).await?;
-                    state[index] = StepState::Done;
+            // Every call that has ended by now, so a map step's elements are recorded
+            // together: one write for many elements, and no element's slot is given
+            // to a new call before its record lands.
+            let mut ended = vec![first];
+            while let Some(Some(more)) = in_flight.next().now_or_never() {
+                ended.push(more);
+            }
+            let mut elements: Vec<(usize, usize, ItemOutcome)> = Vec::new();
+            for (index, element, called) in ended {
+                let step = &workflow.steps[index];
+                let Some(k) = element else {
+                    running_steps -= 1;
+                    match called {
+                        Ok(response) => {
+                            let done = Ended::new(step, response)?;
+                            done.record(sink, &mut scope, &mut steps).await?;
+                            state[index] = StepState::Done;
+                        }
+                        Err(failure) if failure.is_retryable() => {
+                            state[index] = StepState::Pending;
+                            retryable.get_or_insert(failure);
+                        }
+                        Err(failure) => return Err(failure.into()),
+                    }
+                    continue;
+                };
+                let Some(mapping) = mappings.iter_mut().find(|m| m.step.index == index) else {
+                    continue;
+                };
+                let stored = match called {
+                    Ok(Some(response)) => Some(mapping.answered(k, response)?),
+                    // An element's call never skips (its gate was the step's); were
+                    // it to, the element is simply called again.
+                    Ok(None) => {
+                        mapping.interrupted(k);
+                        None
+                    }
+                    Err(failure) if failure.is_retryable() => {
+                        mapping.interrupted(k);
+                        retryable.get_or_insert(failure);
+                        None
+                    }
+                    Err(failure) => mapping.failed(k, failure),
+                };
+                if let Some(outcome) = stored {
+                    elements.push((index, k, outcome));
                 }
-                Err(failure) if failure.is_retryable() => {
-                    state[index] = StepState::Pending;
-                    retryable.get_or_insert(failure);
+            }
+            let mut at = 0;
+            while at < mappings.len() {
+                let step = mappings[at].step;
+                let recorded: Vec<(usize, ItemOutcome)> = elements
+                    .iter()
+                    .filter(|(index, ..)| *index == step.index)
+                    .map(|(_, k, outcome)| (*k, outcome.clone()))
+                    .collect();
+                if !recorded.is_empty() {
+                    sink.record_items(step, &recorded).await.map_err(|source| {
+                        SegmentError::Checkpoint {
+                            step: step.name.clone(),
+                            source,
+                        }
+                    })?;
                 }
-                Err(failure) => return Err(failure.into()),
+                if mappings[at].ended() {
+                    let mapping = mappings.swap_remove(at);
+                    running_steps -= 1;
+                    end_map(mapping, sink, &mut scope, &mut steps).await?;
+                    state[step.index] = StepState::Done;
+                } else {
+                    at += 1;
+                }
             }
         }
         if let Some(failure) = retryable {
@@ -431,6 +611,27 @@ impl Runner {
             steps,
         })
     }
+}
+
+/// Ends a map step whose calls are all done: records its checkpoint (its list) and
+/// puts the list in scope, or answers its failure.
+async fn end_map<S: CheckpointSink>(
+    mapping: Mapping<'_>,
+    sink: &mut S,
+    scope: &mut Scope,
+    steps: &mut Vec<Checkpoint>,
+) -> Result<(), SegmentError> {
+    let name = mapping.step.name.clone();
+    let (checkpoint, list) = mapping.end()?;
+    sink.record(&checkpoint)
+        .await
+        .map_err(|source| SegmentError::Checkpoint {
+            step: name.clone(),
+            source,
+        })?;
+    scope.insert_list(&name, list);
+    steps.push(checkpoint);
+    Ok(())
 }
 
 /// Where a step of a running segment stands.
@@ -511,7 +712,9 @@ impl<'w> Ended<'w> {
                 step: self.step.name.clone(),
                 source,
             })?;
-        if self.checkpoint.skipped {
+        if self.checkpoint.skipped && self.step.map.is_some() {
+            scope.insert_skipped_list(&self.step.name);
+        } else if self.checkpoint.skipped {
             scope.insert_skipped(&self.step.name, self.response);
         } else {
             scope.insert_step(&self.step.name, self.response);

@@ -131,6 +131,31 @@ pub fn diamond_workflow(target: &str) -> Value {
     )
 }
 
+/// A map step: `a` tokenizes the input (one id per character); `each` embeds every
+/// id on its own (`forEach: a.ids`, at most `max_parallel` at once). Output
+/// `jobs.test.Vectors { vectors, source_text }`: `each`'s responses in order.
+pub fn map_workflow(target: &str, max_parallel: u64) -> Value {
+    let mut each = step("each", target, "jobs.test.Embedder/Embed", &["ids += item"]);
+    each["forEach"] = json!("a.ids");
+    each["maxParallel"] = json!(max_parallel);
+    workflow(
+        "map-ids",
+        vec![
+            step(
+                "a",
+                target,
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            each,
+        ],
+        Some(json!({
+            "type": "jobs.test.Vectors",
+            "rules": ["vectors = each", "source_text = input.text"],
+        })),
+    )
+}
+
 /// The input text that makes [`unencodable_response_workflow`]'s step answer a
 /// response with no proto3 JSON form: its code points, which the fixture tokenizer
 /// returns as packed ids (one byte each), are the encoding of a

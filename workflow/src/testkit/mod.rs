@@ -20,8 +20,8 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 
 pub use envelopes::{
-    UNENCODABLE_TEXT, diamond_workflow, review_step, step, three_step_workflow, two_step_workflow,
-    unencodable_response_workflow, workflow,
+    UNENCODABLE_TEXT, diamond_workflow, map_workflow, review_step, step, three_step_workflow,
+    two_step_workflow, unencodable_response_workflow, workflow,
 };
 pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};
 

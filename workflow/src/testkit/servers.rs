@@ -25,6 +25,12 @@ pub struct FixtureOptions {
     /// A counter the test bumps (for example once per recorded checkpoint); Embed
     /// records its value at the moment it is called.
     pub probe: Option<Arc<AtomicUsize>>,
+    /// Embed answers the ids it was sent as its values (so each element of a map
+    /// step answers something of its own) instead of `[len / 10, 1.0]`.
+    pub embed_echo_ids: bool,
+    /// Embed answers INVALID_ARGUMENT (a failure no retry fixes) when the ids hold
+    /// this one.
+    pub embed_rejects_id: Option<i64>,
 }
 
 /// One call as the server saw it.
@@ -162,6 +168,18 @@ impl Embedder for Fixtures {
         let tokens = request.into_inner();
         if tokens.fail || down {
             return Err(Status::unavailable("model loading"));
+        }
+        if let Some(rejected) = self.options.embed_rejects_id
+            && tokens.ids.contains(&rejected)
+        {
+            return Err(Status::invalid_argument(format!(
+                "id {rejected} is refused"
+            )));
+        }
+        if self.options.embed_echo_ids {
+            return Ok(Response::new(Vector {
+                values: tokens.ids.iter().map(|id| *id as f64).collect(),
+            }));
         }
         Ok(Response::new(Vector {
             values: vec![tokens.ids.len() as f64 / 10.0, 1.0],

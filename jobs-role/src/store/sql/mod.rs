@@ -15,10 +15,12 @@
 //! snapshots in [`snapshots`]; all are re-exported here, so every statement is
 //! `sql::NAME`.
 
+pub mod items;
 pub mod lanes;
 pub mod retention;
 pub mod snapshots;
 
+pub use items::*;
 pub use lanes::*;
 pub use retention::*;
 pub use snapshots::*;

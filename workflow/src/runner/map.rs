@@ -1,0 +1,249 @@
+//! A map step while its segment runs: its elements, which of them are done (this
+//! segment or an earlier one), how many of its calls are in flight, and what the step
+//! ends as.
+
+use prost_reflect::{DynamicMessage, Value};
+
+use crate::checkpoint::{Checkpoint, ItemCheckpoint, ItemOutcome, map_checkpoint};
+use crate::compile::{CompiledStep, OnItemFailure, decode_json, encode_json};
+use crate::failure::{FailureKind, StepFailure};
+use crate::scope::Scope;
+
+/// The most elements a map step may fan out over unless the runner is told
+/// otherwise (`[workflow].max_map_items`).
+pub const DEFAULT_MAX_MAP_ITEMS: usize = 10_000;
+
+/// One element's state.
+enum Element {
+    /// Not called yet (or its call failed in a way a retry may fix).
+    Waiting,
+    /// Its call is in flight.
+    Calling,
+    /// Answered: its response, and the response as proto3 JSON.
+    Answered(DynamicMessage, serde_json::Value),
+    /// Failed for good; kept with `onItemFailure: "collect"`.
+    Failed(String),
+}
+
+/// A map step with calls still to make or in flight.
+pub(super) struct Mapping<'w> {
+    pub(super) step: &'w CompiledStep,
+    values: Vec<Value>,
+    elements: Vec<Element>,
+    /// Elements before this one were all started (or done) once.
+    cursor: usize,
+    in_flight: usize,
+    /// With `onItemFailure: "fail"`: the failure of the lowest element that failed,
+    /// and how many failed.
+    failure: Option<(usize, StepFailure)>,
+    failures: usize,
+}
+
+impl<'w> Mapping<'w> {
+    /// The map step `step` starting: its list read from `scope`, at most `max_items`
+    /// elements, those `prior` holds (stored by an earlier segment) done already.
+    pub(super) fn start(
+        step: &'w CompiledStep,
+        scope: &Scope,
+        prior: &[ItemCheckpoint],
+        max_items: usize,
+    ) -> Result<Self, StepFailure> {
+        let fail = |kind, message: String| StepFailure::at(&step.name, kind, message);
+        let Some(map) = &step.map else {
+            return Err(fail(FailureKind::Workflow, "not a map step".into()));
+        };
+        let listed = format!("{}.{}", map.root, map.fields.join("."));
+        let listed = listed.trim_end_matches('.');
+        let values = match scope.read(&map.root, &map.fields) {
+            Ok(Value::List(values)) => values,
+            Ok(_) => {
+                return Err(fail(
+                    FailureKind::Mapping,
+                    format!("'forEach' read {listed}, which is not a list"),
+                ));
+            }
+            Err(e) => {
+                return Err(fail(
+                    FailureKind::Mapping,
+                    format!("'forEach' could not read {listed}: {e}"),
+                ));
+            }
+        };
+        if values.len() > max_items {
+            return Err(fail(
+                FailureKind::Workflow,
+                format!(
+                    "'forEach' gave {} elements ({listed}), more than the limit of {max_items} ([workflow].max_map_items): split the list, or raise the limit",
+                    values.len()
+                ),
+            ));
+        }
+        let mut elements: Vec<Element> = values.iter().map(|_| Element::Waiting).collect();
+        for stored in prior.iter().filter(|item| item.step == step.name) {
+            let Some(slot) = elements.get_mut(stored.index) else {
+                return Err(fail(
+                    FailureKind::Workflow,
+                    format!(
+                        "element {} is stored but the list has {} elements (the stored job no longer matches its input)",
+                        stored.index,
+                        values.len()
+                    ),
+                ));
+            };
+            *slot = match &stored.outcome {
+                ItemOutcome::Response(json) => Element::Answered(
+                    decode_json(&step.output_type(), json).map_err(|e| {
+                        fail(
+                            FailureKind::Workflow,
+                            format!(
+                                "the stored response of element {} does not decode: {e} (the stored job no longer matches its workflow)",
+                                stored.index
+                            ),
+                        )
+                    })?,
+                    json.clone(),
+                ),
+                ItemOutcome::Failed(error) => Element::Failed(error.clone()),
+            };
+        }
+        Ok(Mapping {
+            step,
+            values,
+            elements,
+            cursor: 0,
+            in_flight: 0,
+            failure: None,
+            failures: 0,
+        })
+    }
+
+    /// The next element to call, when one may start now: not done, under the step's
+    /// `maxParallel`, and no element failed for good in `fail` mode.
+    pub(super) fn next_element(&mut self) -> Option<(usize, Value)> {
+        let limit = self.step.map.as_ref().map_or(1, |m| m.max_parallel.max(1));
+        if self.failure.is_some() || self.in_flight >= limit {
+            return None;
+        }
+        while self.cursor < self.elements.len() {
+            let index = self.cursor;
+            self.cursor += 1;
+            if matches!(self.elements[index], Element::Waiting) {
+                self.elements[index] = Element::Calling;
+                self.in_flight += 1;
+                return Some((index, self.values[index].clone()));
+            }
+        }
+        None
+    }
+
+    /// True when the next call would be one of several of this segment in flight.
+    pub(super) fn has_more(&self) -> bool {
+        let limit = self.step.map.as_ref().map_or(1, |m| m.max_parallel.max(1));
+        self.failure.is_none()
+            && self.in_flight < limit
+            && self.elements[self.cursor..]
+                .iter()
+                .any(|e| matches!(e, Element::Waiting))
+    }
+
+    /// Element `index` answered `response`: its outcome to store.
+    pub(super) fn answered(
+        &mut self,
+        index: usize,
+        response: DynamicMessage,
+    ) -> Result<ItemOutcome, StepFailure> {
+        self.in_flight -= 1;
+        let json = encode_json(&response).map_err(|e| {
+            StepFailure::at(
+                &self.step.name,
+                FailureKind::Workflow,
+                format!("the response of element {index} cannot be stored: {e}"),
+            )
+        })?;
+        self.elements[index] = Element::Answered(response, json.clone());
+        Ok(ItemOutcome::Response(json))
+    }
+
+    /// Element `index` failed in a way a retry may fix: it stays to be called.
+    pub(super) fn interrupted(&mut self, index: usize) {
+        self.in_flight -= 1;
+        self.elements[index] = Element::Waiting;
+    }
+
+    /// Element `index` failed for good: with `collect`, the outcome to store; with
+    /// `fail`, nothing (the step fails once its calls in flight end).
+    pub(super) fn failed(&mut self, index: usize, failure: StepFailure) -> Option<ItemOutcome> {
+        self.in_flight -= 1;
+        let collect = self
+            .step
+            .map
+            .as_ref()
+            .is_some_and(|m| m.on_item_failure == OnItemFailure::Collect);
+        if collect {
+            let error = failure.to_string();
+            self.elements[index] = Element::Failed(error.clone());
+            return Some(ItemOutcome::Failed(error));
+        }
+        self.elements[index] = Element::Waiting;
+        self.failures += 1;
+        if self
+            .failure
+            .as_ref()
+            .is_none_or(|(first, _)| index < *first)
+        {
+            self.failure = Some((index, failure));
+        }
+        None
+    }
+
+    /// True when the step can end: nothing in flight, and every element done, or an
+    /// element failed for good in `fail` mode.
+    pub(super) fn ended(&self) -> bool {
+        self.in_flight == 0
+            && (self.failure.is_some()
+                || self
+                    .elements
+                    .iter()
+                    .all(|e| matches!(e, Element::Answered(..) | Element::Failed(_))))
+    }
+
+    /// How the step ended: its checkpoint and its list of responses (element order,
+    /// failed elements left out), or the failure of its lowest failed element with
+    /// the count of failed elements.
+    pub(super) fn end(self) -> Result<(Checkpoint, Vec<DynamicMessage>), StepFailure> {
+        if let Some((index, first)) = self.failure {
+            let message = format!(
+                "element {index} of {} failed ({} failed in all): {}",
+                self.elements.len(),
+                self.failures,
+                first.message
+            );
+            return Err(StepFailure { message, ..first });
+        }
+        let mut items = Vec::with_capacity(self.elements.len());
+        let mut list = Vec::with_capacity(self.elements.len());
+        let mut failed = Vec::new();
+        for (index, element) in self.elements.into_iter().enumerate() {
+            match element {
+                Element::Answered(response, json) => {
+                    items.push(json);
+                    list.push(response);
+                }
+                Element::Failed(error) => failed.push((index, error)),
+                Element::Waiting | Element::Calling => {
+                    return Err(StepFailure::at(
+                        &self.step.name,
+                        FailureKind::Workflow,
+                        format!("element {index} ended without an answer"),
+                    ));
+                }
+            }
+        }
+        let checkpoint = Checkpoint {
+            name: self.step.name.clone(),
+            skipped: false,
+            response: Some(map_checkpoint(items, &failed)),
+        };
+        Ok((checkpoint, list))
+    }
+}
