@@ -35,6 +35,7 @@ fn base(verb: &str) -> Value {
         "reject-step" => json!({ "jobId": JOB_ID, "stepName": "review", "reason": "no" }),
         "cancel-jobs" | "retry-jobs" => json!({ "jobIds": [JOB_ID] }),
         "get-form" => json!({ "jobId": JOB_ID, "stepName": "review" }),
+        "get-job-items" => json!({ "jobId": JOB_ID, "stepName": "each" }),
         "get-workflow" => json!({ "name": "no-such-workflow" }),
         "run-workflow" => json!({ "workflowName": "no-such-workflow", "input": {} }),
         "put-workflow" => json!({ "workflow": {} }),

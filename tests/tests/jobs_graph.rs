@@ -67,6 +67,20 @@ async fn a_diamond_whose_two_branches_take_a_second_each_completes_in_under_two(
         job["result"],
         json!({ "sourceText": "hi", "vector": [0.2, 1.0, 0.2, 1.0] })
     );
+    // get-job draws the graph: each step with what it waits for, its state, and when
+    // its call started and how long it took.
+    let seen = node.ok("get-job", json!({ "jobId": job_id })).await;
+    let steps = seen["job"]["steps"].as_array().expect("steps").clone();
+    let by_name = |name: &str| steps.iter().find(|s| s["name"] == name).unwrap().clone();
+    assert_eq!(by_name("d")["after"], json!(["b", "c"]));
+    assert_eq!(by_name("b")["after"], json!(["a"]));
+    for step in &steps {
+        assert_eq!(step["state"], "done", "{step}");
+        assert!(step["startedAt"].is_string(), "{step}");
+    }
+    let (b, c) = (by_name("b"), by_name("c"));
+    assert!(b["tookMs"].as_u64().unwrap() >= 1000, "{b}");
+    assert!(c["tookMs"].as_u64().unwrap() >= 1000, "{c}");
     node.stop().await;
 }
 
@@ -136,6 +150,27 @@ async fn two_external_steps_in_parallel_branches_are_answered_one_at_a_time() {
         .submit(&two_reviews(&server.target()), json!({ "text": "hi" }))
         .await;
     let job = node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    let seen = node.ok("get-job", json!({ "jobId": job_id })).await;
+    let states: Vec<(String, String)> = seen["job"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().into(),
+                s["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("a".to_owned(), "done".to_owned()),
+            ("review".into(), "waiting".into()),
+            ("second".into(), "waiting".into()),
+            ("after_both".into(), "pending".into()),
+        ]
+    );
     // The step whose wait ends first comes first (`review` waits for ever).
     assert_eq!(job["outstanding_steps"], json!(["second", "review"]));
     assert_eq!(job["outstanding_step"], "second");
@@ -232,4 +267,92 @@ async fn a_job_parked_before_v22_is_answered_and_completes_after_it() {
     );
     assert_eq!(server.stats.embed_calls(), 1);
     node.stop().await;
+}
+
+#[tokio::test]
+async fn a_wait_keeps_its_deadline_while_an_answer_lets_another_branch_run() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let target = server.target();
+    // a; r1 and r2 (external, an hour each) after a; x after r1; last after x and r2.
+    let external = |name: &str| {
+        let mut step = review_step(&target);
+        step["name"] = json!(name);
+        step["after"] = json!(["a"]);
+        step["waitTimeoutMs"] = json!(3_600_000);
+        step
+    };
+    let mut x = step(
+        "x",
+        &target,
+        "jobs.test.Tokenizer/Tokenize",
+        &["text = r1.notes"],
+    );
+    x["after"] = json!(["r1"]);
+    let mut last = step(
+        "last",
+        &target,
+        "jobs.test.Tokenizer/Tokenize",
+        &["text = r2.notes"],
+    );
+    last["after"] = json!(["x", "r2"]);
+    let a = step(
+        "a",
+        &target,
+        "jobs.test.Tokenizer/Tokenize",
+        &["text = input.text"],
+    );
+    let envelope = workflow(
+        "branch-while-waiting",
+        vec![a, external("r1"), external("r2"), x, last],
+        None,
+    );
+    let node = JobsNode::start(test_config(&db.url, "deadlines", 1)).await;
+    let job_id = node.submit(&envelope, json!({ "text": "hi" })).await;
+    let parked = node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    assert_eq!(parked["outstanding_steps"], json!(["r1", "r2"]));
+    let r2_until = parked["waits"][1]["untilMs"].clone();
+    assert!(r2_until.is_u64(), "{parked}");
+
+    // Answering r1 lets x run: the job resumes, runs x, and parks again on r2 alone,
+    // whose wait still ends when it did.
+    let answer = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "r1", "response": { "notes": "one" } }),
+        )
+        .await;
+    assert_eq!(answer["status"], "QUEUED", "{answer}");
+    eventually_parked_on_r2(&node, &job_id).await;
+    let again = node.job(&job_id).await;
+    assert_eq!(again["outstanding_steps"], json!(["r2"]));
+    assert_eq!(again["waits"][0]["untilMs"], r2_until, "{again}");
+    assert_eq!(
+        again["wait_until"], parked["wait_until"],
+        "r1 and r2 parked together with the same wait: r2's ends when r1's would have"
+    );
+    let done = node
+        .ok(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "r2", "response": { "notes": "two" } }),
+        )
+        .await;
+    assert_eq!(done["status"], "QUEUED", "{done}");
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    node.stop().await;
+}
+
+async fn eventually_parked_on_r2(node: &JobsNode, job_id: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let job = node.job(job_id).await;
+        if job["status"] == "WAITING" && job["outstanding_steps"] == json!(["r2"]) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never parked on r2: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -156,6 +156,11 @@ async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
         )
         .await;
     let job = node.wait_for_status(&failing, "FAILED", WAIT).await;
+    let seen = node.ok("get-job", json!({ "jobId": failing })).await;
+    let each = &seen["job"]["steps"][1];
+    assert_eq!(each["state"], "failed", "{each}");
+    assert_eq!(each["map"]["total"], 12, "{each}");
+    assert_eq!(each["map"]["inFlight"], 0, "{each}");
     let error = job["error"].as_str().unwrap();
     assert!(
         error.starts_with(
@@ -185,6 +190,80 @@ async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
         .get(0);
     assert_eq!(failed, 1, "the collected failure is stored");
 
+    // get-job counts the map step's elements; get-job-items pages through them.
+    let seen = node.ok("get-job", json!({ "jobId": collected })).await;
+    let each = &seen["job"]["steps"][1];
+    assert_eq!(each["state"], "done");
+    assert_eq!(
+        each["map"],
+        json!({ "done": 11, "failed": 1, "inFlight": 0, "total": 12 })
+    );
+    let page = node
+        .ok(
+            "get-job-items",
+            json!({ "jobId": collected, "stepName": "each", "limit": 5 }),
+        )
+        .await;
+    assert_eq!(page["done"], 11, "{page}");
+    assert_eq!(page["failed"], 1);
+    assert_eq!(page["nextOffset"], 5);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 5);
+    assert_eq!(
+        items[0],
+        json!({ "index": 0, "response": { "values": [id(0)] } })
+    );
+    assert!(items[4]["response"].is_object());
+    let page = node
+        .ok(
+            "get-job-items",
+            json!({ "jobId": collected, "stepName": "each", "offset": 5, "limit": 5 }),
+        )
+        .await;
+    assert_eq!(page["items"][0]["index"], 5);
+    assert!(
+        page["items"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("INVALID_ARGUMENT"),
+        "{page}"
+    );
+    let last = node
+        .ok(
+            "get-job-items",
+            json!({ "jobId": collected, "stepName": "each", "offset": 10 }),
+        )
+        .await;
+    assert_eq!(last["items"].as_array().unwrap().len(), 2);
+    assert_eq!(last["nextOffset"], -1);
+    // A step that is not a map step, or not the workflow's, is a clear 400.
+    let (status, answer) = node
+        .call(
+            "get-job-items",
+            json!({ "jobId": collected, "stepName": "a" }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("not a map step"), "{answer}");
+    let (status, answer) = node
+        .call(
+            "get-job-items",
+            json!({ "jobId": collected, "stepName": "nope" }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.to_string().contains("has no step 'nope'"),
+        "{answer}"
+    );
+    let (status, answer) = node
+        .call(
+            "get-job-items",
+            json!({ "jobId": collected, "stepName": "each", "limit": 501 }),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+
     // An operator's retry of the failed job from the map step calls every element
     // again (its stored elements dropped), and the target now refuses nothing new.
     let answer = node
@@ -192,6 +271,57 @@ async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
         .await;
     assert_eq!(answer["checkpointsKept"], 1, "{answer}");
     node.wait_for_status(&failing, "FAILED", WAIT).await;
+    // The step had stored elements but no checkpoint: its re-run still counts, so
+    // its elements are called under new idempotency keys.
+    let rerun_keys = server
+        .stats
+        .calls()
+        .into_iter()
+        .filter(|call| call.method == "Embed")
+        .filter_map(|call| {
+            call.metadata
+                .into_iter()
+                .find(|(key, _)| key == "idempotency-key")
+                .map(|(_, value)| value)
+        })
+        .filter(|key| key.starts_with(&format!("{failing}/each/rerun-1/")))
+        .count();
+    assert!(rerun_keys > 0, "the re-run's elements carry rerun-1 keys");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_map_longer_than_one_segment_advances_without_spending_attempts() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        embed_delay: Some(Duration::from_millis(10)),
+        embed_echo_ids: true,
+        ..Default::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "long-map", 1)).await;
+    // 200 elements, 2 at a time, 10 ms each: a second of calls, in segments of
+    // 300 ms, on a budget of one attempt.
+    let mut workflow = map_workflow(&server.target(), 2);
+    workflow["deadlineMs"] = json!(300);
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": workflow, "input": { "text": text(200) }, "maxAttempts": 1 }),
+        )
+        .await;
+    let job_id = answer["jobId"].as_str().unwrap().to_owned();
+    let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert!(
+        job["claims"].as_i64().unwrap() >= 3,
+        "several segments: {job}"
+    );
+    assert_eq!(job["result"]["vectors"].as_array().unwrap().len(), 200);
+    let calls = server.stats.embed_calls();
+    assert!(
+        calls <= 200 + 2 * job["claims"].as_u64().unwrap() as usize,
+        "{calls} calls: each segment's deadline cut at most maxParallel short"
+    );
     node.stop().await;
 }
 

@@ -8,6 +8,7 @@
 //!   be read even with the Kafka lanes off: `eventId`, `type`, `status` (of the outbox
 //!   row: PENDING until the relay publishes it), `step`, `attempt`, `occurredAt`, and
 //!   `error`, `verdict` and `detail` when the event has them.
+//! - `steps` are the workflow's steps with their states (see [`super::job_steps`]).
 //!
 //! With `waitMs` (up to 60,000) the answer waits until the job is finished or WAITING
 //! on a step, or the time is up, whichever comes first; it is woken by the job's own
@@ -24,7 +25,7 @@ use registry_stub::{ActionError, ActionRequest, Code};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{JobsState, camel_case_keys, store_error};
+use super::{JobsState, camel_case_keys, job_steps, store_error};
 use crate::status::JobStatus;
 
 /// Handles one call.
@@ -49,7 +50,13 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     let Some(row) = row else {
         return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
     };
+    let steps = job_steps::step_views(&state, job_id, &row)
+        .await
+        .map_err(store_error)?;
     let mut job = camel_case_keys(row);
+    if let Some(steps) = steps {
+        job["steps"] = steps;
+    }
     // The job's outbox rows, so its events can be read even with the Kafka lanes off.
     let events: Vec<Value> = state
         .store

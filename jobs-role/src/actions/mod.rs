@@ -5,6 +5,7 @@
 //! | `submit-workflow` | `workflow:run`  | [`submit`]        |
 //! | `submit-workflows`| `workflow:run`  | [`submit_many`]   |
 //! | `get-job`         | `jobs:read`     | [`get_job`]       |
+//! | `get-job-items`   | `jobs:read`     | [`get_job_items`] |
 //! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
 //! | `complete-step`   | `jobs:complete` | [`complete_step`] |
 //! | `reject-step`     | `jobs:complete` | [`reject_step`]   |
@@ -25,6 +26,8 @@ pub mod complete_step;
 pub mod get_fleet;
 pub mod get_form;
 pub mod get_job;
+pub mod get_job_items;
+mod job_steps;
 pub mod list_jobs;
 pub mod list_rejects;
 pub mod many_jobs;
@@ -166,6 +169,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:read",
             "GetForm",
             get_form::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "get-job-items",
+            "One page of a map step's stored elements (jobId, stepName, offset, limit up to 500), by position: each element's response, or its error when collected.",
+            "jobs:read",
+            "GetJobItems",
+            get_job_items::handle,
         )?,
         verb(
             &pool,

@@ -153,9 +153,6 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
                 request: request.clone(),
                 timeout: *timeout,
             };
-            let steps: Vec<String> = std::iter::once(step.clone())
-                .chain(others.iter().map(|other| other.step.clone()))
-                .collect();
             let waits = Value::Array(
                 std::iter::once(&first)
                     .chain(others)
@@ -164,14 +161,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             );
             Part {
                 statement: sql::SETTLE_WAITING,
-                extra: vec![
-                    Box::new(step),
-                    Box::new(timeout.map(|t| millis(t.after))),
-                    Box::new(timeout.map(|t| t.on_timeout.as_str())),
-                    Box::new(request),
-                    Box::new(steps),
-                    Box::new(waits),
-                ],
+                extra: vec![Box::new(waits)],
                 events: vec![EventFacts {
                     data: request.as_ref().map(|request| ("pendingRequest", request)),
                     ..facts(Type::Waiting, Some(step), None, None, to)
@@ -259,9 +249,13 @@ fn landing(write: &ClaimWrite, row: Option<&RowState>) -> Landing {
         };
     }
     if write.items.is_some() {
-        // Still held, the elements are stored: a resend whose every element was
-        // already there inserts nothing, and that is what matched nothing.
-        return if held { Landing::Landed } else { Landing::Lost };
+        // The row cannot say whether elements are stored: still held, they may be
+        // sent again (an element already stored is kept as it is).
+        return if held {
+            Landing::NotLanded
+        } else {
+            Landing::Lost
+        };
     }
     match &write.checkpoint {
         // Under one claim only that claim appends, each position once.
@@ -416,7 +410,10 @@ impl Store {
         match self.read_back(&batch).await {
             Ok(landings) => {
                 for (&i, landing) in refused.iter().zip(landings) {
-                    if landing == Landing::Landed {
+                    // Elements sent to a row still held that inserted nothing were
+                    // every one of them stored already.
+                    let stored = landing == Landing::NotLanded && writes[i].items.is_some();
+                    if landing == Landing::Landed || stored {
                         tracing::debug!(job_id = %writes[i].claim.job_id, "a write sent again was already applied");
                         answers[i] = Ok(());
                     }

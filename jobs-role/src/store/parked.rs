@@ -125,8 +125,11 @@ impl Store {
                 JobStatus::Waiting
             }
             ParkedAnswer::Accept { checkpoint } => {
-                tx.execute(sql::ACCEPT_PARKED_STEP, &[&job_id, checkpoint])
-                    .await?;
+                tx.execute(
+                    sql::ACCEPT_PARKED_STEP,
+                    &[&job_id, checkpoint, &remaining_waits],
+                )
+                .await?;
                 let event = EventFacts {
                     job_id,
                     workflow_name: &workflow_name,

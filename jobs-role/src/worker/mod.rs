@@ -270,7 +270,11 @@ impl Worker {
                     compiled,
                     outcome,
                     held,
-                } => self.settle(flusher, &job, &compiled, outcome, held).await,
+                    progressed,
+                } => {
+                    self.settle(flusher, &job, &compiled, outcome, held, progressed)
+                        .await
+                }
                 Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
                 Ran::Unavailable(lost) if lost.is_lost_claim() => Err(lost),
                 Ran::Unavailable(e) => {
@@ -331,10 +335,10 @@ impl Worker {
             }
         };
         let is_done = |name: &str| done.contains(name);
+        // The first ready step the segment will call (an external one is not called).
         let next_target = compiled
             .ready_steps(&is_done)
-            .next()
-            .filter(|step| !step.is_external())
+            .find(|step| !step.is_external())
             .and_then(|step| step.target.clone());
         let _permit = match &next_target {
             Some(target) => self.limits.acquire(target).await,
@@ -351,6 +355,8 @@ impl Worker {
             next_step: prior.len(),
             last_step: compiled.steps.len().saturating_sub(1),
             limits: &self.limits,
+            started: std::collections::HashMap::new(),
+            stored_items: 0,
             held: None,
         };
         let metadata = JobMetadata {
@@ -373,6 +379,7 @@ impl Worker {
         Ran::Segment {
             compiled,
             outcome,
+            progressed: sink.stored_items > 0,
             held: sink.held,
         }
     }
@@ -507,6 +514,8 @@ enum Ran {
         outcome: Result<SegmentOutcome, SegmentError>,
         /// The final step's checkpoint, held back for the settlement.
         held: Option<StepCheckpoint>,
+        /// The segment stored map elements (progress a retryable failure keeps).
+        progressed: bool,
     },
     /// The stored snapshot no longer fits its workflow: fail loud with this error.
     Drifted(String),

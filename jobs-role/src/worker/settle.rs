@@ -162,9 +162,10 @@ impl Worker {
         compiled: &CompiledWorkflow,
         outcome: Result<SegmentOutcome, SegmentError>,
         held: Option<StepCheckpoint>,
+        progressed: bool,
     ) -> Result<(), StoreError> {
         let claim = &job.claim;
-        let settlement = match self.decide(job, compiled, outcome) {
+        let settlement = match self.decide(job, compiled, outcome, progressed) {
             Decision::Settle(Settlement::Completed { result, .. })
                 if let Some(path) = nul_path(&result, "output") =>
             {
@@ -216,12 +217,17 @@ impl Worker {
         self.fail_loud(flusher, claim, error).await
     }
 
-    /// What the segment's outcome comes to for the row.
+    /// What the segment's outcome comes to for the row. A retryable failure of a
+    /// segment that stored map elements gives the claim back without spending the
+    /// attempt (a map longer than one segment, or one element failing while the
+    /// others are called, must not run out of attempts while it advances): counted as
+    /// a release, which the next stored elements start over.
     fn decide(
         &self,
         job: &ClaimedJob,
         compiled: &CompiledWorkflow,
         outcome: Result<SegmentOutcome, SegmentError>,
+        progressed: bool,
     ) -> Decision {
         let claim = &job.claim;
         match outcome {
@@ -272,6 +278,13 @@ impl Worker {
                     timeout: first.timeout,
                     others: waits,
                 })
+            }
+            Err(SegmentError::Failed(failure)) if progressed && failure.is_retryable() => {
+                tracing::info!(job_id = %claim.job_id, error = %failure, "retryable failure after storing map elements: requeued without spending the attempt");
+                Decision::Release {
+                    delay: self.config.backoff(claim.attempt),
+                    reason: format!("the segment stored map elements, then: {failure}"),
+                }
             }
             Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
             // Refused only when the claim may have lapsed (StoreSink::before_call).

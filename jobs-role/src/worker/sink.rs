@@ -3,6 +3,8 @@
 //! the metadata every step call carries.
 
 use std::collections::HashMap;
+
+use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use workflow::{
@@ -34,6 +36,11 @@ pub(super) struct StoreSink<'a> {
     pub(super) last_step: usize,
     /// The per-target caps, for calls that run beside others.
     pub(super) limits: &'a TargetLimits,
+    /// When the first call of each step still running started (wall clock, for the
+    /// timeline, and monotonic, for its duration).
+    pub(super) started: HashMap<String, (std::time::SystemTime, std::time::Instant)>,
+    /// Map elements this segment stored: progress, even when the segment fails.
+    pub(super) stored_items: usize,
     pub(super) held: Option<StepCheckpoint>,
 }
 
@@ -42,9 +49,16 @@ impl CheckpointSink for StoreSink<'_> {
     /// nothing more: another node may hold the job and have run this step already.
     /// The segment ends as a lost claim; the sweeper requeues the job if no one else
     /// took it.
-    fn before_call(&mut self, _step: &str) -> Result<(), SinkError> {
+    fn before_call(&mut self, step: &str) -> Result<(), SinkError> {
         if self.clock.lapsed() {
             return Err(Box::new(self.claim.lost()));
+        }
+        // The first call of a step (a map step calls once per element) starts it.
+        if !self.started.contains_key(step) {
+            self.started.insert(
+                step.to_owned(),
+                (std::time::SystemTime::now(), std::time::Instant::now()),
+            );
         }
         Ok(())
     }
@@ -102,15 +116,25 @@ impl CheckpointSink for StoreSink<'_> {
             || commit_through(store, flusher, write.clone(), &alone),
         )
         .await
-        .map_err(|e| Box::new(e) as SinkError)
+        .map_err(|e| Box::new(e) as SinkError)?;
+        self.stored_items += items.len();
+        Ok(())
     }
 
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        let mut entry = checkpoint.to_json();
+        // When its first call started and how long until now, for the console's
+        // timeline (replay reads neither).
+        if let Some((at, started)) = self.started.remove(&checkpoint.name) {
+            entry["startedAt"] = Value::String(prost_types::Timestamp::from(at).to_string());
+            let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            entry["tookMs"] = Value::from(took);
+        }
         let checkpoint = StepCheckpoint {
             step: checkpoint.name.clone(),
             // A workflow has at most a few hundred steps (compile bounds them).
             position: i32::try_from(self.next_step).unwrap_or(i32::MAX),
-            entry: checkpoint.to_json(),
+            entry,
         };
         // A NUL PostgreSQL would refuse is refused here, before it can fail a batch of
         // other jobs' writes.

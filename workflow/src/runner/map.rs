@@ -13,6 +13,17 @@ use crate::scope::Scope;
 /// otherwise (`[workflow].max_map_items`).
 pub const DEFAULT_MAX_MAP_ITEMS: usize = 10_000;
 
+/// How many elements map step `step` fans out over, read from `scope` (the input and
+/// the responses of the steps it runs after): `None` when it is not a map step or its
+/// list cannot be read (yet).
+pub fn list_length(step: &CompiledStep, scope: &Scope) -> Option<usize> {
+    let map = step.map.as_ref()?;
+    match scope.read(&map.root, &map.fields) {
+        Ok(Value::List(values)) => Some(values.len()),
+        _ => None,
+    }
+}
+
 /// One element's state.
 enum Element {
     /// Not called yet (or its call failed in a way a retry may fix).
@@ -146,13 +157,14 @@ impl<'w> Mapping<'w> {
                 .any(|e| matches!(e, Element::Waiting))
     }
 
-    /// Element `index` answered `response`: its outcome to store.
+    /// Element `index` answered `response`: its outcome to store, or (a response
+    /// with no proto3 JSON form) the element's failure, which [`Mapping::failed`]
+    /// then takes.
     pub(super) fn answered(
         &mut self,
         index: usize,
         response: DynamicMessage,
     ) -> Result<ItemOutcome, StepFailure> {
-        self.in_flight -= 1;
         let json = encode_json(&response).map_err(|e| {
             StepFailure::at(
                 &self.step.name,
@@ -160,6 +172,7 @@ impl<'w> Mapping<'w> {
                 format!("the response of element {index} cannot be stored: {e}"),
             )
         })?;
+        self.in_flight -= 1;
         self.elements[index] = Element::Answered(response, json.clone());
         Ok(ItemOutcome::Response(json))
     }
@@ -168,6 +181,7 @@ impl<'w> Mapping<'w> {
     pub(super) fn interrupted(&mut self, index: usize) {
         self.in_flight -= 1;
         self.elements[index] = Element::Waiting;
+        self.cursor = self.cursor.min(index);
     }
 
     /// Element `index` failed for good: with `collect`, the outcome to store; with
@@ -194,6 +208,12 @@ impl<'w> Mapping<'w> {
             self.failure = Some((index, failure));
         }
         None
+    }
+
+    /// True when an element failed for good in `fail` mode: the step will fail, and
+    /// the segment starts nothing more.
+    pub(super) fn failing(&self) -> bool {
+        self.failure.is_some()
     }
 
     /// True when the step can end: nothing in flight, and every element done, or an

@@ -33,8 +33,8 @@ use tracing::Instrument;
 
 pub use call::{CallMetadata, NoMetadata, code_name};
 use call::{Caller, build_request};
-pub use map::DEFAULT_MAX_MAP_ITEMS;
 use map::Mapping;
+pub use map::{DEFAULT_MAX_MAP_ITEMS, list_length};
 
 use crate::checkpoint::{Checkpoint, ItemCheckpoint, ItemOutcome, ReplayedCheckpoint};
 use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
@@ -348,14 +348,7 @@ impl Runner {
             if let Some(step) = workflow.step(&replayed.checkpoint.name) {
                 state[step.index] = StepState::Done;
             }
-            let name = &replayed.checkpoint.name;
-            match (replayed.list, replayed.checkpoint.skipped) {
-                (Some(_), true) => scope.insert_skipped_list(name),
-                (Some(list), false) => scope.insert_list(name, list),
-                (None, true) => scope.insert_skipped(name, replayed.response),
-                (None, false) => scope.insert_step(name, replayed.response),
-            }
-            steps.push(replayed.checkpoint);
+            steps.push(scope.insert_replayed(replayed));
         }
         // One call of a step, or of one element of a map step, with its own copy of
         // the scope (messages are shared, so the copy costs a reference count per
@@ -406,8 +399,9 @@ impl Runner {
         loop {
             // Start what is ready: the next elements of running map steps, then the
             // steps whose dependencies are done, in declaration order; nothing new
-            // once a branch failed and the segment only lets the calls in flight end.
-            'start: while retryable.is_none() {
+            // once a branch failed (retryably, or an element for good) and the segment
+            // only lets the calls in flight end.
+            'start: while retryable.is_none() && !mappings.iter().any(Mapping::failing) {
                 for mapping in &mut mappings {
                     while mapping.has_more() {
                         let guard = match in_flight.is_empty() {
@@ -521,21 +515,28 @@ impl Runner {
                 ended.push(more);
             }
             let mut elements: Vec<(usize, usize, ItemOutcome)> = Vec::new();
+            // A permanent failure ends the segment, but only once the elements that
+            // ended beside it are recorded: they are not called again.
+            let mut permanent: Option<StepFailure> = None;
             for (index, element, called) in ended {
                 let step = &workflow.steps[index];
                 let Some(k) = element else {
                     running_steps -= 1;
                     match called {
-                        Ok(response) => {
+                        Ok(response) if permanent.is_none() => {
                             let done = Ended::new(step, response)?;
                             done.record(sink, &mut scope, &mut steps).await?;
                             state[index] = StepState::Done;
                         }
+                        // Abandoned with the segment: not recorded.
+                        Ok(_) => {}
                         Err(failure) if failure.is_retryable() => {
                             state[index] = StepState::Pending;
                             retryable.get_or_insert(failure);
                         }
-                        Err(failure) => return Err(failure.into()),
+                        Err(failure) => {
+                            permanent.get_or_insert(failure);
+                        }
                     }
                     continue;
                 };
@@ -543,9 +544,12 @@ impl Runner {
                     continue;
                 };
                 let stored = match called {
-                    Ok(Some(response)) => Some(mapping.answered(k, response)?),
+                    Ok(Some(response)) => match mapping.answered(k, response) {
+                        Ok(outcome) => Some(outcome),
+                        Err(failure) => mapping.failed(k, failure),
+                    },
                     // An element's call never skips (its gate was the step's); were
-                    // it to, the element is simply called again.
+                    // it to, the element is called again.
                     Ok(None) => {
                         mapping.interrupted(k);
                         None
@@ -577,7 +581,7 @@ impl Runner {
                         }
                     })?;
                 }
-                if mappings[at].ended() {
+                if permanent.is_none() && mappings[at].ended() {
                     let mapping = mappings.swap_remove(at);
                     running_steps -= 1;
                     end_map(mapping, sink, &mut scope, &mut steps).await?;
@@ -585,6 +589,9 @@ impl Runner {
                 } else {
                     at += 1;
                 }
+            }
+            if let Some(failure) = permanent {
+                return Err(failure.into());
             }
         }
         if let Some(failure) = retryable {

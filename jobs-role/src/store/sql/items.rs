@@ -3,16 +3,20 @@
 //! operator re-runs their step.
 
 /// Stores elements of one map step under a claim, fenced as every write after a
-/// claim is (`$1` job id, `$2` owner, `$3` fencing token); an element already stored
-/// is kept as it is, so a write sent twice lands once. `$4` the step, `$5` the
+/// claim is (`$1` job id, `$2` owner, `$3` fencing token); storing elements is
+/// progress, so the row's release count starts over (the update also locks the row,
+/// so no sweep or other claim moves it on meanwhile). An element already stored is
+/// kept as it is, so a write sent twice lands once. `$4` the step, `$5` the
 /// elements' positions, `$6` their responses and `$7` their errors (one of the two
 /// set per element).
 pub const INSERT_ITEMS: &str = "\
+WITH held AS (
+    UPDATE workflow_run SET releases = 0
+     WHERE job_id = $1 AND status = 'RUNNING' AND lease_owner = $2 AND claims = $3
+    RETURNING job_id)
 INSERT INTO workflow_run_items (job_id, step, item, response, error)
-SELECT w.job_id, $4::text, u.item, u.response, u.error
-  FROM workflow_run w,
-       unnest($5::int[], $6::jsonb[], $7::text[]) AS u(item, response, error)
- WHERE w.job_id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $2 AND w.claims = $3
+SELECT held.job_id, $4::text, u.item, u.response, u.error
+  FROM held, unnest($5::int[], $6::jsonb[], $7::text[]) AS u(item, response, error)
 ON CONFLICT (job_id, step, item) DO NOTHING";
 
 /// The stored elements of a job's map steps that have no checkpoint yet, for the

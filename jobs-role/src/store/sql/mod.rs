@@ -17,11 +17,13 @@
 
 pub mod items;
 pub mod lanes;
+pub mod parked;
 pub mod retention;
 pub mod snapshots;
 
 pub use items::*;
 pub use lanes::*;
+pub use parked::*;
 pub use retention::*;
 pub use snapshots::*;
 
@@ -374,23 +376,29 @@ pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
 ));
 
 /// Parks WAITING on external steps (clearing an earlier attempt's error: every step
-/// before them succeeded). `$4` the first step (the one whose wait ends first), `$5`
-/// how long it may wait in milliseconds and `$6` how it ends then (`fail` or
-/// `dead`), both NULL to wait for ever, `$7` the request its rules built (NULL when
-/// it has none); `$8` every step waited for, the first first, and `$9` their waits
-/// (V22's `waits`, without `untilMs`, which is set here from the database's clock).
+/// before them succeeded). `$4` their waits (V22's `waits`: per step its request and
+/// its own wait, without `untilMs`). Each wait ends at the `untilMs` the step had when
+/// the job last parked on it (an answer to another step let a branch run in
+/// between), else now plus its `timeoutMs`, by the database's clock; the first wait
+/// to end comes first (those that wait for ever last, ties in the order given), and
+/// the single-step columns describe it.
 pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
-    "UPDATE workflow_run SET status = 'WAITING', outstanding_step = $4, error = NULL,
-       pending_request = $7::jsonb,
-       wait_until = now() + $5::bigint * interval '1 millisecond', wait_timeout_ms = $5::bigint,
-       on_timeout = $6::text,
-       outstanding_steps = $8::text[],
-       waits = (SELECT jsonb_agg(CASE WHEN w ? 'timeoutMs'
-                                      THEN w || jsonb_build_object('untilMs',
-                                             floor(extract(epoch FROM now()) * 1000)::bigint + (w ->> 'timeoutMs')::bigint)
-                                      ELSE w END ORDER BY o)
-                  FROM jsonb_array_elements($9::jsonb) WITH ORDINALITY AS t(w, o)),
-       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()"
+    "UPDATE workflow_run SET status = 'WAITING', error = NULL,
+       waits = c.waits, outstanding_steps = c.steps, outstanding_step = c.steps[1],
+       pending_request = c.waits -> 0 -> 'request',
+       wait_timeout_ms = (c.waits -> 0 ->> 'timeoutMs')::bigint,
+       on_timeout = c.waits -> 0 ->> 'onTimeout',
+       wait_until = to_timestamp(((c.waits -> 0 ->> 'untilMs')::bigint) / 1000.0),
+       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()
+  FROM (SELECT jsonb_agg(x.e ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS waits,
+               array_agg(x.e ->> 'step' ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS steps
+          FROM (SELECT CASE WHEN n ? 'timeoutMs' THEN n || jsonb_build_object('untilMs', COALESCE(
+                           (SELECT (p ->> 'untilMs')::bigint
+                              FROM workflow_run old, jsonb_array_elements(COALESCE(old.waits, '[]'::jsonb)) AS p
+                             WHERE old.job_id = $1 AND p ->> 'step' = n ->> 'step' AND p ? 'untilMs'),
+                           floor(extract(epoch FROM now()) * 1000)::bigint + (n ->> 'timeoutMs')::bigint))
+                       ELSE n END AS e, o
+                  FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS t(n, o)) x) c"
 ));
 
 /// Settles FAILED. `$4` error, `$5` verdict (the violations of a validation verdict).
@@ -563,8 +571,8 @@ pub const RETRYABLE_JOBS: &str = bulk_selection!("(status <> 'FAILED' OR claims 
 /// dropped (NULL: none, and `reruns` unchanged), found by name wherever they are in
 /// the array (parallel branches end in any order), so the next claim runs them
 /// again; `$4` their positions in the workflow (1-based), each of them that had a
-/// checkpoint counting one more re-run in `step_reruns` (its calls get a new
-/// idempotency key); a step that had none keeps its count. A checkpoint column that
+/// checkpoint or stored map elements counting one more re-run in `step_reruns` (its
+/// calls get a new idempotency key); a step that had neither keeps its count. A checkpoint column that
 /// is not an array (drifted) is emptied when cut. Returns each job's checkpoints
 /// kept. `$1` job ids, `$2` max attempts (NULL: each job's own).
 pub const RETRY_JOBS: &str = "\
@@ -576,7 +584,9 @@ UPDATE workflow_run
                                                           + CASE WHEN EXISTS (
                                                                    SELECT 1 FROM unnest($3::text[], $4::int[]) AS d(name, at)
                                                                     WHERE d.at = i
-                                                                      AND checkpoints @> jsonb_build_array(jsonb_build_object('name', d.name)))
+                                                                      AND (checkpoints @> jsonb_build_array(jsonb_build_object('name', d.name))
+                                                                           OR EXISTS (SELECT 1 FROM workflow_run_items it
+                                                                                       WHERE it.job_id = workflow_run.job_id AND it.step = d.name)))
                                                                  THEN 1 ELSE 0 END
                                                           ORDER BY i), '{}')
                                   FROM generate_series(1, GREATEST(COALESCE(array_length(step_reruns, 1), 0),
@@ -600,66 +610,6 @@ pub const LISTEN_CANCEL: &str = "LISTEN protomolt_jobs_cancel";
 /// asked to cancel them: one notification per job, its id the payload. `$1` job ids.
 pub const NOTIFY_CANCEL: &str =
     "SELECT pg_notify('protomolt_jobs_cancel', id::text) FROM unnest($1::uuid[]) AS id";
-
-/// Ends WAITING rows whose wait for their external step ran out: FAILED or DEAD per
-/// the step's `onTimeout`, with the TIMEOUT error naming the step and the wait; the
-/// attempt the park held counts as spent. `$1` the most rows at once.
-pub const TIME_OUT_PARKED_STEPS: &str = "\
-UPDATE workflow_run w
-   SET status = CASE WHEN w.on_timeout = 'dead' THEN 'DEAD' ELSE 'FAILED' END,
-       error = 'TIMEOUT: step ''' || w.outstanding_step || ''' was not answered within '
-               || w.wait_timeout_ms || ' ms',
-       outstanding_step = NULL, outstanding_steps = NULL, waits = NULL, pending_request = NULL,
-       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
-       finished_at = now(), updated_at = now()
-  FROM (SELECT job_id, outstanding_step FROM workflow_run
-         WHERE status = 'WAITING' AND wait_until < now()
-         ORDER BY wait_until
-         FOR UPDATE SKIP LOCKED
-         LIMIT $1) parked
- WHERE w.job_id = parked.job_id AND w.status = 'WAITING' AND w.wait_until < now()
-RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outstanding_step AS step";
-
-/// Locks a job for `complete-step`. `$1` job id.
-pub const LOCK_JOB: &str = "\
-SELECT w.status, w.outstanding_step, w.outstanding_steps, w.waits, w.workflow_name,
-       COALESCE(w.workflow_definition, s.definition) AS workflow_definition, w.checkpoints, w.attempt
-  FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
- WHERE w.job_id = $1
-   FOR UPDATE OF w";
-
-/// Appends the supplied checkpoint of the parked step and requeues. The parked
-/// attempt is given back (a park is not a failure), so the claim that resumes the
-/// job counts it again and a job on its last attempt still resumes. `$1` job id,
-/// `$2` the checkpoint entry.
-pub const ACCEPT_PARKED_STEP: &str = "\
-UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb), status = 'QUEUED',
-       attempt = attempt - 1, outstanding_step = NULL, outstanding_steps = NULL, waits = NULL, pending_request = NULL,
-       run_after = now(), updated_at = now(),
-       wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL
- WHERE job_id = $1 AND status = 'WAITING'";
-
-/// Appends the supplied checkpoint of one of the steps a job is parked on and keeps
-/// it WAITING on the others (their answers are what lets anything run next). `$1`
-/// job id, `$2` the checkpoint entry, `$3` the steps still waited for, `$4` their
-/// waits (the first, whose wait ends first, is what the single-step columns show).
-pub const ANSWER_ONE_PARKED_STEP: &str = "\
-UPDATE workflow_run SET checkpoints = checkpoints || jsonb_build_array($2::jsonb),
-       outstanding_steps = $3::text[], waits = $4::jsonb, outstanding_step = $3[1],
-       pending_request = $4::jsonb -> 0 -> 'request',
-       wait_timeout_ms = ($4::jsonb -> 0 ->> 'timeoutMs')::bigint,
-       on_timeout = $4::jsonb -> 0 ->> 'onTimeout',
-       wait_until = to_timestamp((($4::jsonb -> 0 ->> 'untilMs')::bigint) / 1000.0),
-       updated_at = now()
- WHERE job_id = $1 AND status = 'WAITING'";
-
-/// Fails a parked job whose supplied response broke its rules (a verdict). `$1` job
-/// id, `$2` error, `$3` verdict.
-pub const REJECT_PARKED_STEP: &str = "\
-UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding_step = NULL, outstanding_steps = NULL, waits = NULL,
-       pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
-       finished_at = now(), updated_at = now()
- WHERE job_id = $1 AND status = 'WAITING'";
 
 /// Dead-lettered request records, newest first: `$1` limit, `$2` offset. The
 /// payload's size only: the bytes were refused and say little to a reader.
