@@ -11,6 +11,8 @@
  *   forms-rules.js    form logic (pure: no DOM): typed text -> proto3 JSON, the page-checkable rules.
  *   forms.js          the form generator around forms-rules.js, shared by the review and submit forms.
  *   definition.js     a workflow definition as shown: parsed, its descriptor set replaced by its size.
+ *   graph.js          a workflow's steps drawn as a graph (SVG): boxes by state, arrows for `after`, map progress.
+ *   map-items.js      a job's map steps' elements, paged (get-job-items).
  *   fleet.js          the fleet page, #/fleet.
  *   job.js            a job's page, #/jobs/<id>, with its review form.
  *   inbox.js          the review inbox, #/inbox.

@@ -5,7 +5,8 @@
 //! it, no build step): `console/index.html`, `console/console.css`, and the script as
 //! ES modules, `console/console.js` (the entry module: the router) importing the ones
 //! in `console/js/`, one per concept (`dom`, `api`, `sse`, `forms-rules`, `forms`,
-//! `definition`, and one per page: `fleet`, `job`, `inbox`, `workflows`; see the
+//! `definition`, `graph`, `map-items`, and one per page: `fleet`, `job`, `inbox`,
+//! `workflows`; see the
 //! comment at the top of `console.js`). It holds no privilege of its own: it calls the
 //! same actions route as every client, with the same bearer token (asked for when the
 //! node answers 401, kept in the tab's session storage), and reads a job's events from
@@ -42,8 +43,10 @@ const MODULES: &[(&str, &str)] = modules![
     "fleet.js",
     "forms-rules.js",
     "forms.js",
+    "graph.js",
     "inbox.js",
     "job.js",
+    "map-items.js",
     "sse.js",
     "workflows.js",
 ];

@@ -35,7 +35,8 @@ pub struct Breach {
 /// drain.
 pub const STUCK: &str = "none lost or stuck";
 /// Each job's checkpoints name its workflow's steps from the first, each once, in
-/// order; a COMPLETED job has one for every step.
+/// order (in a graph, where steps declare `after`: each step once, after the steps it
+/// waits for); a COMPLETED job has one for every step.
 pub const CHECKPOINTS: &str = "checkpoints are a prefix of the steps";
 /// Every outbox row is PUBLISHED.
 pub const UNPUBLISHED: &str = "every event published";
@@ -100,7 +101,10 @@ pub async fn check(client: &Client, expect_published: bool) -> Report {
                         THEN d.definition->'steps' ELSE '[]'::jsonb END) s),
                     ARRAY(SELECT c->>'name' FROM jsonb_array_elements(
                         CASE jsonb_typeof(checkpoints) WHEN 'array'
-                        THEN checkpoints ELSE '[]'::jsonb END) c)
+                        THEN checkpoints ELSE '[]'::jsonb END) c),
+                    ARRAY(SELECT s->'after' FROM jsonb_array_elements(
+                        CASE jsonb_typeof(d.definition->'steps') WHEN 'array'
+                        THEN d.definition->'steps' ELSE '[]'::jsonb END) s)
              FROM workflow_run w
              LEFT JOIN workflow_snapshot f ON f.digest = w.definition_digest,
              LATERAL (SELECT COALESCE(w.workflow_definition, f.definition) AS definition) d
@@ -113,7 +117,13 @@ pub async fn check(client: &Client, expect_published: bool) -> Report {
         let (job, status): (String, String) = (row.get(0), row.get(1));
         let steps: Vec<Option<String>> = row.get(2);
         let done: Vec<Option<String>> = row.get(3);
-        if let Some(detail) = checkpoint_breach(&status, &steps, &done) {
+        let after: Vec<Option<serde_json::Value>> = row.get(4);
+        let breach = if after.iter().all(Option::is_none) {
+            checkpoint_breach(&status, &steps, &done)
+        } else {
+            graph_checkpoint_breach(&status, &steps, &after, &done)
+        };
+        if let Some(detail) = breach {
             report.breaches.push(Breach {
                 invariant: CHECKPOINTS,
                 detail: format!("job {job}: {detail}"),
@@ -185,6 +195,60 @@ fn checkpoint_breach(
     None
 }
 
+/// [`checkpoint_breach`] for a graph: each checkpoint names a step of the workflow,
+/// once, after the checkpoints of every step it waits for (its `after`, or the step
+/// before it).
+fn graph_checkpoint_breach(
+    status: &str,
+    steps: &[Option<String>],
+    after: &[Option<serde_json::Value>],
+    done: &[Option<String>],
+) -> Option<String> {
+    if done.len() > steps.len() {
+        return Some(format!(
+            "{} checkpoints for {} steps",
+            done.len(),
+            steps.len()
+        ));
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for (at, name) in done.iter().enumerate() {
+        let name = name.as_deref().unwrap_or_default();
+        let Some(index) = steps.iter().position(|s| s.as_deref() == Some(name)) else {
+            return Some(format!("checkpoint {} names no step: {name:?}", at + 1));
+        };
+        if seen.contains(&name) {
+            return Some(format!("checkpoint {} names step {name:?} twice", at + 1));
+        }
+        let waits: Vec<String> = match after.get(index).cloned().flatten() {
+            Some(serde_json::Value::Array(names)) => names
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect(),
+            _ => index
+                .checked_sub(1)
+                .and_then(|before| steps[before].clone())
+                .into_iter()
+                .collect(),
+        };
+        if let Some(missing) = waits.iter().find(|w| !seen.contains(&w.as_str())) {
+            return Some(format!(
+                "checkpoint {} ({name:?}) comes before {missing:?}, which it waits for",
+                at + 1
+            ));
+        }
+        seen.push(name);
+    }
+    if status == "COMPLETED" && done.len() != steps.len() {
+        return Some(format!(
+            "COMPLETED with {} checkpoints for {} steps",
+            done.len(),
+            steps.len()
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +277,33 @@ mod tests {
                 "{status} {done:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_graphs_checkpoints_come_after_the_steps_they_wait_for() {
+        let steps = names(&["a", "b", "c", "d"]);
+        let after = vec![
+            None,
+            Some(serde_json::json!(["a"])),
+            Some(serde_json::json!(["a"])),
+            Some(serde_json::json!(["b", "c"])),
+        ];
+        let ok = names(&["a", "c", "b", "d"]);
+        assert_eq!(
+            graph_checkpoint_breach("COMPLETED", &steps, &after, &ok),
+            None
+        );
+        let early = names(&["a", "d"]);
+        assert!(
+            graph_checkpoint_breach("RUNNING", &steps, &after, &early)
+                .unwrap()
+                .contains("waits for")
+        );
+        let twice = names(&["a", "b", "b"]);
+        assert!(
+            graph_checkpoint_breach("RUNNING", &steps, &after, &twice)
+                .unwrap()
+                .contains("twice")
+        );
     }
 }

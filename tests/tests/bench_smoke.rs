@@ -33,6 +33,7 @@ fn every_bench_scenario_completes_at_the_tiny_size_and_prints_its_json_line() {
         BTreeSet::from([
             "claim-depth",
             "cost",
+            "fanout",
             "memory",
             "peer",
             "pickup",

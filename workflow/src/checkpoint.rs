@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::compile::{CompiledWorkflow, decode_json};
 use crate::failure::StepFailure;
+use crate::scope::Scope;
 
 /// One executed step, as stored in the job row.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,21 @@ pub struct ReplayedCheckpoint {
     /// A map step's responses, in element order (`None` for other steps; empty for
     /// a skipped map step).
     pub list: Option<Vec<DynamicMessage>>,
+}
+
+impl ReplayedCheckpoint {
+    /// Puts the step in `scope` (its response, a map step's list, or, skipped, its
+    /// default) and hands the checkpoint back.
+    pub fn into_scope(self, scope: &mut Scope) -> Checkpoint {
+        let name = &self.checkpoint.name;
+        match (self.list, self.checkpoint.skipped) {
+            (Some(_), true) => scope.insert_skipped_list(name),
+            (Some(list), false) => scope.insert_list(name, list),
+            (None, true) => scope.insert_skipped(name, self.response),
+            (None, false) => scope.insert_step(name, self.response),
+        }
+        self.checkpoint
+    }
 }
 
 /// One element of a map step, as its call ended.

@@ -12,8 +12,6 @@ use std::sync::Arc;
 
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
-use crate::checkpoint::{Checkpoint, ReplayedCheckpoint};
-
 /// The root every workflow can read: the submitted input.
 pub const INPUT: &str = "input";
 /// In a map step's rules: the element of the list the call is for.
@@ -74,19 +72,6 @@ impl Scope {
         let list = responses.into_iter().map(Value::Message).collect();
         self.roots
             .insert(name.to_owned(), Arc::new(Value::List(list)));
-    }
-
-    /// Adds a step from its replayed checkpoint (its response, a map step's list,
-    /// or, skipped, its default) and hands the checkpoint back.
-    pub fn insert_replayed(&mut self, replayed: ReplayedCheckpoint) -> Checkpoint {
-        let name = &replayed.checkpoint.name;
-        match (replayed.list, replayed.checkpoint.skipped) {
-            (Some(_), true) => self.insert_skipped_list(name),
-            (Some(list), false) => self.insert_list(name, list),
-            (None, true) => self.insert_skipped(name, replayed.response),
-            (None, false) => self.insert_step(name, replayed.response),
-        }
-        replayed.checkpoint
     }
 
     /// This scope with `item` and `index` bound, for one call of a map step.

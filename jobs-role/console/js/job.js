@@ -27,10 +27,19 @@ import { callVerb, clearBanner, errorText, isAbort, reportLoadError, showBanner 
 import { followJobEvents } from './sse.js';
 import { createGeneratedForm, loadFormSpec, violationList } from './forms.js';
 import { parseDefinition, withoutDescriptorBlob } from './definition.js';
+import { drawGraph } from './graph.js';
+import { updateMapItems } from './map-items.js';
 
-const BIG_JOB_KEYS = new Set(['workflowDefinition', 'input', 'checkpoints', 'result', 'events']);
+const BIG_JOB_KEYS = new Set(['workflowDefinition', 'input', 'checkpoints', 'result', 'events', 'steps', 'waits']);
 const CANCELLABLE = new Set(['QUEUED', 'RUNNING', 'WAITING']);
 const RETRYABLE = new Set(['DEAD', 'FAILED', 'CANCELLED']);
+
+/** 12 ms, 1.20 s, 2 min 3 s. */
+function humanizeMillis(ms) {
+  if (ms < 1000) return Math.round(ms) + ' ms';
+  if (ms < 60000) return (ms / 1000).toFixed(2) + ' s';
+  return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
+}
 
 export function renderJobView(main, params) {
   const jobId = params.id;
@@ -69,6 +78,8 @@ export function renderJobView(main, params) {
     actionOutcome);
   const reviewSlot = el('div', { class: 'review-slot' });
   const timeline = el('ol', { id: 'timeline', class: 'timeline' });
+  const graphBox = el('div', { id: 'job-graph', class: 'graph-scroll' });
+  const mapItemsBox = el('div', { id: 'map-items', class: 'map-items' });
   const inputPre = el('pre', { id: 'job-input', class: 'json' });
   const resultPre = el('pre', { id: 'job-result', class: 'json' });
   const columns = el('dl', { id: 'job-columns', class: 'columns' });
@@ -82,6 +93,7 @@ export function renderJobView(main, params) {
     // The job's story first (and the review while it waits on a human), the acts
     // and every column after it.
     reviewSlot,
+    el('section', { 'aria-labelledby': 'graph-heading' }, el('h2', { id: 'graph-heading', text: 'Steps' }), graphBox, mapItemsBox),
     el('section', { 'aria-labelledby': 'timeline-heading' }, el('h2', { id: 'timeline-heading', text: 'Timeline' }), timeline),
     el('section', { 'aria-labelledby': 'events-heading' }, el('h2', { id: 'events-heading', text: 'Events' }), streamState, eventsList),
     actions,
@@ -126,6 +138,7 @@ export function renderJobView(main, params) {
     meta.replaceChildren('Workflow ', el('a', { href: workflowHref(job.workflowName), text: String(job.workflowName) }),
       job.outstandingStep ? ' · waiting on step ' + String(job.outstandingStep) : '');
     drawColumns(job);
+    drawJobGraph(job);
     drawTimeline(job, steps);
     inputPre.textContent = prettyJson(job.input);
     resultPre.textContent = job.result === null || job.result === undefined ? '—' : prettyJson(job.result);
@@ -165,6 +178,23 @@ export function renderJobView(main, params) {
     columns.replaceChildren(...rows);
   }
 
+  /** The graph from get-job's step states; a map step's elements paged below it. */
+  function drawJobGraph(job) {
+    const views = Array.isArray(job.steps) ? job.steps : [];
+    if (views.length === 0) {
+      graphBox.replaceChildren(el('p', { class: 'muted', text: 'The node did not describe the steps.' }));
+      return;
+    }
+    const steps = views.map((v) => ({
+      name: String(v.name),
+      after: Array.isArray(v.after) ? v.after.map(String) : [],
+      state: String(v.state || ''),
+      map: v.map && typeof v.map === 'object' ? v.map : null,
+    }));
+    graphBox.replaceChildren(drawGraph(steps, 'The steps of job ' + jobId + ' and what each waits for'));
+    updateMapItems(mapItemsBox, jobId, steps, abort.signal);
+  }
+
   function drawTimeline(job, steps) {
     const key = steps.map((s) => String(s.name)).join('\u0000');
     if (key !== state.stepsKey) {
@@ -176,25 +206,44 @@ export function renderJobView(main, params) {
           li: el('li', { 'data-step': String(step.name), class: 'timeline-step' }),
           state: el('span', { class: 'step-state' }),
           when: el('span', { class: 'step-when muted' }),
+          took: el('span', { class: 'step-took' }),
+          fill: el('span', { class: 'step-bar-fill' }),
           pre: el('pre', { class: 'json' }),
           details: null,
         };
         parts.details = el('details', { hidden: true }, el('summary', { text: 'Response' }), parts.pre);
-        parts.li.append(el('span', { class: 'step-name', text: String(step.name) }), parts.state, parts.when, parts.details);
+        const bar = el('span', { class: 'step-bar', 'aria-hidden': 'true' }, parts.fill);
+        parts.li.append(el('span', { class: 'step-name', text: String(step.name) }), parts.state, parts.when, parts.took, bar, parts.details);
         return parts;
       });
       timeline.replaceChildren(...state.timelineItems.map((p) => p.li));
       if (steps.length === 0) timeline.appendChild(el('li', { class: 'muted', text: 'The definition lists no steps.' }));
     }
     const checkpoints = Array.isArray(job.checkpoints) ? job.checkpoints : [];
+    // Each step's state as the node says it (pending, running, done, skipped, failed,
+    // waiting), and a bar from its first call to its checkpoint, on one clock for the
+    // whole job, so branches that overlapped and the slow step show at a glance.
+    const views = new Map((Array.isArray(job.steps) ? job.steps : []).map((v) => [String(v.name), v]));
+    const spans = [...views.values()]
+      .filter((v) => typeof v.startedAt === 'string' && Number.isFinite(Number(v.tookMs)))
+      .map((v) => ({ name: String(v.name), start: parseTime(v.startedAt), took: Number(v.tookMs) }));
+    const first = Math.min(...spans.map((s) => s.start));
+    const last = Math.max(...spans.map((s) => s.start + s.took));
+    const window = Math.max(1, last - first);
     steps.forEach((step, i) => {
       const parts = state.timelineItems[i];
       const checkpoint = checkpoints[i] && checkpoints[i].name === step.name ? checkpoints[i] : checkpoints.find((c) => c && c.name === step.name);
-      let stepState = 'not reached';
-      if (checkpoint) stepState = checkpoint.skipped ? 'skipped' : 'done';
-      else if (job.status === 'WAITING' && job.outstandingStep === step.name) stepState = 'waiting here';
+      const view = views.get(String(step.name));
+      let stepState = view && view.state ? String(view.state) : 'pending';
+      if (!view && checkpoint) stepState = checkpoint.skipped ? 'skipped' : 'done';
+      else if (!view && job.status === 'WAITING' && job.outstandingStep === step.name) stepState = 'waiting';
       parts.state.textContent = stepState;
-      parts.li.setAttribute('data-state', stepState.replace(' ', '-'));
+      parts.li.setAttribute('data-state', stepState);
+      const span = spans.find((s) => s.name === String(step.name));
+      parts.took.textContent = span ? 'took ' + humanizeMillis(span.took) : '';
+      // CSSOM, not a style attribute: the page's policy allows no inline style.
+      parts.fill.style.marginLeft = span ? ((span.start - first) / window * 100).toFixed(2) + '%' : '0';
+      parts.fill.style.width = span ? Math.max(0.5, span.took / window * 100).toFixed(2) + '%' : '0';
       const when = state.stepTimes.get(String(step.name));
       parts.when.replaceChildren(when ? timeBoth(when) : '');
       const hasResponse = checkpoint && checkpoint.response !== undefined && checkpoint.response !== null;

@@ -4,6 +4,7 @@
  */
 
 import { displayValue, el, jobHref, setChildren, workflowHref } from './dom.js';
+import { drawGraph, stepsOfDefinition } from './graph.js';
 import { callVerb, clearBanner, errorText, isAbort, loadVerb, reportLoadError } from './api.js';
 import { createGeneratedForm, loadFormSpec, violationList } from './forms.js';
 import { parseDefinition, withoutDescriptorBlob } from './definition.js';
@@ -122,7 +123,8 @@ function workflowDetails(workflow, source) {
     workflow.deadlineMs !== undefined ? el('div', { class: 'column-row' }, el('dt', { text: 'Deadline' }), el('dd', { text: displayValue(workflow.deadlineMs) + ' ms' })) : null,
     workflow.schema ? el('div', { class: 'column-row' }, el('dt', { text: 'Schema' }), el('dd', { text: withoutDescriptorBlob(workflow).schema.descriptorSetBase64 })) : null);
   const flow = el('ol', { class: 'flow' }, steps.map(flowStep));
-  const nodes = [facts, el('h2', { text: 'Steps' }), flow];
+  const graph = el('div', { class: 'graph-scroll' }, drawGraph(stepsOfDefinition(workflow), 'The steps of the workflow and what each waits for'));
+  const nodes = [facts, el('h2', { text: 'Steps' }), graph, flow];
   const output = workflow.output;
   nodes.push(el('h2', { text: 'Output' }));
   if (output && typeof output === 'object') {
@@ -133,7 +135,7 @@ function workflowDetails(workflow, source) {
 }
 
 function flowStep(step) {
-  const known = new Set(['name', 'target', 'method', 'outputType', 'requestType', 'rules', 'when', 'completion', 'validate']);
+  const known = new Set(['name', 'target', 'method', 'outputType', 'requestType', 'rules', 'when', 'completion', 'validate', 'after', 'forEach', 'maxParallel', 'onItemFailure']);
   const box = el('li', { 'data-step': String(step.name), class: 'flow-step' },
     el('div', { class: 'flow-head' },
       el('strong', { class: 'step-name', text: String(step.name) }),
@@ -143,7 +145,10 @@ function flowStep(step) {
     step.method ? el('p', { class: 'step-method' }, 'method ', el('code', { text: String(step.method) })) : null,
     step.requestType ? el('p', { class: 'step-request-type' }, 'shows ', el('code', { text: String(step.requestType) })) : null,
     step.outputType ? el('p', { class: 'step-output-type' }, 'answered with ', el('code', { text: String(step.outputType) })) : null,
-    step.when ? el('p', { class: 'step-when' }, el('code', { text: 'when: ' + String(step.when) })) : null);
+    step.when ? el('p', { class: 'step-when' }, el('code', { text: 'when: ' + String(step.when) })) : null,
+    Array.isArray(step.after) ? el('p', { class: 'step-after' }, step.after.length === 0 ? 'starts with the job' : 'after ' + step.after.map(String).join(', ')) : null,
+    step.forEach !== undefined ? el('p', { class: 'step-for-each' }, 'for each of ', el('code', { text: String(step.forEach) }),
+      ' · at most ' + displayValue(step.maxParallel === undefined ? 8 : step.maxParallel) + ' at once · on a failed element: ' + displayValue(step.onItemFailure || 'fail')) : null);
   if (Array.isArray(step.rules) && step.rules.length > 0) box.appendChild(ruleList(step.rules));
   const extra = Object.keys(step).filter((k) => !known.has(k));
   if (extra.length > 0) box.appendChild(el('p', { class: 'muted step-extra', text: extra.map((k) => k + ': ' + displayValue(step[k])).join(' · ') }));

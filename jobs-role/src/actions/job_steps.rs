@@ -77,7 +77,7 @@ pub(super) async fn step_views(
         .map(Scope::new);
     if let Some(scope) = &mut scope {
         for replayed in prior {
-            scope.insert_replayed(replayed);
+            replayed.into_scope(scope);
         }
     }
     let is_done = |name: &str| entries.contains_key(name);

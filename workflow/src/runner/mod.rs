@@ -348,7 +348,7 @@ impl Runner {
             if let Some(step) = workflow.step(&replayed.checkpoint.name) {
                 state[step.index] = StepState::Done;
             }
-            steps.push(scope.insert_replayed(replayed));
+            steps.push(replayed.into_scope(&mut scope));
         }
         // One call of a step, or of one element of a map step, with its own copy of
         // the scope (messages are shared, so the copy costs a reference count per

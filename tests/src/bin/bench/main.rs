@@ -19,6 +19,7 @@
 mod chart;
 mod claim_depth;
 mod cost;
+mod fanout;
 mod memory;
 mod peer;
 mod pickup;
@@ -53,6 +54,8 @@ enum Scenario {
     Storage,
     /// What one job costs PostgreSQL (statements, rows, WAL).
     Cost,
+    /// One job's map step over a list: elements/s beside jobs/s, bytes per element.
+    Fanout,
     Relay,
     /// graphile-worker beside us in the same run; with ours, their ratios.
     Peer,
@@ -95,6 +98,7 @@ async fn main() {
             Scenario::ClaimDepth => claim_depth::run(args.size).await,
             Scenario::Storage => storage::run(args.size).await,
             Scenario::Cost => cost::run(args.size).await,
+            Scenario::Fanout => fanout::run(args.size).await,
             Scenario::Relay => relay::run(args.size).await,
             Scenario::Memory => memory::run(args.size).await,
             Scenario::Peer => peer::run(args.size).await,

@@ -47,7 +47,8 @@ pub enum Outcome {
 pub struct Call {
     /// `x-protomolt-job-id`.
     pub job: String,
-    /// `x-protomolt-step`.
+    /// `x-protomolt-step`, followed by `#<index>` for an element of a map step
+    /// (`x-protomolt-item`).
     pub step: String,
     /// When it arrived and ended, in ms since the epoch.
     pub started_ms: i64,
@@ -151,16 +152,20 @@ impl Targets {
             targets: self,
             call: Some(Call {
                 job: header("x-protomolt-job-id"),
-                step: header("x-protomolt-step"),
+                step: match header("x-protomolt-item").as_str() {
+                    "" => header("x-protomolt-step"),
+                    item => format!("{}#{item}", header("x-protomolt-step")),
+                },
                 started_ms: now_ms(),
                 ended_ms: 0,
                 outcome: Outcome::Abandoned,
             }),
         };
+        // A map step's elements share the step's plan (and its count of calls).
         let (job, step) = record
             .call
             .as_ref()
-            .map(|c| (c.job.clone(), c.step.clone()))
+            .map(|c| (c.job.clone(), header("x-protomolt-step")))
             .unwrap_or_default();
         match self.decide(&job, &step) {
             Ok(latency) => {

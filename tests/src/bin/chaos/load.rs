@@ -31,6 +31,10 @@ pub enum Kind {
     Checked,
     /// tokenize → embed → retokenize → reembed.
     Four,
+    /// A graph: tokenize; embed and retokenize both after it; reembed after both.
+    Graph,
+    /// tokenize, then `each`: a map step embedding every id on its own.
+    Map,
 }
 
 impl Kind {
@@ -41,6 +45,8 @@ impl Kind {
             Kind::Review => "chaos-review",
             Kind::Checked => "chaos-checked",
             Kind::Four => "chaos-four",
+            Kind::Graph => "chaos-graph",
+            Kind::Map => "chaos-map",
         }
     }
 
@@ -50,11 +56,19 @@ impl Kind {
             Kind::Two => &["tokenize", "embed"],
             Kind::Review => &["tokenize", "review", "embed"],
             Kind::Checked => &["tokenize", "check", "embed"],
-            Kind::Four => &["tokenize", "embed", "retokenize", "reembed"],
+            Kind::Four | Kind::Graph => &["tokenize", "embed", "retokenize", "reembed"],
+            Kind::Map => &["tokenize", "each"],
         }
     }
 
-    const ALL: [Kind; 4] = [Kind::Two, Kind::Review, Kind::Checked, Kind::Four];
+    const ALL: [Kind; 6] = [
+        Kind::Two,
+        Kind::Review,
+        Kind::Checked,
+        Kind::Four,
+        Kind::Graph,
+        Kind::Map,
+    ];
 
     /// The workflow's envelope over the targets at `target`.
     fn envelope(self, target: &str) -> Value {
@@ -91,6 +105,27 @@ impl Kind {
                 tokenize("retokenize"),
                 embed("reembed", "retokenize"),
             ],
+            Kind::Graph => {
+                let after = |mut step: Value, names: &[&str]| {
+                    step["after"] = json!(names);
+                    step
+                };
+                vec![
+                    tokenize("tokenize"),
+                    after(embed("embed", "tokenize"), &["tokenize"]),
+                    after(tokenize("retokenize"), &["tokenize"]),
+                    after(embed("reembed", "retokenize"), &["embed", "retokenize"]),
+                ]
+            }
+            Kind::Map => {
+                let mut each = call("each", "jobs.test.Embedder/Embed", &["ids += item"]);
+                each["forEach"] = json!("tokenize.ids");
+                each["maxParallel"] = json!(4);
+                let mut map =
+                    workflow(self.workflow_name(), vec![tokenize("tokenize"), each], None);
+                map["output"] = json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each"] });
+                return map;
+            }
         };
         workflow(self.workflow_name(), steps, None)
     }
@@ -143,10 +178,12 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
     (0..count)
         .map(|i| {
             let kind = match rng.between(0, 99) {
-                0..=34 => Kind::Two,
-                35..=59 => Kind::Four,
-                60..=84 => Kind::Review,
-                _ => Kind::Checked,
+                0..=24 => Kind::Two,
+                25..=39 => Kind::Four,
+                40..=59 => Kind::Review,
+                60..=74 => Kind::Checked,
+                75..=87 => Kind::Graph,
+                _ => Kind::Map,
             };
             let verdict = kind == Kind::Checked && rng.percent(50);
             let text = if verdict {

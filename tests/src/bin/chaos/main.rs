@@ -22,6 +22,7 @@
 
 mod faults;
 mod fixture;
+mod items;
 mod load;
 mod rng;
 mod verdict;
@@ -273,6 +274,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         logs,
         drained,
         requests: verdict::read_request_keys(&broker.bootstrap(), &topics.requests, 3).await,
+        map: items::read(&client).await,
     };
 
     let calls = targets.calls();

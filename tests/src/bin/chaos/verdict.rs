@@ -20,6 +20,7 @@ use tokio_postgres::Client;
 
 use crate::faults::{Fault, Injected};
 use crate::fixture::{Call, Outcome};
+use crate::items::{self, MapEvidence};
 use crate::load::{JobSpec, Kind, Lane, Ledger};
 
 /// WAITING jobs are the ones whose review the operator never answers, and a review
@@ -44,13 +45,14 @@ pub const LOGS: &str = "no constraint error, no panic";
 pub const DRAINED: &str = "the fleet drains after the faults";
 
 /// Every invariant of this module, in the summary's order.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     DRAINED,
     WAITING,
     SUBMISSIONS,
     CANCELS,
     SIDE_EFFECTS,
     AFTER_CHECKPOINT,
+    items::ITEMS,
     TOPIC,
     LOGS,
 ];
@@ -119,6 +121,8 @@ pub struct Evidence {
     /// Where each request on the requests topic is (`partition/offset`), by its key:
     /// tells a request the broker lost from one no consumer turned into a row.
     pub requests: BTreeMap<String, String>,
+    /// The map steps' stored elements and outputs.
+    pub map: MapEvidence,
 }
 
 /// What the database holds: each job's status, the decoded outbox (in `seq` order),
@@ -479,6 +483,16 @@ pub fn check(
             _ => {}
         }
     }
+    // A map step's element is checkpointed when its row is stored.
+    for element in &evidence.map.elements {
+        checkpointed
+            .entry((element.job.as_str(), element.key.as_str()))
+            .or_default()
+            .push(element.stored_ms);
+    }
+    findings
+        .breaches
+        .extend(items::check(specs, &evidence.statuses, &evidence.map));
     let mut by_step: BTreeMap<(&str, &str), Vec<&Call>> = BTreeMap::new();
     for call in calls {
         by_step
@@ -542,8 +556,10 @@ pub fn check(
         .map(|c| (c.job.as_str(), c.step.as_str()))
         .collect();
     for &(job, step) in checkpointed.keys() {
-        // The external step is answered by the operator, never called.
-        if step != "review" && !answered.contains(&(job, step)) {
+        // The external step is answered by the operator, never called; a map step is
+        // called element by element, each checked as a step of its own.
+        let map_step = by_id.get(job).is_some_and(|s| s.kind == Kind::Map) && step == "each";
+        if step != "review" && !map_step && !answered.contains(&(job, step)) {
             findings.breaches.push(breach(
                 SIDE_EFFECTS,
                 format!("job {job} step {step}: checkpointed without an answered call"),
