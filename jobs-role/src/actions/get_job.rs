@@ -50,13 +50,6 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     let Some(row) = row else {
         return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
     };
-    let steps = job_steps::step_views(&state, job_id, &row)
-        .await
-        .map_err(store_error)?;
-    let mut job = camel_case_keys(row);
-    if let Some(steps) = steps {
-        job["steps"] = steps;
-    }
     // The job's outbox rows, so its events can be read even with the Kafka lanes off.
     let events: Vec<Value> = state
         .store
@@ -66,6 +59,13 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .into_iter()
         .map(|e| event_view(&e.event_id, &e.event_type, &e.status, &e.payload))
         .collect();
+    let steps = job_steps::step_views(&state, job_id, &row, &events)
+        .await
+        .map_err(store_error)?;
+    let mut job = camel_case_keys(row);
+    if let Some(steps) = steps {
+        job["steps"] = steps;
+    }
     job["events"] = Value::Array(events);
     Ok(json!({ "ok": true, "job": job }))
 }

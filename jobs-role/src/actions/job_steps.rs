@@ -1,7 +1,8 @@
 //! The `steps` of `get-job`: each step of the job's workflow, in declaration order,
 //! with what it waits for, where it stands, when its first call started and how long
-//! until its checkpoint, and for a map step its counts. Drawn by the console's job
-//! page (the graph and the timeline).
+//! until its checkpoint (from its latest STEP_CHECKPOINT event's `detail.timing`, so
+//! known while the job's events are kept), and for a map step its counts. Drawn by
+//! the console's job page (the graph and the timeline).
 //!
 //! | state     | when                                                              |
 //! |-----------|-------------------------------------------------------------------|
@@ -32,6 +33,7 @@ pub(super) async fn step_views(
     state: &JobsState,
     job_id: Uuid,
     row: &Value,
+    events: &[Value],
 ) -> Result<Option<Value>, StoreError> {
     let Some(compiled) = compiled_workflow(state, job_id, row).await? else {
         return Ok(None);
@@ -80,6 +82,12 @@ pub(super) async fn step_views(
             replayed.into_scope(scope);
         }
     }
+    // The latest timing of each step (a re-run's replaces the first run's).
+    let timings: HashMap<&str, &Value> = events
+        .iter()
+        .filter(|e| e["type"] == "STEP_CHECKPOINT")
+        .filter_map(|e| Some((e["step"].as_str()?, e["detail"].get("timing")?)))
+        .collect();
     let is_done = |name: &str| entries.contains_key(name);
     let mut views = Vec::with_capacity(compiled.steps.len());
     for step in &compiled.steps {
@@ -98,9 +106,9 @@ pub(super) async fn step_views(
             "after": step.after.iter().map(|&d| compiled.steps[d].name.as_str()).collect::<Vec<_>>(),
             "state": state_name,
         });
-        if let Some(entry) = entry {
+        if let (Some(_), Some(timing)) = (entry, timings.get(step.name.as_str())) {
             for key in ["startedAt", "tookMs"] {
-                if let Some(value) = entry.get(key) {
+                if let Some(value) = timing.get(key) {
                     view[key] = value.clone();
                 }
             }

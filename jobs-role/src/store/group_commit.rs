@@ -80,8 +80,9 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         detail: &[],
         data: None,
     };
-    let checkpointed = write.checkpoint.as_ref().map(|checkpoint| {
-        facts(
+    let checkpointed = write.checkpoint.as_ref().map(|checkpoint| EventFacts {
+        data: write.timing.as_ref().map(|timing| ("timing", timing)),
+        ..facts(
             Type::StepCheckpoint,
             Some(checkpoint.step.as_str()),
             None,

@@ -155,6 +155,10 @@ pub struct ClaimWrite {
     /// Elements of a map step (a write of its own: never with a checkpoint or a
     /// settlement).
     pub(super) items: Option<StepItems>,
+    /// When the checkpointed step's first call started and how long it took
+    /// (`{startedAt, tookMs}`): carried by its STEP_CHECKPOINT event's detail
+    /// (`timing`), for the console's timeline; the row's checkpoint stays as it was.
+    pub(super) timing: Option<Value>,
 }
 
 /// Elements of one map step whose calls ended, as a claim stores them (migration V23).
@@ -175,7 +179,15 @@ impl ClaimWrite {
             checkpoint: Some(checkpoint),
             settlement: None,
             items: None,
+            timing: None,
         }
+    }
+
+    /// The same write, its STEP_CHECKPOINT event carrying `timing` (see
+    /// [`ClaimWrite`]'s field).
+    pub fn with_timing(mut self, timing: Option<Value>) -> ClaimWrite {
+        self.timing = timing;
+        self
     }
 
     /// Stores elements of a map step (no event: the step's checkpoint has one once
@@ -187,6 +199,7 @@ impl ClaimWrite {
             checkpoint: None,
             settlement: None,
             items: Some(items),
+            timing: None,
         }
     }
 
@@ -209,6 +222,7 @@ impl ClaimWrite {
             checkpoint: held,
             settlement: Some(settlement.storable()),
             items: None,
+            timing: None,
         })
     }
 
@@ -220,6 +234,7 @@ impl ClaimWrite {
             checkpoint: None,
             settlement: None,
             items: None,
+            timing: None,
         }
     }
 

@@ -270,8 +270,10 @@ impl Worker {
                     compiled,
                     outcome,
                     held,
+                    held_timing,
                     progressed,
                 } => {
+                    let held = held.map(|checkpoint| (checkpoint, held_timing));
                     self.settle(flusher, &job, &compiled, outcome, held, progressed)
                         .await
                 }
@@ -358,6 +360,7 @@ impl Worker {
             started: std::collections::HashMap::new(),
             stored_items: 0,
             held: None,
+            held_timing: None,
         };
         let metadata = JobMetadata {
             job_id: claim.job_id.to_string(),
@@ -381,6 +384,7 @@ impl Worker {
             outcome,
             progressed: sink.stored_items > 0,
             held: sink.held,
+            held_timing: sink.held_timing,
         }
     }
 
@@ -514,6 +518,8 @@ enum Ran {
         outcome: Result<SegmentOutcome, SegmentError>,
         /// The final step's checkpoint, held back for the settlement.
         held: Option<StepCheckpoint>,
+        /// Its timing, for its event.
+        held_timing: Option<serde_json::Value>,
         /// The segment stored map elements (progress a retryable failure keeps).
         progressed: bool,
     },

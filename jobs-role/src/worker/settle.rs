@@ -6,6 +6,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use serde_json::Value;
 use workflow::{CompiledWorkflow, FailureKind, SegmentError, SegmentOutcome, StepFailure};
 
 use super::Worker;
@@ -24,7 +25,7 @@ impl Worker {
         &self,
         flusher: &Flusher,
         claim: &Claim,
-        held: Option<StepCheckpoint>,
+        held: Option<(StepCheckpoint, Option<Value>)>,
         settlement: Settlement,
     ) -> Result<(), StoreError> {
         let outcome = match &settlement {
@@ -34,7 +35,8 @@ impl Worker {
             Settlement::Dead { .. } => "dead",
             Settlement::Retry { .. } => "retried",
         };
-        let write = ClaimWrite::settle(claim, held, settlement)?;
+        let (held, timing) = held.map_or((None, None), |(held, timing)| (Some(held), timing));
+        let write = ClaimWrite::settle(claim, held, settlement)?.with_timing(timing);
         match self.commit_write(flusher, claim, write).await {
             // Every settlement is refused once an operator asked to cancel.
             Err(lost) if lost.is_lost_claim() => self.cancelled_instead(claim, lost).await,
@@ -161,7 +163,7 @@ impl Worker {
         job: &ClaimedJob,
         compiled: &CompiledWorkflow,
         outcome: Result<SegmentOutcome, SegmentError>,
-        held: Option<StepCheckpoint>,
+        held: Option<(StepCheckpoint, Option<Value>)>,
         progressed: bool,
     ) -> Result<(), StoreError> {
         let claim = &job.claim;
@@ -188,10 +190,10 @@ impl Worker {
         };
         // Tell the refused checkpoint from the refused settlement: the checkpoint
         // alone first, then the settlement alone.
-        if let Some(checkpoint) = held {
+        if let Some((checkpoint, timing)) = held {
             let step = checkpoint.step.clone();
             match flusher
-                .commit(ClaimWrite::checkpoint(claim, checkpoint))
+                .commit(ClaimWrite::checkpoint(claim, checkpoint).with_timing(timing))
                 .await
             {
                 Err(e) if e.is_data_error() => {

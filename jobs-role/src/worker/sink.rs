@@ -42,6 +42,8 @@ pub(super) struct StoreSink<'a> {
     /// Map elements this segment stored: progress, even when the segment fails.
     pub(super) stored_items: usize,
     pub(super) held: Option<StepCheckpoint>,
+    /// The held checkpoint's timing (its event's `timing`).
+    pub(super) held_timing: Option<Value>,
 }
 
 impl CheckpointSink for StoreSink<'_> {
@@ -101,40 +103,45 @@ impl CheckpointSink for StoreSink<'_> {
         self.metrics
             .map_items(&self.claim.workflow_name, &step.name, items);
         let (store, flusher, claim, clock) = (self.store, self.flusher, self.claim, self.clock);
-        let write = ClaimWrite::items(
-            claim,
-            StepItems {
-                step: step.name.clone(),
-                elements,
-            },
-        );
-        let alone = AtomicBool::new(false);
-        retry::until_written(
-            "map elements",
-            claim.job_id,
-            || !clock.lapsed(),
-            || commit_through(store, flusher, write.clone(), &alone),
-        )
-        .await
-        .map_err(|e| Box::new(e) as SinkError)?;
+        // One write per [`ELEMENT_BYTES_PER_WRITE`] of responses: the flusher's shared
+        // transaction never carries one huge statement.
+        for chunk in chunks_by_bytes(elements) {
+            let write = ClaimWrite::items(
+                claim,
+                StepItems {
+                    step: step.name.clone(),
+                    elements: chunk,
+                },
+            );
+            let alone = AtomicBool::new(false);
+            retry::until_written(
+                "map elements",
+                claim.job_id,
+                || !clock.lapsed(),
+                || commit_through(store, flusher, write.clone(), &alone),
+            )
+            .await
+            .map_err(|e| Box::new(e) as SinkError)?;
+        }
         self.stored_items += items.len();
         Ok(())
     }
 
     async fn record(&mut self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
-        let mut entry = checkpoint.to_json();
         // When its first call started and how long until now, for the console's
-        // timeline (replay reads neither).
-        if let Some((at, started)) = self.started.remove(&checkpoint.name) {
-            entry["startedAt"] = Value::String(prost_types::Timestamp::from(at).to_string());
+        // timeline: carried by the checkpoint's event, not the row.
+        let timing = self.started.remove(&checkpoint.name).map(|(at, started)| {
             let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            entry["tookMs"] = Value::from(took);
-        }
+            serde_json::json!({
+                "startedAt": prost_types::Timestamp::from(at).to_string(),
+                "tookMs": took,
+            })
+        });
         let checkpoint = StepCheckpoint {
             step: checkpoint.name.clone(),
             // A workflow has at most a few hundred steps (compile bounds them).
             position: i32::try_from(self.next_step).unwrap_or(i32::MAX),
-            entry,
+            entry: checkpoint.to_json(),
         };
         // A NUL PostgreSQL would refuse is refused here, before it can fail a batch of
         // other jobs' writes.
@@ -152,6 +159,7 @@ impl CheckpointSink for StoreSink<'_> {
         self.last_step_ended = ended;
         if is_last {
             self.held = Some(checkpoint);
+            self.held_timing = timing;
             return Ok(());
         }
         // A database outage does not cost the step: the checkpoint (conditional on its
@@ -159,7 +167,7 @@ impl CheckpointSink for StoreSink<'_> {
         // lease renewal beside this keeps the claim, or until the claim may have
         // lapsed.
         let (store, flusher, claim, clock) = (self.store, self.flusher, self.claim, self.clock);
-        let write = ClaimWrite::checkpoint(claim, checkpoint);
+        let write = ClaimWrite::checkpoint(claim, checkpoint).with_timing(timing);
         let alone = AtomicBool::new(false);
         retry::until_written(
             "checkpoint",
@@ -170,6 +178,35 @@ impl CheckpointSink for StoreSink<'_> {
         .await
         .map_err(|e| Box::new(e) as SinkError)
     }
+}
+
+/// The most bytes of element responses one write of a map step's elements carries
+/// (an element larger than this goes alone).
+const ELEMENT_BYTES_PER_WRITE: usize = 8 * 1024 * 1024;
+
+/// `elements` split into runs of at most [`ELEMENT_BYTES_PER_WRITE`] bytes of JSON.
+fn chunks_by_bytes(
+    elements: Vec<(i32, Result<Value, String>)>,
+) -> Vec<Vec<(i32, Result<Value, String>)>> {
+    let mut chunks = Vec::new();
+    let mut current = Vec::new();
+    let mut bytes = 0;
+    for element in elements {
+        let size = match &element.1 {
+            Ok(json) => serde_json::to_vec(json).map_or(0, |b| b.len()),
+            Err(error) => error.len(),
+        };
+        if !current.is_empty() && bytes + size > ELEMENT_BYTES_PER_WRITE {
+            chunks.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes += size;
+        current.push(element);
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
 }
 
 /// Commits `write` through the flusher, or in a transaction of its own once a row
@@ -226,5 +263,27 @@ impl CallMetadata for JobMetadata {
             metadata.push((registry_stub::telemetry::TRACEPARENT.into(), traceparent));
         }
         metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_writes_are_split_by_bytes_and_a_large_element_goes_alone() {
+        let big = Value::String("x".repeat(ELEMENT_BYTES_PER_WRITE));
+        let small = Value::String("y".into());
+        let chunks = chunks_by_bytes(vec![
+            (0, Ok(small.clone())),
+            (1, Ok(big)),
+            (2, Ok(small.clone())),
+            (3, Err("failed".into())),
+        ]);
+        let positions: Vec<Vec<i32>> = chunks
+            .iter()
+            .map(|chunk| chunk.iter().map(|(at, _)| *at).collect())
+            .collect();
+        assert_eq!(positions, [vec![0], vec![1], vec![2, 3]]);
     }
 }

@@ -13,6 +13,11 @@ use crate::scope::Scope;
 /// otherwise (`[workflow].max_map_items`).
 pub const DEFAULT_MAX_MAP_ITEMS: usize = 10_000;
 
+/// The most bytes of proto3 JSON a map step's checkpoint (its list of responses,
+/// kept in the job row) may hold: past it the step fails, not retried, naming both
+/// numbers, rather than the database refusing the row (jsonb ends at 256 MiB).
+pub const MAX_MAP_CHECKPOINT_BYTES: usize = 64 * 1024 * 1024;
+
 /// How many elements map step `step` fans out over, read from `scope` (the input and
 /// the responses of the steps it runs after): `None` when it is not a map step or its
 /// list cannot be read (yet).
@@ -259,10 +264,22 @@ impl<'w> Mapping<'w> {
                 }
             }
         }
+        let response = map_checkpoint(items, &failed);
+        let bytes = serde_json::to_vec(&response).map_or(usize::MAX, |b| b.len());
+        if bytes > MAX_MAP_CHECKPOINT_BYTES {
+            return Err(StepFailure::at(
+                &self.step.name,
+                FailureKind::Workflow,
+                format!(
+                    "its list of {} responses is {bytes} bytes of JSON, more than the {MAX_MAP_CHECKPOINT_BYTES} a map step's checkpoint may hold: map over fewer elements, or answer less per element",
+                    list.len()
+                ),
+            ));
+        }
         let checkpoint = Checkpoint {
             name: self.step.name.clone(),
             skipped: false,
-            response: Some(map_checkpoint(items, &failed)),
+            response: Some(response),
         };
         Ok((checkpoint, list))
     }

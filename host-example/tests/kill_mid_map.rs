@@ -1,0 +1,127 @@
+//! A map step survives `kill -9` of the node running it: a `protomolt-node` process
+//! maps half of a 1,000-element list and is killed with SIGKILL; a second process
+//! resumes the job and calls only the elements the first one did not store (at most
+//! `maxParallel` of them twice). Real PostgreSQL, the fixture targets in this process.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use serde_json::json;
+use workflow::testkit::{FixtureOptions, FixtureServer, map_workflow};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A node process running jobs from `database_url` as `worker_id`, its log in `dir`.
+fn node_process(dir: &std::path::Path, database_url: &str, worker_id: &str) -> Child {
+    let config = dir.join(format!("{worker_id}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            r#"[node]
+bind = "127.0.0.1:0"
+roles = ["registry", "jobs"]
+
+[jobs]
+database_url = "{database_url}"
+worker_id = "{worker_id}"
+max_in_flight = 2
+lease_ms = 1500
+sweep_interval_ms = 100
+poll_interval_ms = 200
+max_concurrent_per_target = 32
+"#
+        ),
+    )
+    .expect("the node's config");
+    let log = std::fs::File::create(dir.join(format!("{worker_id}.log"))).expect("a log file");
+    Command::new(env!("CARGO_BIN_EXE_protomolt-node"))
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("KAFKA_BOOTSTRAP")
+        .args(["--config"])
+        .arg(&config)
+        .arg("run")
+        .stdout(log.try_clone().expect("the log"))
+        .stderr(log)
+        .spawn()
+        .expect("the node starts")
+}
+
+/// Kills the process when dropped (a failed assertion leaves no node behind).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn stored_items(db: &TestDatabase) -> i64 {
+    db.connect()
+        .await
+        .query_one("SELECT count(*) FROM workflow_run_items", &[])
+        .await
+        .expect("the stored elements")
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_resumes_after_kill_9_calling_only_the_missing_elements() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        embed_delay: Some(Duration::from_millis(5)),
+        embed_echo_ids: true,
+        ..Default::default()
+    })
+    .await;
+    // A node in this process that runs nothing: it migrates, submits and watches.
+    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let text: String = (0..1000u32)
+        .map(|i| char::from_u32(0x100 + i).expect("a character"))
+        .collect();
+    let job_id = idle
+        .submit(&map_workflow(&server.target(), 16), json!({ "text": text }))
+        .await;
+    let dir = tempfile::tempdir().expect("a directory");
+
+    let first = Running(node_process(dir.path(), &db.url, "first"));
+    let deadline = Instant::now() + WAIT;
+    while stored_items(&db).await < 500 {
+        assert!(
+            Instant::now() < deadline,
+            "the first node never stored half the list: {}",
+            std::fs::read_to_string(dir.path().join("first.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // SIGKILL: no shutdown, no settlement, no release.
+    drop(first);
+    let stored = stored_items(&db).await;
+    let called = server.stats.embed_calls();
+    assert!(
+        called as i64 - stored <= 16,
+        "{called} calls, {stored} stored: at most maxParallel elements called and not stored"
+    );
+
+    let _second = Running(node_process(dir.path(), &db.url, "second"));
+    let job = idle.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    let calls = server.stats.embed_calls();
+    assert!(
+        (1000..=1016).contains(&calls),
+        "{calls} calls for 1,000 elements: each once, at most maxParallel twice"
+    );
+    assert!(server.stats.max_in_flight() <= 16);
+    let vectors = job["result"]["vectors"].as_array().expect("the list");
+    assert_eq!(vectors.len(), 1000);
+    for (i, vector) in vectors.iter().enumerate() {
+        assert_eq!(
+            vector["values"],
+            json!([f64::from(0x100 + i as u32)]),
+            "{i}"
+        );
+    }
+    idle.stop().await;
+}
