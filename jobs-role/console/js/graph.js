@@ -14,6 +14,7 @@ const BOX_HEIGHT = 58;
 const COLUMN_GAP = 56;
 const ROW_GAP = 18;
 const MARGIN = 8;
+let graphCount = 0;
 
 /** The steps of a definition as the graph needs them: `after` as written, or the step before. */
 export function stepsOfDefinition(definition) {
@@ -92,8 +93,11 @@ export function drawGraph(steps, label) {
     class: 'step-graph', viewBox: '0 0 ' + width + ' ' + height, width, height,
     role: 'img', 'aria-label': label,
   });
+  // An id of its own per graph: a page may hold more than one.
+  graphCount += 1;
+  const arrowId = 'graph-arrow-' + graphCount;
   root.appendChild(svg('defs', null,
-    svg('marker', { id: 'graph-arrow', viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
+    svg('marker', { id: arrowId, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
       svg('path', { d: 'M 0 0 L 10 5 L 0 10 z', class: 'graph-arrowhead' }))));
   const byName = new Map(steps.map((s, i) => [s.name, i]));
   steps.forEach((step, i) => {
@@ -110,7 +114,7 @@ export function drawGraph(steps, label) {
       root.appendChild(svg('path', {
         class: 'graph-edge', 'data-from': dep, 'data-to': step.name,
         d: 'M ' + x1 + ' ' + y1 + ' C ' + (x1 + bend) + ' ' + y1 + ', ' + (x2 - bend) + ' ' + y2 + ', ' + x2 + ' ' + y2,
-        'marker-end': 'url(#graph-arrow)',
+        'marker-end': 'url(#' + arrowId + ')',
       }));
     }
   });
@@ -123,7 +127,8 @@ export function drawGraph(steps, label) {
       svg('text', { class: 'graph-name', x: 10, y: 20, text: fit(step.name, 22) }),
       svg('text', { class: 'graph-state', x: 10, y: 37, text: fit(step.state || step.kind || '', 26) }));
     if (step.map && typeof step.map === 'object') {
-      const total = Number(step.map.total);
+      const known = step.map.total !== null && step.map.total !== undefined;
+      const total = known ? Number(step.map.total) : NaN;
       const done = Number(step.map.done) + Number(step.map.failed || 0);
       const share = Number.isFinite(total) && total > 0 ? Math.min(1, done / total) : 0;
       const barWidth = BOX_WIDTH - 20;

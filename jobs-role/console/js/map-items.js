@@ -33,13 +33,13 @@ export function updateMapItems(box, jobId, steps, signal) {
 
 function newList(jobId, stepName, signal) {
   const list = el('ol', { class: 'map-item-list' });
-  const more = el('button', { type: 'button', class: 'secondary map-items-more', text: 'Next elements', hidden: true });
+  const moreButton = el('button', { type: 'button', class: 'secondary map-items-more', text: 'Next elements', hidden: true });
   const note = el('p', { class: 'muted map-items-note', 'aria-live': 'polite' });
-  const details = el('details', { class: 'map-step-items', 'data-step': stepName }, el('summary'), list, more, note);
+  const details = el('details', { class: 'map-step-items', 'data-step': stepName }, el('summary'), list, moreButton, note);
   let next = 0;
   let loading = false;
   async function load() {
-    if (loading || next < 0) return;
+    if (loading) return;
     loading = true;
     note.textContent = 'Loading…';
     try {
@@ -50,8 +50,14 @@ function newList(jobId, stepName, signal) {
           el('span', { class: 'map-item-index mono', text: '#' + String(item.index) }),
           el('code', { class: failed ? 'error-text' : 'map-item-response', text: failed ? String(item.error) : compactJson(item.response) })));
       }
-      next = Number.isInteger(answer.nextOffset) ? answer.nextOffset : -1;
-      more.hidden = next < 0;
+      // On the last page, the next read starts after the last element listed: the
+      // elements that end later are read from there ("Newer elements").
+      const items = Array.isArray(answer.items) ? answer.items : [];
+      const last = items.length > 0 ? Number(items[items.length - 1].index) : next - 1;
+      const more = Number.isInteger(answer.nextOffset) && answer.nextOffset >= 0;
+      next = more ? answer.nextOffset : last + 1;
+      moreButton.textContent = more ? 'Next elements' : 'Newer elements';
+      moreButton.hidden = false;
       note.textContent = list.children.length === 0 ? 'No element has ended yet.' : '';
     } catch (err) {
       if (!isAbort(err)) note.textContent = errorText(err);
@@ -61,6 +67,6 @@ function newList(jobId, stepName, signal) {
   details.addEventListener('toggle', () => {
     if (details.open && list.children.length === 0) load();
   });
-  more.addEventListener('click', load);
+  moreButton.addEventListener('click', load);
   return details;
 }

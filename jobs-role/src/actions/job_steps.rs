@@ -17,28 +17,26 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use uuid::Uuid;
+use workflow::CompiledWorkflow;
 use workflow::compile::decode_json;
 use workflow::runner::list_length;
 use workflow::scope::Scope;
-use workflow::{CompiledWorkflow, replay_checkpoints};
 
 use super::JobsState;
 use crate::status::JobStatus;
 use crate::store::{StoreError, outstanding_steps};
 
-/// The steps of the job in `row` (its columns, snake_case), or `None` when its
-/// workflow snapshot no longer compiles or its checkpoints no longer replay (the row
-/// itself says what it can).
+/// The steps of the job in `row` (its columns, snake_case; `events` its events as
+/// `get-job` shows them), or `None` when its workflow snapshot no longer compiles
+/// (the row itself says what it can).
 pub(super) async fn step_views(
     state: &JobsState,
     job_id: Uuid,
     row: &Value,
     events: &[Value],
 ) -> Result<Option<Value>, StoreError> {
-    let Some(compiled) = compiled_workflow(state, job_id, row).await? else {
-        return Ok(None);
-    };
-    let Ok(prior) = replay_checkpoints(&compiled, &row["checkpoints"]) else {
+    let digest = row["definition_digest"].as_str().unwrap_or_default();
+    let Some(compiled) = job_workflow(state, job_id, digest).await? else {
         return Ok(None);
     };
     let status: Option<JobStatus> = row["status"].as_str().and_then(|s| s.parse().ok());
@@ -62,8 +60,18 @@ pub(super) async fn step_views(
         Some(JobStatus::Failed | JobStatus::Dead) => row["error"].as_str().and_then(named_step),
         _ => None,
     };
-    // The map steps' element counts, and the scope their lists are read from.
-    let counts: HashMap<String, (i64, i64)> = if compiled.steps.iter().any(|s| s.map.is_some()) {
+    // Element counts, for map steps without a checkpoint (a done one's are in it);
+    // list lengths, for those whose dependencies are done: read from their root alone
+    // (the input, or one step's response), off the async threads.
+    let is_done = |name: &str| entries.contains_key(name);
+    let unfinished: Vec<&workflow::CompiledStep> = compiled
+        .steps
+        .iter()
+        .filter(|s| s.map.is_some() && !is_done(&s.name))
+        .collect();
+    let counts: HashMap<String, (i64, i64)> = if unfinished.is_empty() {
+        HashMap::new()
+    } else {
         state
             .store
             .job_item_counts(job_id)
@@ -71,24 +79,34 @@ pub(super) async fn step_views(
             .into_iter()
             .map(|(step, done, failed)| (step, (done, failed)))
             .collect()
-    } else {
-        HashMap::new()
     };
-    let mut scope = decode_json(&compiled.input_type, &row["input"])
-        .ok()
-        .map(Scope::new);
-    if let Some(scope) = &mut scope {
-        for replayed in prior {
-            replayed.into_scope(scope);
-        }
-    }
+    let ready: Vec<String> = unfinished
+        .iter()
+        .filter(|s| s.after.iter().all(|&d| is_done(&compiled.steps[d].name)))
+        .map(|s| s.name.clone())
+        .collect();
+    let totals: HashMap<String, usize> = if ready.is_empty() {
+        HashMap::new()
+    } else {
+        let (compiled, row) = (compiled.clone(), row.clone());
+        tokio::task::spawn_blocking(move || {
+            ready
+                .into_iter()
+                .filter_map(|name| {
+                    let total = map_total(&compiled, &name, &row)?;
+                    Some((name, total))
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    };
     // The latest timing of each step (a re-run's replaces the first run's).
     let timings: HashMap<&str, &Value> = events
         .iter()
         .filter(|e| e["type"] == "STEP_CHECKPOINT")
         .filter_map(|e| Some((e["step"].as_str()?, e["detail"].get("timing")?)))
         .collect();
-    let is_done = |name: &str| entries.contains_key(name);
     let mut views = Vec::with_capacity(compiled.steps.len());
     for step in &compiled.steps {
         let entry = entries.get(step.name.as_str());
@@ -119,7 +137,7 @@ pub(super) async fn step_views(
                 map.max_parallel,
                 entry,
                 &counts,
-                scope.as_ref(),
+                totals.get(&step.name).copied(),
                 state_name,
             );
         }
@@ -129,13 +147,13 @@ pub(super) async fn step_views(
 }
 
 /// A map step's `{done, failed, inFlight, total}`: from its checkpoint once it is done,
-/// else from its stored elements and (when its list can be read) its list's length.
+/// else from its stored elements and (when its list could be read) its list's length.
 fn map_counts(
     step: &workflow::CompiledStep,
     max_parallel: usize,
     entry: Option<&&Value>,
     counts: &HashMap<String, (i64, i64)>,
-    scope: Option<&Scope>,
+    total: Option<usize>,
     state_name: &str,
 ) -> Value {
     if let Some(entry) = entry {
@@ -144,7 +162,6 @@ fn map_counts(
         return json!({ "done": done, "failed": failed, "inFlight": 0, "total": done + failed });
     }
     let (done, failed) = counts.get(&step.name).copied().unwrap_or((0, 0));
-    let total = scope.and_then(|scope| list_length(step, scope));
     let in_flight = match (state_name, total) {
         ("running", Some(total)) => {
             let left = (total as i64 - done - failed).max(0);
@@ -155,33 +172,60 @@ fn map_counts(
     json!({ "done": done, "failed": failed, "inFlight": in_flight, "total": total })
 }
 
-/// The compiled workflow of the job in `row`: from the node's cache by its digest, or
-/// its snapshot read and compiled (off the async threads) on a miss; `None` when it no
-/// longer compiles.
-async fn compiled_workflow(
+/// The length of the list map step `name` fans out over, read from its root alone:
+/// the job's input, or one done step's response (a done map step's list length);
+/// `None` when it cannot be read.
+fn map_total(compiled: &CompiledWorkflow, name: &str, row: &Value) -> Option<usize> {
+    let step = compiled.step(name)?;
+    let map = step.map.as_ref()?;
+    let input = decode_json(&compiled.input_type, &row["input"]).ok()?;
+    let mut scope = Scope::new(input);
+    if map.root != workflow::scope::INPUT {
+        let root = compiled.step(&map.root)?;
+        let entry = row["checkpoints"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == map.root.as_str())?;
+        if root.map.is_some() {
+            // Over a whole earlier map step: its list's length.
+            return entry["response"]["items"].as_array().map(Vec::len);
+        }
+        if entry["skipped"] == true {
+            scope.insert_skipped(
+                &map.root,
+                prost_reflect::DynamicMessage::new(root.output_type()),
+            );
+        } else {
+            let response = decode_json(&root.output_type(), &entry["response"]).ok()?;
+            scope.insert_step(&map.root, response);
+        }
+    }
+    list_length(step, &scope)
+}
+
+/// The compiled workflow of job `job_id`, whose row names its snapshot by `digest`:
+/// from the node's cache by the digest, or the snapshot read (alone, not the row) and
+/// compiled off the async threads on a miss, remembered under the row's digest;
+/// `None` when the job is gone or its snapshot no longer compiles.
+pub(super) async fn job_workflow(
     state: &JobsState,
     job_id: Uuid,
-    row: &Value,
+    digest: &str,
 ) -> Result<Option<std::sync::Arc<CompiledWorkflow>>, StoreError> {
     let cache = state.submitter.compiled();
-    if let Some(hit) = row["definition_digest"]
-        .as_str()
-        .and_then(|digest| cache.get_by_digest(digest))
-    {
+    if let Some(hit) = cache.get_by_digest(digest) {
         return Ok(Some(hit));
     }
-    let definition = match row.get("workflow_definition") {
-        Some(definition) if !definition.is_null() => definition.clone(),
-        _ => match state.store.get_job(job_id).await? {
-            Some(full) => full["workflow_definition"].clone(),
-            None => return Ok(None),
-        },
+    let Some((definition, stored_digest)) = state.store.job_snapshot(job_id).await? else {
+        return Ok(None);
     };
-    Ok(cache
-        .get_or_compile_off_thread(&definition)
-        .await
-        .ok()
-        .map(|compiled| compiled.workflow))
+    Ok(match cache.get_or_compile_off_thread(&definition).await {
+        Ok(compiled) => {
+            cache.remember_digest(&compiled.digest, &stored_digest);
+            Some(compiled.workflow)
+        }
+        Err(_) => None,
+    })
 }
 
 /// The step an error names: `KIND: step 'name': ...`.

@@ -16,6 +16,21 @@ pub struct StoredItem {
 }
 
 impl Store {
+    /// A job's workflow snapshot and the digest its row names it by (`None`: no such
+    /// job), without the rest of the row: for the read verbs that compile it.
+    pub async fn job_snapshot(&self, job_id: Uuid) -> Result<Option<(Value, String)>, StoreError> {
+        let client = self.shared().await?;
+        let row = client.query_opt(sql::JOB_DEFINITION, &[&job_id]).await?;
+        Ok(row.map(|row| (row.get("workflow_definition"), row.get("definition_digest"))))
+    }
+
+    /// The digest a job's row names its snapshot by (`None`: no such job).
+    pub async fn job_digest(&self, job_id: Uuid) -> Result<Option<String>, StoreError> {
+        let client = self.shared().await?;
+        let row = client.query_opt(sql::JOB_DIGEST, &[&job_id]).await?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
     /// The stored elements of `steps` (map steps with no checkpoint yet) of a job, so
     /// the claim resuming it calls only the others.
     pub async fn job_items(

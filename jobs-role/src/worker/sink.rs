@@ -106,6 +106,7 @@ impl CheckpointSink for StoreSink<'_> {
         // One write per [`ELEMENT_BYTES_PER_WRITE`] of responses: the flusher's shared
         // transaction never carries one huge statement.
         for chunk in chunks_by_bytes(elements) {
+            let stored = chunk.len();
             let write = ClaimWrite::items(
                 claim,
                 StepItems {
@@ -122,8 +123,9 @@ impl CheckpointSink for StoreSink<'_> {
             )
             .await
             .map_err(|e| Box::new(e) as SinkError)?;
+            // Counted as each write lands: progress even when a later one fails.
+            self.stored_items += stored;
         }
-        self.stored_items += items.len();
         Ok(())
     }
 

@@ -53,6 +53,8 @@ pub(super) struct Mapping<'w> {
     /// and how many failed.
     failure: Option<(usize, StepFailure)>,
     failures: usize,
+    /// Bytes of JSON of the responses so far (bounded by [`MAX_MAP_CHECKPOINT_BYTES`]).
+    bytes: usize,
 }
 
 impl<'w> Mapping<'w> {
@@ -130,6 +132,7 @@ impl<'w> Mapping<'w> {
             in_flight: 0,
             failure: None,
             failures: 0,
+            bytes: 0,
         })
     }
 
@@ -178,6 +181,23 @@ impl<'w> Mapping<'w> {
             )
         })?;
         self.in_flight -= 1;
+        // Past the checkpoint's bound the step can never end well: it fails once its
+        // calls in flight end, as an element failed for good does, whatever
+        // `onItemFailure` says.
+        self.bytes += serde_json::to_vec(&json).map_or(0, |b| b.len());
+        if self.bytes > MAX_MAP_CHECKPOINT_BYTES && self.failure.is_none() {
+            self.failures += 1;
+            self.failure = Some((
+                index,
+                StepFailure::at(
+                    &self.step.name,
+                    FailureKind::Workflow,
+                    format!(
+                        "its responses passed {MAX_MAP_CHECKPOINT_BYTES} bytes of JSON, the most a map step's checkpoint may hold: map over fewer elements, or answer less per element"
+                    ),
+                ),
+            ));
+        }
         self.elements[index] = Element::Answered(response, json.clone());
         Ok(ItemOutcome::Response(json))
     }
