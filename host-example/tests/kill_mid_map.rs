@@ -7,9 +7,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, test_config};
+use protomolt_e2e::jobs::{queued_map_job, stored_elements};
 use serde_json::json;
-use workflow::testkit::{FixtureOptions, FixtureServer, map_workflow};
+use workflow::testkit::map_element_id;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -59,37 +59,17 @@ impl Drop for Running {
     }
 }
 
-async fn stored_items(db: &TestDatabase) -> i64 {
-    db.connect()
-        .await
-        .query_one("SELECT count(*) FROM workflow_run_items", &[])
-        .await
-        .expect("the stored elements")
-        .get(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_map_resumes_after_kill_9_calling_only_the_missing_elements() {
     let db = TestDatabase::create().await;
-    let server = FixtureServer::start_with(FixtureOptions {
-        embed_delay: Some(Duration::from_millis(5)),
-        embed_echo_ids: true,
-        ..Default::default()
-    })
-    .await;
     // A node in this process that runs nothing: it migrates, submits and watches.
-    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
-    let text: String = (0..1000u32)
-        .map(|i| char::from_u32(0x100 + i).expect("a character"))
-        .collect();
-    let job_id = idle
-        .submit(&map_workflow(&server.target(), 16), json!({ "text": text }))
-        .await;
+    let (server, idle, job_id) = queued_map_job(&db.url, 1000, 16).await;
+    let client = db.connect().await;
     let dir = tempfile::tempdir().expect("a directory");
 
     let first = Running(node_process(dir.path(), &db.url, "first"));
     let deadline = Instant::now() + WAIT;
-    while stored_items(&db).await < 500 {
+    while stored_elements(&client, None).await < 500 {
         assert!(
             Instant::now() < deadline,
             "the first node never stored half the list: {}",
@@ -99,7 +79,7 @@ async fn a_map_resumes_after_kill_9_calling_only_the_missing_elements() {
     }
     // SIGKILL: no shutdown, no settlement, no release.
     drop(first);
-    let stored = stored_items(&db).await;
+    let stored = stored_elements(&client, None).await;
     let called = server.stats.embed_calls();
     assert!(
         called as i64 - stored <= 16,
@@ -117,11 +97,7 @@ async fn a_map_resumes_after_kill_9_calling_only_the_missing_elements() {
     let vectors = job["result"]["vectors"].as_array().expect("the list");
     assert_eq!(vectors.len(), 1000);
     for (i, vector) in vectors.iter().enumerate() {
-        assert_eq!(
-            vector["values"],
-            json!([f64::from(0x100 + i as u32)]),
-            "{i}"
-        );
+        assert_eq!(vector["values"], json!([map_element_id(i)]), "{i}");
     }
     idle.stop().await;
 }

@@ -169,12 +169,8 @@ fn checkpoint_breach(
     steps: &[Option<String>],
     done: &[Option<String>],
 ) -> Option<String> {
-    if done.len() > steps.len() {
-        return Some(format!(
-            "{} checkpoints for {} steps",
-            done.len(),
-            steps.len()
-        ));
+    if let Some(breach) = count_breach(None, steps.len(), done.len()) {
+        return Some(breach);
     }
     if let Some(at) = done.iter().zip(steps).position(|(d, s)| d != s) {
         return Some(format!(
@@ -185,14 +181,19 @@ fn checkpoint_breach(
             steps[at]
         ));
     }
-    if status == "COMPLETED" && done.len() != steps.len() {
-        return Some(format!(
-            "COMPLETED with {} checkpoints for {} steps",
-            done.len(),
-            steps.len()
-        ));
+    count_breach(Some(status), steps.len(), done.len())
+}
+
+/// Too many checkpoints for the steps; or (with the job's `status`) a COMPLETED job
+/// without one per step.
+fn count_breach(status: Option<&str>, steps: usize, done: usize) -> Option<String> {
+    match status {
+        None if done > steps => Some(format!("{done} checkpoints for {steps} steps")),
+        Some("COMPLETED") if done != steps => Some(format!(
+            "COMPLETED with {done} checkpoints for {steps} steps"
+        )),
+        _ => None,
     }
-    None
 }
 
 /// [`checkpoint_breach`] for a graph: each checkpoint names a step of the workflow,
@@ -204,12 +205,8 @@ fn graph_checkpoint_breach(
     after: &[Option<serde_json::Value>],
     done: &[Option<String>],
 ) -> Option<String> {
-    if done.len() > steps.len() {
-        return Some(format!(
-            "{} checkpoints for {} steps",
-            done.len(),
-            steps.len()
-        ));
+    if let Some(breach) = count_breach(None, steps.len(), done.len()) {
+        return Some(breach);
     }
     let mut seen: Vec<&str> = Vec::new();
     for (at, name) in done.iter().enumerate() {
@@ -239,14 +236,7 @@ fn graph_checkpoint_breach(
         }
         seen.push(name);
     }
-    if status == "COMPLETED" && done.len() != steps.len() {
-        return Some(format!(
-            "COMPLETED with {} checkpoints for {} steps",
-            done.len(),
-            steps.len()
-        ));
-    }
-    None
+    count_breach(Some(status), steps.len(), done.len())
 }
 
 #[cfg(test)]

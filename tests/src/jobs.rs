@@ -303,3 +303,40 @@ pub async fn file_snapshot(client: &tokio_postgres::Client, definition: &Value) 
         .expect("filing the snapshot")
         .get(0)
 }
+
+/// Fixture servers whose embedder takes 5 ms and echoes the ids, a node that runs no
+/// jobs, and one job submitted through it mapping over `elements` distinct ids,
+/// `max_parallel` at once (its id): the start of every test that kills a worker
+/// mid-map.
+pub async fn queued_map_job(
+    database_url: &str,
+    elements: usize,
+    max_parallel: u64,
+) -> (workflow::testkit::FixtureServer, JobsNode, String) {
+    let server = workflow::testkit::FixtureServer::start_with(workflow::testkit::FixtureOptions {
+        embed_delay: Some(Duration::from_millis(5)),
+        embed_echo_ids: true,
+        ..Default::default()
+    })
+    .await;
+    let idle = JobsNode::start(test_config(database_url, "idle", 0)).await;
+    let job_id = idle
+        .submit(
+            &workflow::testkit::map_workflow(&server.target(), max_parallel),
+            serde_json::json!({ "text": workflow::testkit::distinct_text(elements) }),
+        )
+        .await;
+    (server, idle, job_id)
+}
+
+/// How many elements of map steps the database holds, of one job or (`None`) all.
+pub async fn stored_elements(client: &tokio_postgres::Client, job_id: Option<&str>) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM workflow_run_items WHERE $1::text IS NULL OR job_id = $1::text::uuid",
+            &[&job_id],
+        )
+        .await
+        .expect("the stored elements")
+        .get(0)
+}

@@ -9,16 +9,11 @@ use protomolt_e2e::TestDatabase;
 use protomolt_e2e::browser::{Browser, click, element, screenshot, serve, wait_for_text};
 use protomolt_e2e::jobs::{JobsNode, test_config};
 use serde_json::json;
-use workflow::testkit::{FixtureOptions, FixtureServer, diamond_workflow, map_workflow};
+use workflow::testkit::{
+    FixtureOptions, FixtureServer, diamond_workflow, distinct_text, map_workflow,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A text of `n` characters: one id each for the fixture tokenizer.
-fn text(n: usize) -> String {
-    (0..n)
-        .map(|i| char::from_u32(0x100 + i as u32).unwrap())
-        .collect()
-}
 
 async fn count(page: &fantoccini::Client, css: &str) -> u64 {
     page.execute(
@@ -46,7 +41,7 @@ async fn a_job_page_draws_the_graph_a_maps_progress_and_its_elements() {
     let job_id = node
         .submit(
             &map_workflow(&server.target(), 2),
-            json!({ "text": text(120) }),
+            json!({ "text": distinct_text(120) }),
         )
         .await;
     let browser = Browser::start().await;

@@ -8,52 +8,21 @@ use std::time::Duration;
 
 use jobs_role::worker::sweep_loop;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, bare_worker, eventually, test_config};
+use protomolt_e2e::jobs::{
+    JobsNode, bare_worker, eventually, queued_map_job, stored_elements, test_config,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use workflow::testkit::{FixtureOptions, FixtureServer, diamond_workflow, map_workflow};
+use workflow::testkit::{
+    FixtureOptions, FixtureServer, diamond_workflow, distinct_text, map_element_id, map_workflow,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A text of `n` characters: code points 0x100.. (one id each, all distinct).
-fn text(n: usize) -> String {
-    (0..n)
-        .map(|i| char::from_u32(0x100 + i as u32).unwrap())
-        .collect()
-}
-
-fn id(i: usize) -> f64 {
-    (0x100 + i) as f64
-}
-
-async fn stored_items(db: &TestDatabase, job_id: &str) -> i64 {
-    db.connect()
-        .await
-        .query_one(
-            "SELECT count(*) FROM workflow_run_items WHERE job_id = $1::text::uuid",
-            &[&job_id],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_map_over_a_thousand_elements_survives_its_worker_dying_halfway() {
     let db = TestDatabase::create().await;
-    let server = FixtureServer::start_with(FixtureOptions {
-        embed_delay: Some(Duration::from_millis(5)),
-        embed_echo_ids: true,
-        ..Default::default()
-    })
-    .await;
-    let idle = JobsNode::start(test_config(&db.url, "idle", 0)).await;
-    let job_id = idle
-        .submit(
-            &map_workflow(&server.target(), 16),
-            json!({ "text": text(1000) }),
-        )
-        .await;
+    let (server, idle, job_id) = queued_map_job(&db.url, 1000, 16).await;
     let store = idle.store.clone();
     let mut config = test_config(&db.url, "crashy", 1);
     config.lease_ms = 1500;
@@ -67,7 +36,7 @@ async fn a_map_over_a_thousand_elements_survives_its_worker_dying_halfway() {
     .await;
     a.abort();
     let _ = a.await;
-    let stored = stored_items(&db, &job_id).await;
+    let stored = stored_elements(&db.connect().await, Some(&job_id)).await;
     let called_by_a = server.stats.embed_calls();
     assert!(
         stored >= 400,
@@ -106,9 +75,16 @@ async fn a_map_over_a_thousand_elements_survives_its_worker_dying_halfway() {
     let vectors = job["result"]["vectors"].as_array().expect("the list");
     assert_eq!(vectors.len(), 1000);
     for (i, vector) in vectors.iter().enumerate() {
-        assert_eq!(vector["values"], json!([id(i)]), "element {i} in order");
+        assert_eq!(
+            vector["values"],
+            json!([map_element_id(i)]),
+            "element {i} in order"
+        );
     }
-    assert_eq!(stored_items(&db, &job_id).await, 1000);
+    assert_eq!(
+        stored_elements(&db.connect().await, Some(&job_id)).await,
+        1000
+    );
     let each = &job["checkpoints"][1];
     assert_eq!(each["name"], "each");
     assert_eq!(each["response"]["items"].as_array().unwrap().len(), 1000);
@@ -129,7 +105,7 @@ async fn a_map_runs_at_most_max_parallel_calls_at_once_through_the_node() {
     let job_id = node
         .submit(
             &map_workflow(&server.target(), 16),
-            json!({ "text": text(200) }),
+            json!({ "text": distinct_text(200) }),
         )
         .await;
     node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
@@ -143,7 +119,7 @@ async fn a_map_runs_at_most_max_parallel_calls_at_once_through_the_node() {
 async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start_with(FixtureOptions {
-        embed_rejects_id: Some(id(5) as i64),
+        embed_rejects_id: Some(map_element_id(5) as i64),
         embed_echo_ids: true,
         ..Default::default()
     })
@@ -152,7 +128,7 @@ async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
     let failing = node
         .submit(
             &map_workflow(&server.target(), 4),
-            json!({ "text": text(12) }),
+            json!({ "text": distinct_text(12) }),
         )
         .await;
     let job = node.wait_for_status(&failing, "FAILED", WAIT).await;
@@ -171,11 +147,13 @@ async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
 
     let mut collecting = map_workflow(&server.target(), 4);
     collecting["steps"][1]["onItemFailure"] = json!("collect");
-    let collected = node.submit(&collecting, json!({ "text": text(12) })).await;
+    let collected = node
+        .submit(&collecting, json!({ "text": distinct_text(12) }))
+        .await;
     let job = node.wait_for_status(&collected, "COMPLETED", WAIT).await;
     let vectors = job["result"]["vectors"].as_array().unwrap();
     assert_eq!(vectors.len(), 11, "element 5 left out");
-    assert_eq!(vectors[5]["values"], json!([id(6)]));
+    assert_eq!(vectors[5]["values"], json!([map_element_id(6)]));
     let each = &job["checkpoints"][1]["response"];
     assert_eq!(each["failed"][0]["index"], 5);
     let failed: i64 = db
@@ -211,7 +189,7 @@ async fn a_failed_element_fails_the_job_naming_it_or_is_collected() {
     assert_eq!(items.len(), 5);
     assert_eq!(
         items[0],
-        json!({ "index": 0, "response": { "values": [id(0)] } })
+        json!({ "index": 0, "response": { "values": [map_element_id(0)] } })
     );
     assert!(items[4]["response"].is_object());
     let page = node
@@ -307,7 +285,7 @@ async fn a_map_longer_than_one_segment_advances_without_spending_attempts() {
     let answer = node
         .ok(
             "submit-workflow",
-            json!({ "workflow": workflow, "input": { "text": text(200) }, "maxAttempts": 1 }),
+            json!({ "workflow": workflow, "input": { "text": distinct_text(200) }, "maxAttempts": 1 }),
         )
         .await;
     let job_id = answer["jobId"].as_str().unwrap().to_owned();
@@ -345,12 +323,12 @@ async fn run_workflow_runs_a_diamond_and_a_map_synchronously() {
     let ran = node
         .ok(
             "run-workflow",
-            json!({ "workflow": map_workflow(&server.target(), 4), "input": { "text": text(5) } }),
+            json!({ "workflow": map_workflow(&server.target(), 4), "input": { "text": distinct_text(5) } }),
         )
         .await;
     assert_eq!(ran["ok"], true, "{ran}");
     let output: &Value = &ran["output"];
     assert_eq!(output["vectors"].as_array().unwrap().len(), 5, "{ran}");
-    assert_eq!(output["vectors"][4]["values"], json!([id(4)]));
+    assert_eq!(output["vectors"][4]["values"], json!([map_element_id(4)]));
     node.stop().await;
 }

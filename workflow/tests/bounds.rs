@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use workflow::testkit::FixtureServer;
+use workflow::testkit::{FixtureServer, assert_finding, findings};
 use workflow::{
-    Checkpoint, CheckpointSink, CompiledWorkflow, FailureKind, Finding, NoMetadata, RunError,
-    Runner, SegmentOutcome, SinkError, StepFailure, replay_checkpoints,
+    Checkpoint, CheckpointSink, CompiledWorkflow, FailureKind, NoMetadata, RunError, Runner,
+    SegmentOutcome, SinkError, StepFailure, replay_checkpoints,
 };
 
 const HEADER: &str = r#"
@@ -50,26 +50,6 @@ fn gated(extra: &str, input_type: &str, when: &str, target: &str) -> Value {
 
 fn compile(envelope: &Value) -> CompiledWorkflow {
     CompiledWorkflow::compile(envelope).unwrap_or_else(|findings| panic!("{findings}"))
-}
-
-fn findings(envelope: &Value) -> Vec<Finding> {
-    match CompiledWorkflow::compile(envelope) {
-        Ok(_) => panic!("the envelope should not compile"),
-        Err(findings) => findings.0,
-    }
-}
-
-fn assert_finding(all: &[Finding], step: Option<&str>, path: &str, needles: &[&str]) {
-    assert!(
-        all.iter().any(|f| f.step.as_deref() == step
-            && f.path == path
-            && needles.iter().all(|n| f.message.contains(n))),
-        "no finding for step {step:?} at {path} mentioning {needles:?}; got:\n{}",
-        all.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
 }
 
 /// Runs the workflow on `input`; `Ok(true)` when tokenize was called (gate open).

@@ -4,40 +4,21 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 use workflow::testkit::{
-    fixture_descriptor_set, step, three_step_workflow, two_step_workflow, workflow,
+    findings, fixture_descriptor_set, step, three_step_workflow, two_step_workflow, workflow,
 };
 use workflow::{CompiledWorkflow, Finding};
 
 const TARGET: &str = "127.0.0.1:1";
 
-fn findings(envelope: &Value) -> Vec<Finding> {
-    match CompiledWorkflow::compile(envelope) {
-        Ok(_) => panic!("the envelope should not compile"),
-        Err(findings) => findings.0,
-    }
-}
-
-/// The findings of a new workflow ([`CompiledWorkflow::compile_new`]), which a job's
-/// snapshot is not held to.
+/// The findings of a new workflow, which a job's snapshot is not held to: it
+/// compiles as a snapshot.
 fn new_findings(envelope: &Value) -> Vec<Finding> {
     CompiledWorkflow::compile(envelope).unwrap_or_else(|f| panic!("compiles as a snapshot: {f}"));
-    match CompiledWorkflow::compile_new(envelope) {
-        Ok(_) => panic!("the envelope should not be accepted as new"),
-        Err(findings) => findings.0,
-    }
+    workflow::testkit::new_findings(envelope)
 }
 
-/// Asserts one finding is about `step` at `path` and mentions `needle`.
 fn assert_finding(all: &[Finding], step: Option<&str>, path: &str, needle: &str) {
-    assert!(
-        all.iter()
-            .any(|f| f.step.as_deref() == step && f.path == path && f.message.contains(needle)),
-        "no finding for step {step:?} at {path} mentioning {needle:?}; got:\n{}",
-        all.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    workflow::testkit::assert_finding(all, step, path, &[needle]);
 }
 
 #[test]

@@ -5,11 +5,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workflow::testkit::{
-    FixtureOptions, FixtureServer, diamond_workflow, review_step, step, workflow,
+    FixtureOptions, FixtureServer, assert_finding, compile_new as compile, diamond_workflow,
+    new_findings as findings, review_step, step, workflow,
 };
 use workflow::{
-    Checkpoint, CheckpointSink, CompiledWorkflow, FailureKind, Finding, NoMetadata, Runner,
-    SegmentError, SegmentOutcome, SinkError, WaitingStep, replay_checkpoints,
+    Checkpoint, CheckpointSink, CompiledWorkflow, FailureKind, NoMetadata, Runner, SegmentError,
+    SegmentOutcome, SinkError, WaitingStep, replay_checkpoints,
 };
 
 const TARGET: &str = "127.0.0.1:1";
@@ -21,30 +22,6 @@ impl CheckpointSink for Recorder {
         self.0.push(checkpoint.clone());
         Ok(())
     }
-}
-
-fn compile(envelope: &Value) -> CompiledWorkflow {
-    CompiledWorkflow::compile_new(envelope).unwrap_or_else(|findings| panic!("{findings}"))
-}
-
-fn findings(envelope: &Value) -> Vec<Finding> {
-    match CompiledWorkflow::compile_new(envelope) {
-        Ok(_) => panic!("the envelope should not compile"),
-        Err(findings) => findings.0,
-    }
-}
-
-fn assert_finding(all: &[Finding], step: Option<&str>, path: &str, needles: &[&str]) {
-    assert!(
-        all.iter().any(|f| f.step.as_deref() == step
-            && f.path == path
-            && needles.iter().all(|n| f.message.contains(n))),
-        "no finding for step {step:?} at {path} mentioning {needles:?}; got:\n{}",
-        all.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
 }
 
 fn names(checkpoints: &[Checkpoint]) -> Vec<&str> {

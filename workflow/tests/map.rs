@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use workflow::testkit::{FixtureOptions, FixtureServer, map_workflow, step};
+use workflow::testkit::{
+    FixtureOptions, FixtureServer, assert_finding, compile_new as compile, distinct_text,
+    map_element_id, map_workflow, new_findings as findings, step,
+};
 use workflow::{
     CallMetadata, Checkpoint, CheckpointSink, CompiledStep, CompiledWorkflow, FailureKind, Finding,
     ItemCheckpoint, ItemOutcome, NoMetadata, Runner, SegmentError, SegmentOutcome, SinkError,
@@ -44,38 +47,8 @@ impl CheckpointSink for Recorder {
     }
 }
 
-fn compile(envelope: &Value) -> CompiledWorkflow {
-    CompiledWorkflow::compile_new(envelope).unwrap_or_else(|findings| panic!("{findings}"))
-}
-
-fn findings(envelope: &Value) -> Vec<Finding> {
-    match CompiledWorkflow::compile_new(envelope) {
-        Ok(_) => panic!("the envelope should not compile"),
-        Err(findings) => findings.0,
-    }
-}
-
-fn assert_finding(all: &[Finding], step: Option<&str>, path: &str, needle: &str) {
-    assert!(
-        all.iter()
-            .any(|f| f.step.as_deref() == step && f.path == path && f.message.contains(needle)),
-        "no finding for step {step:?} at {path} mentioning {needle:?}; got:\n{}",
-        all.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-}
-
-/// A text of `n` characters: code points 0x100.. (one id each, all distinct).
-fn text(n: usize) -> String {
-    (0..n)
-        .map(|i| char::from_u32(0x100 + i as u32).unwrap())
-        .collect()
-}
-
-fn id(i: usize) -> f64 {
-    (0x100 + i) as f64
+fn assert_one(all: &[Finding], step: Option<&str>, path: &str, needle: &str) {
+    assert_finding(all, step, path, &[needle]);
 }
 
 async fn run(
@@ -101,7 +74,7 @@ async fn a_map_step_calls_each_element_at_most_max_parallel_at_once_and_keeps_th
     .await;
     let wf = compile(&map_workflow(&server.target(), 16));
     let mut recorder = Recorder::default();
-    let outcome = run(&Runner::new(), &wf, &text(200), &[], &mut recorder)
+    let outcome = run(&Runner::new(), &wf, &distinct_text(200), &[], &mut recorder)
         .await
         .expect("completes");
     assert_eq!(server.stats.embed_calls(), 200);
@@ -114,7 +87,11 @@ async fn a_map_step_calls_each_element_at_most_max_parallel_at_once_and_keeps_th
     let vectors = output_json["vectors"].as_array().unwrap();
     assert_eq!(vectors.len(), 200);
     for (i, vector) in vectors.iter().enumerate() {
-        assert_eq!(vector["values"], json!([id(i)]), "element {i} in order");
+        assert_eq!(
+            vector["values"],
+            json!([map_element_id(i)]),
+            "element {i} in order"
+        );
     }
     // The step's checkpoint holds the list; it replays.
     let each = recorder.checkpoints.last().unwrap();
@@ -149,13 +126,19 @@ async fn a_resumed_map_step_calls_only_the_elements_with_no_record() {
         .map(|i| ItemCheckpoint {
             step: "each".into(),
             index: i,
-            outcome: ItemOutcome::Response(json!({ "values": [id(i)] })),
+            outcome: ItemOutcome::Response(json!({ "values": [map_element_id(i)] })),
         })
         .collect();
     let mut recorder = Recorder::default();
-    let outcome = run(&Runner::new(), &wf, &text(100), &prior, &mut recorder)
-        .await
-        .expect("completes");
+    let outcome = run(
+        &Runner::new(),
+        &wf,
+        &distinct_text(100),
+        &prior,
+        &mut recorder,
+    )
+    .await
+    .expect("completes");
     assert_eq!(server.stats.embed_calls(), 40);
     assert_eq!(
         recorder.items.keys().copied().collect::<Vec<_>>(),
@@ -164,20 +147,26 @@ async fn a_resumed_map_step_calls_only_the_elements_with_no_record() {
     let SegmentOutcome::Completed { output_json, .. } = outcome else {
         panic!("expected completion")
     };
-    assert_eq!(output_json["vectors"][59]["values"], json!([id(59)]));
-    assert_eq!(output_json["vectors"][99]["values"], json!([id(99)]));
+    assert_eq!(
+        output_json["vectors"][59]["values"],
+        json!([map_element_id(59)])
+    );
+    assert_eq!(
+        output_json["vectors"][99]["values"],
+        json!([map_element_id(99)])
+    );
 }
 
 #[tokio::test]
 async fn a_failed_element_fails_the_step_once_its_siblings_end_by_default() {
     let server = FixtureServer::start_with(FixtureOptions {
-        embed_rejects_id: Some(id(7) as i64),
+        embed_rejects_id: Some(map_element_id(7) as i64),
         ..Default::default()
     })
     .await;
     let wf = compile(&map_workflow(&server.target(), 4));
     let mut recorder = Recorder::default();
-    let failed = run(&Runner::new(), &wf, &text(20), &[], &mut recorder)
+    let failed = run(&Runner::new(), &wf, &distinct_text(20), &[], &mut recorder)
         .await
         .expect_err("element 7 fails");
     let SegmentError::Failed(failure) = failed else {
@@ -222,7 +211,7 @@ async fn a_failed_element_fails_the_step_once_its_siblings_end_by_default() {
 #[tokio::test]
 async fn collected_failures_are_left_out_of_the_list_and_listed_in_the_checkpoint() {
     let server = FixtureServer::start_with(FixtureOptions {
-        embed_rejects_id: Some(id(3) as i64),
+        embed_rejects_id: Some(map_element_id(3) as i64),
         embed_echo_ids: true,
         ..Default::default()
     })
@@ -231,7 +220,7 @@ async fn collected_failures_are_left_out_of_the_list_and_listed_in_the_checkpoin
     envelope["steps"][1]["onItemFailure"] = json!("collect");
     let wf = compile(&envelope);
     let mut recorder = Recorder::default();
-    let outcome = run(&Runner::new(), &wf, &text(10), &[], &mut recorder)
+    let outcome = run(&Runner::new(), &wf, &distinct_text(10), &[], &mut recorder)
         .await
         .expect("completes");
     let SegmentOutcome::Completed { output_json, .. } = outcome else {
@@ -239,7 +228,11 @@ async fn collected_failures_are_left_out_of_the_list_and_listed_in_the_checkpoin
     };
     let vectors = output_json["vectors"].as_array().unwrap();
     assert_eq!(vectors.len(), 9);
-    assert_eq!(vectors[3]["values"], json!([id(4)]), "element 3 left out");
+    assert_eq!(
+        vectors[3]["values"],
+        json!([map_element_id(4)]),
+        "element 3 left out"
+    );
     let ItemOutcome::Failed(error) = &recorder.items[&3] else {
         panic!("element 3 recorded as failed")
     };
@@ -268,7 +261,7 @@ async fn a_list_longer_than_max_map_items_fails_the_step_naming_both_numbers() {
     let failed = run(
         &Runner::new().with_max_map_items(10),
         &wf,
-        &text(11),
+        &distinct_text(11),
         &[],
         &mut recorder,
     )
@@ -293,7 +286,9 @@ impl CallMetadata for JobHeaders {
 async fn each_element_carries_the_steps_idempotency_key_and_its_index() {
     let server = FixtureServer::start().await;
     let wf = compile(&map_workflow(&server.target(), 1));
-    let input = wf.parse_input(&json!({ "text": text(3) })).unwrap();
+    let input = wf
+        .parse_input(&json!({ "text": distinct_text(3) }))
+        .unwrap();
     Runner::new()
         .run_segment(
             &wf,
@@ -345,7 +340,9 @@ async fn later_steps_and_gates_read_a_map_step_as_its_list() {
     last["when"] = json!("size(each) == 3 && each.all(v, size(v.values) == 1)");
     envelope["steps"].as_array_mut().unwrap().push(last);
     let wf = compile(&envelope);
-    let input = wf.parse_input(&json!({ "text": text(3) })).unwrap();
+    let input = wf
+        .parse_input(&json!({ "text": distinct_text(3) }))
+        .unwrap();
     let outcome = Runner::new().run(&wf, &input).await.expect("runs");
     assert!(
         !outcome.steps.last().unwrap().skipped,
@@ -358,28 +355,28 @@ async fn later_steps_and_gates_read_a_map_step_as_its_list() {
 fn for_each_must_name_a_list_the_step_may_read() {
     let mut envelope = map_workflow(TARGET, 4);
     envelope["steps"][1]["forEach"] = json!("input.text");
-    assert_finding(
+    assert_one(
         &findings(&envelope),
         Some("each"),
         "$.steps[1].forEach",
         "'input.text' is string, not a list",
     );
     envelope["steps"][1]["forEach"] = json!("input.nope");
-    assert_finding(
+    assert_one(
         &findings(&envelope),
         Some("each"),
         "$.steps[1].forEach",
         "has no field 'nope'",
     );
     envelope["steps"][1]["forEach"] = json!("later.ids");
-    assert_finding(
+    assert_one(
         &findings(&envelope),
         Some("each"),
         "$.steps[1].forEach",
         "unknown scope 'later'",
     );
     envelope["steps"][1]["forEach"] = json!(7);
-    assert_finding(
+    assert_one(
         &findings(&envelope),
         Some("each"),
         "$.steps[1].forEach",
@@ -393,8 +390,8 @@ fn map_keys_are_checked() {
     envelope["steps"][0]["maxParallel"] = json!(4);
     envelope["steps"][0]["onItemFailure"] = json!("collect");
     let all = findings(&envelope);
-    assert_finding(&all, Some("a"), "$.steps[0].maxParallel", "only a map step");
-    assert_finding(
+    assert_one(&all, Some("a"), "$.steps[0].maxParallel", "only a map step");
+    assert_one(
         &all,
         Some("a"),
         "$.steps[0].onItemFailure",
@@ -404,13 +401,13 @@ fn map_keys_are_checked() {
     envelope["steps"][1]["onItemFailure"] = json!("skip");
     envelope["steps"][1]["maxParallel"] = json!(0);
     let all = findings(&envelope);
-    assert_finding(
+    assert_one(
         &all,
         Some("each"),
         "$.steps[1].onItemFailure",
         "\"fail\" or \"collect\"",
     );
-    assert_finding(
+    assert_one(
         &all,
         Some("each"),
         "$.steps[1].maxParallel",
@@ -419,7 +416,7 @@ fn map_keys_are_checked() {
     // The output is a message: a last map step needs an output mapping.
     let mut envelope = map_workflow(TARGET, 4);
     envelope.as_object_mut().unwrap().remove("output");
-    assert_finding(
+    assert_one(
         &findings(&envelope),
         Some("each"),
         "$.output",
@@ -428,7 +425,7 @@ fn map_keys_are_checked() {
     // `item` is only the element in a map step's rules.
     let mut envelope = map_workflow(TARGET, 4);
     envelope["steps"][0]["rules"] = json!(["text = item"]);
-    assert_finding(
+    assert_one(
         &findings(&envelope),
         Some("a"),
         "$.steps[0].rules[0]",

@@ -102,6 +102,19 @@ impl Store {
                 .any(|step| !still_waiting.contains(&step.name));
         let workflow_name: String = row.get("workflow_name");
         let attempt: i32 = row.get("attempt");
+        // The answered step's STEP_CHECKPOINT event, the job `status` after it.
+        let checkpointed = |status| EventFacts {
+            job_id,
+            workflow_name: &workflow_name,
+            kind: Type::StepCheckpoint,
+            step: Some(step_name),
+            attempt,
+            verdict: None,
+            error: None,
+            status,
+            detail: &[],
+            data: None,
+        };
         let status = match answer {
             ParkedAnswer::Accept { checkpoint } if !resumes => {
                 tx.execute(
@@ -109,19 +122,7 @@ impl Store {
                     &[&job_id, checkpoint, &still_waiting, &remaining_waits],
                 )
                 .await?;
-                let event = EventFacts {
-                    job_id,
-                    workflow_name: &workflow_name,
-                    kind: Type::StepCheckpoint,
-                    step: Some(step_name),
-                    attempt,
-                    verdict: None,
-                    error: None,
-                    status: JobStatus::Waiting,
-                    detail: &[],
-                    data: None,
-                };
-                insert_event(&tx, &event).await?;
+                insert_event(&tx, &checkpointed(JobStatus::Waiting)).await?;
                 JobStatus::Waiting
             }
             ParkedAnswer::Accept { checkpoint } => {
@@ -130,19 +131,7 @@ impl Store {
                     &[&job_id, checkpoint, &remaining_waits],
                 )
                 .await?;
-                let event = EventFacts {
-                    job_id,
-                    workflow_name: &workflow_name,
-                    kind: Type::StepCheckpoint,
-                    step: Some(step_name),
-                    attempt,
-                    verdict: None,
-                    error: None,
-                    status: JobStatus::Queued,
-                    detail: &[],
-                    data: None,
-                };
-                insert_event(&tx, &event).await?;
+                insert_event(&tx, &checkpointed(JobStatus::Queued)).await?;
                 tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
                     .await?;
                 JobStatus::Queued

@@ -131,6 +131,20 @@ pub fn diamond_workflow(target: &str) -> Value {
     )
 }
 
+/// A text of `n` characters whose code points (0x100 on) are all distinct: the
+/// fixture tokenizer answers one id per character, [`map_element_id`] each.
+pub fn distinct_text(n: usize) -> String {
+    (0..n)
+        .filter_map(|i| char::from_u32(0x100 + i as u32))
+        .collect()
+}
+
+/// The id the fixture tokenizer answers for character `i` of [`distinct_text`] (what
+/// the embedder echoes with `embed_echo_ids`).
+pub fn map_element_id(i: usize) -> f64 {
+    (0x100 + i) as f64
+}
+
 /// A map step: `a` tokenizes the input (one id per character); `each` embeds every
 /// id on its own (`forEach: a.ids`, at most `max_parallel` at once). Output
 /// `jobs.test.Vectors { vectors, source_text }`: `each`'s responses in order.

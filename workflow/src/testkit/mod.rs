@@ -13,6 +13,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 mod envelopes;
+mod findings;
 mod servers;
 
 use std::sync::LazyLock;
@@ -20,9 +21,10 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 
 pub use envelopes::{
-    UNENCODABLE_TEXT, diamond_workflow, map_workflow, review_step, step, three_step_workflow,
-    two_step_workflow, unencodable_response_workflow, workflow,
+    UNENCODABLE_TEXT, diamond_workflow, distinct_text, map_element_id, map_workflow, review_step,
+    step, three_step_workflow, two_step_workflow, unencodable_response_workflow, workflow,
 };
+pub use findings::{assert_finding, compile_new, findings, new_findings};
 pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};
 
 /// The fixture schema's source.

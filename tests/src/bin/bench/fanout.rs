@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::JobsNode;
 use serde_json::json;
-use workflow::testkit::{FixtureServer, map_workflow};
+use workflow::testkit::{FixtureServer, distinct_text, map_workflow};
 
 use crate::Size;
-use crate::report::{Report, Target, figure};
+use crate::report::{Figure, Report, Target, figure};
 use crate::setup::{node_config, tokenize_chain};
 use crate::throughput::drain;
 
@@ -47,68 +47,58 @@ pub async fn run(size: Size) -> Report {
     let jobs_rate = drain(&tokenize_chain(&target, 1), long, 1, 256).await;
     let long_run = one_map(&target, long).await;
     let short_run = one_map(&target, short).await;
-    let spread = |a: f64, b: f64| a.max(b) / a.min(b).max(f64::MIN_POSITIVE);
+    let mut figures = vec![
+        figure(
+            format!("map elements, {long} in one job"),
+            long_run.rate,
+            "elements/s",
+        ),
+        figure(
+            format!("one-step jobs, {long} drained"),
+            jobs_rate,
+            "jobs/s",
+        ),
+        figure("elements/s over jobs/s", long_run.rate / jobs_rate, "ratio")
+            .target(Target::AtLeast(1.0)),
+    ];
+    let lengths = (short, long);
+    figures.extend(per_element("WAL", lengths, short_run.wal, long_run.wal));
+    figures.extend(per_element("kept", lengths, short_run.kept, long_run.kept));
     Report {
         scenario: "fanout",
         params: json!({ "elements": [short, long], "max_parallel": 64, "jobs": long }),
-        figures: vec![
-            figure(
-                format!("map elements, {long} in one job"),
-                long_run.rate,
-                "elements/s",
-            ),
-            figure(
-                format!("one-step jobs, {long} drained"),
-                jobs_rate,
-                "jobs/s",
-            ),
-            figure("elements/s over jobs/s", long_run.rate / jobs_rate, "ratio")
-                .target(Target::AtLeast(1.0)),
-            figure(
-                format!("WAL per element, {short} elements"),
-                short_run.wal,
-                "bytes",
-            ),
-            figure(
-                format!("WAL per element, {long} elements"),
-                long_run.wal,
-                "bytes",
-            ),
-            figure(
-                "WAL per element, spread",
-                spread(short_run.wal, long_run.wal),
-                "ratio",
-            )
-            .target(Target::AtMost(2.0)),
-            figure(
-                format!("kept per element, {short} elements"),
-                short_run.kept,
-                "bytes",
-            ),
-            figure(
-                format!("kept per element, {long} elements"),
-                long_run.kept,
-                "bytes",
-            ),
-            figure(
-                "kept per element, spread",
-                spread(short_run.kept, long_run.kept),
-                "ratio",
-            )
-            .target(Target::AtMost(2.0)),
-            figure(
-                "WAL per element added (marginal)",
-                (long_run.wal * long as f64 - short_run.wal * short as f64) / (long - short) as f64,
-                "bytes",
-            ),
-            figure(
-                "kept per element added (marginal)",
-                (long_run.kept * long as f64 - short_run.kept * short as f64)
-                    / (long - short) as f64,
-                "bytes",
-            ),
-        ],
+        figures,
     }
+}
+
+/// A cost per element at the two list lengths (`short`, `long`), its spread (held to
+/// 2×) and its marginal figure: the long run's less the short run's, per element added.
+fn per_element(
+    what: &str,
+    (short, long): (usize, usize),
+    at_short: f64,
+    at_long: f64,
+) -> [Figure; 4] {
+    let spread = at_short.max(at_long) / at_short.min(at_long).max(f64::MIN_POSITIVE);
+    let marginal = (at_long * long as f64 - at_short * short as f64) / (long - short) as f64;
+    [
+        figure(
+            format!("{what} per element, {short} elements"),
+            at_short,
+            "bytes",
+        ),
+        figure(
+            format!("{what} per element, {long} elements"),
+            at_long,
+            "bytes",
+        ),
+        figure(format!("{what} per element, spread"), spread, "ratio").target(Target::AtMost(2.0)),
+        figure(
+            format!("{what} per element added (marginal)"),
+            marginal,
+            "bytes",
+        ),
+    ]
 }
 
 /// One job mapping over `elements` ids in a fresh database.
@@ -125,10 +115,7 @@ async fn one_map(target: &str, elements: usize) -> MapRun {
         .await
         .expect("the WAL position")
         .get(0);
-    // One id per character, all distinct.
-    let text: String = (0..elements)
-        .map(|i| char::from_u32(0x100 + i as u32).expect("a character"))
-        .collect();
+    let text = distinct_text(elements);
     let started = Instant::now();
     let job_id = node
         .submit(&map_workflow(target, 64), json!({ "text": text }))
