@@ -15,6 +15,18 @@ pub enum Completion {
     Call,
     /// Never called: the run parks here until `complete-step` supplies the response.
     External,
+    /// Never called: the run parks here until `send-event` delivers an event on the
+    /// step's key (`"completion": "event"`).
+    Event,
+    /// Never called: the run parks here until a time (`"sleep": {...}`).
+    Sleep,
+}
+
+impl Completion {
+    /// True for the kinds a job parks on (everything but a call).
+    pub const fn parks(self) -> bool {
+        !matches!(self, Completion::Call)
+    }
 }
 
 /// How a job parked on an external step ends when nobody answers in time.
@@ -73,6 +85,27 @@ pub(crate) struct MapSpec {
     pub on_item_failure: OnItemFailure,
 }
 
+/// A sleep step's `sleep`, as written.
+pub(crate) enum SleepSpec {
+    /// `{"forMs": n}`: n milliseconds from when the job first reaches the step.
+    For(Duration),
+    /// `{"until": "input.sendAt"}`: a `google.protobuf.Timestamp` in scope.
+    Until {
+        root: String,
+        fields: Vec<String>,
+        /// The JSON path of `until`.
+        path: String,
+    },
+}
+
+/// An event step's key and lookback, as written.
+pub(crate) struct EventSpec {
+    /// The CEL string expression and its JSON path.
+    pub key: (String, String),
+    /// How far back an event sent before the job parks still counts.
+    pub lookback: Duration,
+}
+
 /// A step as written, before its types are known.
 pub(crate) struct StepSpec {
     pub name: String,
@@ -96,6 +129,10 @@ pub(crate) struct StepSpec {
     pub max_response_bytes: Option<usize>,
     pub wait_timeout: Option<Duration>,
     pub on_timeout: OnTimeout,
+    /// `Some` on a sleep step.
+    pub sleep: Option<SleepSpec>,
+    /// `Some` on an event step.
+    pub event: Option<EventSpec>,
 }
 
 /// A step's `after` as written: the names and the JSON path of the list.

@@ -22,7 +22,10 @@ use crate::finding::Finding;
 use crate::gate::Gate;
 use crate::rules::{Cardinality, Rule, RuleOp, Shape, Source, check_rule, source_shape};
 use crate::scope::{INDEX, INPUT, ITEM};
-use crate::spec::{OutputSpec, StepSpec};
+use crate::spec::{OutputSpec, SleepSpec, StepSpec};
+
+/// The type a sleep step's `until` names.
+pub(crate) const TIMESTAMP: &str = "google.protobuf.Timestamp";
 
 /// Verifies every step and the output, and answers, per step, the kind of a map
 /// step's elements (`None` for other steps, or when it did not resolve).
@@ -78,6 +81,16 @@ pub(crate) fn verify(
             && let Err(reason) = roots.check_gate(source, index)
         {
             find(path, reason);
+        }
+        if let Some(SleepSpec::Until { root, fields, path }) = &step.sleep
+            && let Err(reason) = roots.check_timestamp(root, fields, index)
+        {
+            find(path, format!("'until': {reason}"));
+        }
+        if let Some(event) = &step.event
+            && let Err(reason) = roots.check_cel("`eventKey`", &event.key.0, index)
+        {
+            find(&event.key.1, reason);
         }
         elements.push(step.map.as_ref().and(element));
     }
@@ -259,7 +272,13 @@ impl Roots<'_> {
     }
 
     fn check_gate(&self, source: &str, index: usize) -> Result<(), String> {
-        let gate = Gate::compile(source).map_err(|e| format!("`when` {e}"))?;
+        self.check_cel("`when`", source, index)
+    }
+
+    /// A CEL expression of step `index` (called `label` in the finding) compiles
+    /// within the bounds and reads only what the step may read.
+    fn check_cel(&self, label: &str, source: &str, index: usize) -> Result<(), String> {
+        let gate = Gate::compile(source).map_err(|e| format!("{label} {e}"))?;
         let mut problems = Vec::new();
         for variable in gate.variables() {
             if let Err(reason) = self.root_type(&variable, index) {
@@ -269,7 +288,29 @@ impl Roots<'_> {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(format!("`when` {}", problems.join("; ")))
+            Err(format!("{label} {}", problems.join("; ")))
+        }
+    }
+
+    /// `root.fields`, seen from step `index`, is one `google.protobuf.Timestamp` (a
+    /// sleep step's `until`).
+    fn check_timestamp(&self, root: &str, fields: &[String], index: usize) -> Result<(), String> {
+        let Some(root_shape) = self.root_type(root, index)? else {
+            return Ok(());
+        };
+        let shape = path_shape(root_shape, root, fields)?;
+        match (&shape.kind, shape.cardinality) {
+            (Kind::Message(message), Cardinality::Single) if message.full_name() == TIMESTAMP => {
+                Ok(())
+            }
+            _ => Err(format!(
+                "'{}' is {}, not a {TIMESTAMP}",
+                std::iter::once(root)
+                    .chain(fields.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join("."),
+                shape.describe()
+            )),
         }
     }
 }

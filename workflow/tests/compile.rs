@@ -444,13 +444,13 @@ fn an_external_step_may_bound_its_wait_and_only_an_external_step() {
         &all,
         Some("tokenize"),
         "$.steps[0].waitTimeoutMs",
-        "applies to external steps only",
+        "applies to steps that wait",
     );
     assert_finding(
         &all,
         Some("tokenize"),
         "$.steps[0].onTimeout",
-        "applies to external steps only",
+        "applies to steps that wait",
     );
     assert_finding(
         &all,

@@ -377,7 +377,8 @@ async fn two_external_steps_in_parallel_branches_both_wait() {
         also_waiting,
         [WaitingStep {
             step: "second".into(),
-            request: Some(json!({ "text": "hi" }))
+            request: Some(json!({ "text": "hi" })),
+            kind: workflow::runner::WaitKind::External,
         }]
     );
     assert_eq!(names(&recorder.0), ["a"]);

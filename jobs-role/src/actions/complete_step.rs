@@ -18,6 +18,7 @@
 //! | `{ok, outcome: "VALID" \| "INVALID", violations}`    | `dryRun`: checked as above, nothing written |
 
 use std::sync::Arc;
+use workflow::Completion;
 
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
@@ -56,10 +57,23 @@ pub(super) async fn parked_step(
     };
     let (compiled, at) = super::job_step(state, &job, "stepName", step_name).await?;
     let step = &compiled.steps[at];
-    if !step.is_external() {
-        return Err(ActionError::invalid(format!(
-            "stepName: step '{step_name}' is called by the engine, not completed externally"
-        )));
+    match step.completion {
+        Completion::External => {}
+        Completion::Call => {
+            return Err(ActionError::invalid(format!(
+                "stepName: step '{step_name}' is called by the engine, not completed externally"
+            )));
+        }
+        Completion::Event => {
+            return Err(ActionError::invalid(format!(
+                "stepName: step '{step_name}' waits for an event, not an answer: send it with send-event on the job's key"
+            )));
+        }
+        Completion::Sleep => {
+            return Err(ActionError::invalid(format!(
+                "stepName: step '{step_name}' is a sleep: it ends by itself when its time comes"
+            )));
+        }
     }
 
     let status: JobStatus = job["status"]

@@ -238,6 +238,7 @@ impl CancelledEvent<'_> {
             status: JobStatus::Cancelled,
             detail: &self.detail,
             data: None,
+            waiting_on: None,
         }
     }
 }

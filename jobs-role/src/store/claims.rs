@@ -1,6 +1,8 @@
 //! Claims: taking eligible QUEUED rows for a worker, and the sweeper's requeue of
 //! claims whose lease passed.
 
+use std::collections::HashMap;
+
 use super::cancels::insert_cancelled_event;
 use super::*;
 
@@ -54,6 +56,12 @@ pub struct ClaimedJob {
     /// When this process sent the claim, by its monotonic clock: the lease runs from
     /// no earlier than this, so the worker can tell when it may have lapsed.
     pub asked_at: std::time::Instant,
+    /// The sleeps the job parked on, by step: when each ends, in milliseconds since
+    /// the Unix epoch by the database's clock.
+    pub sleeps: HashMap<String, i64>,
+    /// The database's time of the claim, in milliseconds since the Unix epoch: a
+    /// sleep whose end is not after it is over.
+    pub claimed_at_ms: i64,
 }
 
 /// What a sweep did.
@@ -65,6 +73,18 @@ pub struct SweepReport {
     pub dead: usize,
     /// Jobs an operator asked to cancel whose worker went quiet: CANCELLED.
     pub cancelled: usize,
+}
+
+/// The wake times the claim read (`{step: untilMs}`); a value that is not a whole
+/// number is left out (that sleep is then not over, and parks again).
+fn sleeps_of(sleeps: Option<Value>) -> HashMap<String, i64> {
+    match sleeps {
+        Some(Value::Object(map)) => map
+            .into_iter()
+            .filter_map(|(step, until)| Some((step, until.as_i64()?)))
+            .collect(),
+        _ => HashMap::new(),
+    }
 }
 
 impl Store {
@@ -116,6 +136,8 @@ impl Store {
                 step_reruns: row.get("step_reruns"),
                 trace_context: row.get("trace_context"),
                 asked_at,
+                sleeps: sleeps_of(row.get("sleeps")),
+                claimed_at_ms: row.get("claimed_at_ms"),
             })
             .collect())
     }

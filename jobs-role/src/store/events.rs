@@ -44,6 +44,9 @@ pub struct EventFacts<'a> {
     /// out and `<key>Cut: true` and `<key>Bytes: <JSON size>` say so (get-job has the
     /// whole value).
     pub data: Option<(&'a str, &'a Value)>,
+    /// What a parked job waits on (WAITING: per step its kind, and an event step's
+    /// key or a sleep as written), under `waitingOn`, bounded as `data` is.
+    pub waiting_on: Option<&'a Value>,
 }
 
 /// Largest JSON value an event carries in its detail, in bytes of compact JSON and in
@@ -211,6 +214,12 @@ pub fn encode_as(
                         .map(|(key, value)| data_entries(key, value))
                         .unwrap_or_default(),
                 )
+                .chain(
+                    facts
+                        .waiting_on
+                        .map(|value| data_entries("waitingOn", value))
+                        .unwrap_or_default(),
+                )
                 .chain([("status".to_owned(), status)])
                 .collect(),
         }),
@@ -255,6 +264,7 @@ mod tests {
             status: JobStatus::Dead,
             detail: &[],
             data: None,
+            waiting_on: None,
         };
         let (id, payload) = encode(&facts).expect("a cut error still encodes");
         let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
@@ -278,6 +288,7 @@ mod tests {
             status: JobStatus::Completed,
             detail: &[],
             data,
+            waiting_on: None,
         };
         let (_, payload) = encode(&facts(Some(("result", &small)))).unwrap();
         let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
@@ -354,6 +365,7 @@ mod tests {
             status: JobStatus::Failed,
             detail: &[],
             data: None,
+            waiting_on: None,
         };
         assert!(encode(&facts).is_err());
     }

@@ -79,6 +79,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         status,
         detail: &[],
         data: None,
+        waiting_on: None,
     };
     let checkpointed = write.checkpoint.as_ref().map(|checkpoint| EventFacts {
         data: write.timing.as_ref().map(|timing| ("timing", timing)),
@@ -147,12 +148,15 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             step,
             request,
             timeout,
+            kind,
             others,
+            waiting_on,
         } => {
             let first = ParkedWait {
                 step: step.clone(),
                 request: request.clone(),
                 timeout: *timeout,
+                kind: kind.clone(),
             };
             let waits = Value::Array(
                 std::iter::once(&first)
@@ -165,11 +169,30 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
                 extra: vec![Box::new(waits)],
                 events: vec![EventFacts {
                     data: request.as_ref().map(|request| ("pendingRequest", request)),
+                    waiting_on: Some(waiting_on),
                     ..facts(Type::Waiting, Some(step), None, None, to)
                 }],
                 wake: false,
             }
         }
+        Settlement::Sleeping { waits, waiting_on } => Part {
+            statement: sql::SETTLE_SLEEPING,
+            extra: vec![Box::new(Value::Array(
+                waits.iter().map(ParkedWait::to_json).collect(),
+            ))],
+            events: vec![EventFacts {
+                waiting_on: Some(waiting_on),
+                ..facts(
+                    Type::Waiting,
+                    waits.first().map(|w| w.step.as_str()),
+                    None,
+                    None,
+                    to,
+                )
+            }],
+            // Claimable at once when the sleep has already ended.
+            wake: true,
+        },
         Settlement::Failed { error, verdict } => Part {
             statement: sql::SETTLE_FAILED,
             extra: vec![Box::new(error), Box::new(verdict)],

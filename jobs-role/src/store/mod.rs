@@ -597,6 +597,7 @@ async fn insert_dead_event(
         status: JobStatus::Dead,
         detail: &[],
         data: None,
+        waiting_on: None,
     };
     insert_event(tx, &event).await
 }

@@ -114,6 +114,7 @@ impl Store {
             status,
             detail: &[],
             data: None,
+            waiting_on: None,
         };
         let status = match answer {
             ParkedAnswer::Accept { checkpoint } if !resumes => {
@@ -151,6 +152,7 @@ impl Store {
                     status: JobStatus::Failed,
                     detail: &[],
                     data: None,
+                    waiting_on: None,
                 };
                 insert_event(&tx, &event).await?;
                 JobStatus::Failed
@@ -188,6 +190,22 @@ pub struct TimedOut {
 }
 
 impl Store {
+    /// Wakes WAITING jobs whose first wait to end is a sleep that has ended (a
+    /// sleep beside other waits: a job whose every wait is a sleep is QUEUED with
+    /// `run_after` instead); answers how many. See [`sql::WAKE_PARKED_SLEEPS`].
+    pub async fn wake_parked_sleeps(&self, batch: i64) -> Result<usize, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx.query(sql::WAKE_PARKED_SLEEPS, &[&batch]).await?;
+        for row in &rows {
+            let job_id: Uuid = row.get("job_id");
+            tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(rows.len())
+    }
+
     /// Ends the WAITING jobs whose wait for their external step ran out, at most
     /// `batch` at once, each with its FAILED or DEAD event. A `complete-step` racing
     /// this is serialised on the row: whichever commits first decides, and the other
@@ -219,6 +237,7 @@ impl Store {
                 status,
                 detail: &[],
                 data: None,
+                waiting_on: None,
             };
             insert_event(&tx, &event).await?;
             *counted += 1;

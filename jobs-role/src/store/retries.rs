@@ -152,6 +152,7 @@ impl Act for RetryAct {
                 status: JobStatus::Queued,
                 detail: &detail,
                 data: None,
+                waiting_on: None,
             })?;
             outcomes.push((
                 *job_id,

@@ -121,6 +121,7 @@ impl Store {
             status: first.status,
             detail: &[],
             data: None,
+            waiting_on: None,
         })?;
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
@@ -311,6 +312,7 @@ async fn insert_batch(
                 status: JobStatus::Queued,
                 detail: &[],
                 data: None,
+                waiting_on: None,
             })?;
         }
     }

@@ -2,6 +2,7 @@
 //! fenced on `(job_id, lease_owner, claims)` while the row is RUNNING.
 
 use super::*;
+use workflow::runner::{WaitKind, Wake};
 
 /// How a settle ends a claim.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,7 +14,9 @@ pub enum Settlement {
         /// `N steps, output <type>`.
         verdict: String,
     },
-    /// WAITING on external steps: the first is the one whose wait ends first.
+    /// WAITING on steps that wait for an answer or an event (sleeps may wait beside
+    /// them): the first is the one whose wait ends first. Made by
+    /// [`Settlement::parked`].
     Waiting {
         /// The step.
         step: String,
@@ -23,9 +26,21 @@ pub enum Settlement {
         /// How long the wait may last and how the job ends then; `None` waits for
         /// ever.
         timeout: Option<ParkedTimeout>,
+        /// What the step waits for.
+        kind: WaitKind,
         /// The other steps waited for at the same time (parallel branches), in the
         /// order their waits end (those that wait for ever last).
         others: Vec<ParkedWait>,
+        /// What the job waits on, for the WAITING event (see [`ParkedWait::summary`]).
+        waiting_on: Value,
+    },
+    /// QUEUED until the first of its sleeps ends: every wait is a sleep. Made by
+    /// [`Settlement::parked`].
+    Sleeping {
+        /// The sleeps, in declaration order.
+        waits: Vec<ParkedWait>,
+        /// What the job waits on, for the WAITING event.
+        waiting_on: Value,
     },
     /// FAILED: a validation verdict or a non-retryable error.
     Failed {
@@ -54,10 +69,33 @@ impl Settlement {
         match self {
             Settlement::Completed { .. } => JobStatus::Completed,
             Settlement::Waiting { .. } => JobStatus::Waiting,
+            Settlement::Sleeping { .. } => JobStatus::Queued,
             Settlement::Failed { .. } => JobStatus::Failed,
             Settlement::Dead { .. } => JobStatus::Dead,
             Settlement::Retry { .. } => JobStatus::Queued,
         }
+    }
+
+    /// How a job parks on `waits` (at least one; in declaration order): QUEUED until
+    /// the first sleep ends when every wait is a sleep, WAITING otherwise with the
+    /// wait that ends first as the first (those that wait for ever last; ties keep
+    /// declaration order). `None` for no waits.
+    pub fn parked(mut waits: Vec<ParkedWait>) -> Option<Settlement> {
+        let waiting_on = Value::Array(waits.iter().map(ParkedWait::summary).collect());
+        if waits.iter().all(|w| matches!(w.kind, WaitKind::Sleep(_))) {
+            return (!waits.is_empty()).then_some(Settlement::Sleeping { waits, waiting_on });
+        }
+        waits.sort_by_key(|w| (w.timeout.is_none(), w.timeout.map(|t| t.after)));
+        let mut waits = waits.into_iter();
+        let first = waits.next()?;
+        Some(Settlement::Waiting {
+            step: first.step,
+            request: first.request,
+            timeout: first.timeout,
+            kind: first.kind,
+            others: waits.collect(),
+            waiting_on,
+        })
     }
 
     /// Errors and verdicts may quote a step target's own message: a NUL in them must
@@ -99,23 +137,53 @@ pub struct ParkedTimeout {
     pub on_timeout: workflow::OnTimeout,
 }
 
-/// One more external step a parked job waits for (see [`Settlement::Waiting`]).
+/// One step a parked job waits for (see [`Settlement::parked`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParkedWait {
     /// The step.
     pub step: String,
     /// The request its rules built, if it has a request type.
     pub request: Option<Value>,
-    /// Its own wait; `None` waits for ever.
+    /// Its own wait; `None` waits for ever (a sleep's end is its `kind`'s).
     pub timeout: Option<ParkedTimeout>,
+    /// What it waits for.
+    pub kind: WaitKind,
 }
 
 impl ParkedWait {
+    /// What it waits on, as the WAITING event's `waitingOn` and get-job show it:
+    /// the step, the kind, and the key of an event step or the sleep as written.
+    pub fn summary(&self) -> Value {
+        Value::Object(self.entry())
+    }
+
+    /// [`ParkedWait::summary`]'s fields.
+    fn entry(&self) -> serde_json::Map<String, Value> {
+        let mut entry = serde_json::Map::new();
+        entry.insert("step".into(), Value::String(self.step.clone()));
+        entry.insert("kind".into(), Value::from(self.kind.as_str()));
+        match &self.kind {
+            WaitKind::External => {}
+            WaitKind::Sleep(Wake::After(duration)) => {
+                let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+                entry.insert("forMs".into(), Value::from(millis));
+            }
+            WaitKind::Sleep(Wake::At(millis)) => {
+                entry.insert("wakeMs".into(), Value::from(*millis));
+            }
+            WaitKind::Event { key, lookback } => {
+                let millis = u64::try_from(lookback.as_millis()).unwrap_or(u64::MAX);
+                entry.insert("key".into(), Value::String(key.clone()));
+                entry.insert("lookbackMs".into(), Value::from(millis));
+            }
+        }
+        entry
+    }
+
     /// Its entry in V22's `waits` column (without `untilMs`, which the database sets
     /// from its own clock when the job parks).
     pub fn to_json(&self) -> Value {
-        let mut entry = serde_json::Map::new();
-        entry.insert("step".into(), Value::String(self.step.clone()));
+        let mut entry = self.entry();
         if let Some(request) = &self.request {
             entry.insert("request".into(), request.clone());
         }

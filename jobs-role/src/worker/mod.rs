@@ -337,10 +337,10 @@ impl Worker {
             }
         };
         let is_done = |name: &str| done.contains(name);
-        // The first ready step the segment will call (an external one is not called).
+        // The first ready step the segment will call (one that parks is not called).
         let next_target = compiled
             .ready_steps(&is_done)
-            .find(|step| !step.is_external())
+            .find(|step| step.is_called())
             .and_then(|step| step.target.clone());
         let _permit = match &next_target {
             Some(target) => self.limits.acquire(target).await,
@@ -361,6 +361,8 @@ impl Worker {
             stored_items: 0,
             held: None,
             held_timing: None,
+            sleeps: &job.sleeps,
+            claimed_at_ms: job.claimed_at_ms,
         };
         let metadata = JobMetadata {
             job_id: claim.job_id.to_string(),

@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde_json::Value;
+use workflow::runner::{WaitKind, WaitingStep};
 use workflow::{CompiledWorkflow, FailureKind, SegmentError, SegmentOutcome, StepFailure};
 
 use super::Worker;
@@ -31,6 +32,7 @@ impl Worker {
         let outcome = match &settlement {
             Settlement::Completed { .. } => "completed",
             Settlement::Waiting { .. } => "waiting",
+            Settlement::Sleeping { .. } => "sleeping",
             Settlement::Failed { .. } => "failed",
             Settlement::Dead { .. } => "dead",
             Settlement::Retry { .. } => "retried",
@@ -248,11 +250,16 @@ impl Worker {
             Ok(SegmentOutcome::Parked {
                 step,
                 request,
+                kind,
                 also_waiting,
                 ..
             }) => {
-                // Each step's own wait, else the node's default, else for ever.
-                let timeout = |name: &str| {
+                // Each step's own wait, else the node's default, else for ever; a sleep
+                // ends when it ends.
+                let timeout = |name: &str, kind: &WaitKind| {
+                    if matches!(kind, WaitKind::Sleep(_)) {
+                        return None;
+                    }
                     compiled.step(name).and_then(|parked| {
                         let after = parked.wait_timeout.or(self.config.wait_timeout())?;
                         Some(ParkedTimeout {
@@ -261,25 +268,28 @@ impl Worker {
                         })
                     })
                 };
-                let mut waits: Vec<ParkedWait> = std::iter::once((step, request))
-                    .chain(also_waiting.into_iter().map(|w| (w.step, w.request)))
-                    .map(|(step, request)| ParkedWait {
-                        timeout: timeout(&step),
-                        step,
-                        request,
+                let first = WaitingStep {
+                    step,
+                    request,
+                    kind,
+                };
+                let waits: Vec<ParkedWait> = std::iter::once(first)
+                    .chain(also_waiting)
+                    .map(|w| ParkedWait {
+                        timeout: timeout(&w.step, &w.kind),
+                        step: w.step,
+                        request: w.request,
+                        kind: w.kind,
                     })
                     .collect();
-                // The first wait to end first (the single-step columns and the timeout
-                // sweep follow it); those that wait for ever last. Stable: ties keep
-                // declaration order.
-                waits.sort_by_key(|w| (w.timeout.is_none(), w.timeout.map(|t| t.after)));
-                let first = waits.remove(0);
-                Decision::Settle(Settlement::Waiting {
-                    step: first.step,
-                    request: first.request,
-                    timeout: first.timeout,
-                    others: waits,
-                })
+                match Settlement::parked(waits) {
+                    Some(settlement) => Decision::Settle(settlement),
+                    // A parked segment names at least the step it parked on.
+                    None => Decision::Settle(Settlement::Failed {
+                        error: "WORKFLOW: the segment parked on no step".into(),
+                        verdict: None,
+                    }),
+                }
             }
             Err(SegmentError::Failed(failure)) if progressed && failure.is_retryable() => {
                 tracing::info!(job_id = %claim.job_id, error = %failure, "retryable failure after storing map elements: requeued without spending the attempt");

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use workflow::runner::Wake;
 use workflow::{
     CallGuard, CallMetadata, Checkpoint, CheckpointSink, CompiledStep, ItemOutcome, SinkError,
 };
@@ -44,9 +45,26 @@ pub(super) struct StoreSink<'a> {
     pub(super) held: Option<StepCheckpoint>,
     /// The held checkpoint's timing (its event's `timing`).
     pub(super) held_timing: Option<Value>,
+    /// When the sleeps the job parked on end, by step (the claim read them).
+    pub(super) sleeps: &'a HashMap<String, i64>,
+    /// The database's time of the claim, in milliseconds since the Unix epoch.
+    pub(super) claimed_at_ms: i64,
 }
 
 impl CheckpointSink for StoreSink<'_> {
+    /// A sleep is over when its end (fixed when the job first parked on it, or the
+    /// time its `until` names) is not after the database's time of the claim: the
+    /// claim happened no earlier than the job's `run_after`, which is that end, so
+    /// a sleep never ends early however the node's clock is set.
+    fn slept(&mut self, step: &CompiledStep, wake: Wake) -> bool {
+        let end = match (self.sleeps.get(&step.name), wake) {
+            (Some(end), _) => *end,
+            (None, Wake::At(end)) => end,
+            (None, Wake::After(_)) => return false,
+        };
+        end <= self.claimed_at_ms
+    }
+
     /// A claim that may have lapsed (the node was stalled past its lease) calls
     /// nothing more: another node may hold the job and have run this step already.
     /// The segment ends as a lost claim; the sweeper requeues the job if no one else

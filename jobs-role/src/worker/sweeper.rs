@@ -40,6 +40,23 @@ pub async fn sweep_loop(
                 tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval")
             }
         }
+        // Sleeps beside other waits, before those waits' timeouts: a job whose
+        // sleep ended first is woken, not failed.
+        loop {
+            match store.wake_parked_sleeps(SWEEP_BATCH).await {
+                Ok(woken) if woken > 0 => {
+                    tracing::info!(woken, "woke parked jobs whose sleep ended");
+                    if woken < SWEEP_BATCH as usize || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "waking parked sleeps failed; retrying at the next interval");
+                    break;
+                }
+            }
+        }
         // Batch after batch while they come back full: a backlog of waits that ran
         // out is ended now, not one batch per interval.
         loop {

@@ -136,11 +136,12 @@ impl Draft<'_> {
         path: &str,
     ) -> (Option<Duration>, OnTimeout) {
         for key in ["waitTimeoutMs", "onTimeout"] {
-            if completion != Completion::External && object.contains_key(key) {
+            // A sleep step refuses them where it is read.
+            if matches!(completion, Completion::Call) && object.contains_key(key) {
                 self.find(
                     step,
                     format!("{path}.{key}"),
-                    format!("'{key}' applies to external steps only (\"completion\": \"external\"); remove it"),
+                    format!("'{key}' applies to steps that wait (\"completion\": \"external\" or \"event\") only; remove it"),
                 );
             }
         }

@@ -17,6 +17,9 @@ pub const MAX_RESPONSE_BYTES_CEILING: u64 = 256 * 1024 * 1024;
 pub(super) const MAX_DEADLINE_MS: u64 = 86_400_000;
 /// The longest an external step may wait for its answer: 366 days.
 pub const MAX_WAIT_TIMEOUT_MS: u64 = 366 * 86_400_000;
+/// The longest an event step's `eventLookbackMs` may be: 7 days (the engine keeps
+/// sent events that long).
+pub const MAX_EVENT_LOOKBACK_MS: u64 = 7 * 86_400_000;
 
 /// Stack for [`CompiledWorkflow::compile`](crate::CompiledWorkflow::compile)'s thread: as much as the CEL parser's own
 /// thread has ([`crate::gate`]), since the validator parses the same rules. Reserved,

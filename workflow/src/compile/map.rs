@@ -34,6 +34,10 @@ pub(super) fn read_map(
         return None;
     };
     let for_each = format!("{path}.forEach");
+    // Sleep and event steps refuse `forEach` where they are read.
+    if matches!(completion, Completion::Sleep | Completion::Event) {
+        return None;
+    }
     if completion == Completion::External {
         draft.find(
             step,

@@ -47,6 +47,7 @@
 //! | `steps`    | steps and output as written, before verification                     |
 //! | `graph`    | `after`: each step's dependencies and ancestors; unknown names, cycles |
 //! | `map`      | map steps: `forEach`, their `maxParallel` and `onItemFailure`         |
+//! | `parking`  | sleep steps (`sleep`) and event steps (`eventKey`, `eventLookbackMs`)  |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
 mod draft;
@@ -55,6 +56,7 @@ mod limits;
 mod map;
 mod messages;
 mod names;
+mod parking;
 mod pool;
 mod steps;
 
@@ -76,20 +78,21 @@ use crate::offload::{self, OffloadError};
 use crate::rules::Rule;
 use crate::ruleset::{self, TypeRoot};
 use crate::scope::INPUT;
-use crate::spec::StepSpec;
 pub use crate::spec::{Completion, OnItemFailure, OnTimeout};
+use crate::spec::{SleepSpec, StepSpec};
 use crate::typecheck::Ty;
 use crate::verify;
 pub use graph::{DEFAULT_MAX_PARALLEL, MAX_PARALLEL_CEILING};
 use graph::{StepGraph, read_max_parallel};
 pub use limits::{
-    COMPILE_STACK_BYTES, DEFAULT_DEADLINE, MAX_RESPONSE_BYTES_CEILING, MAX_RULES, MAX_STEPS,
-    MAX_WAIT_TIMEOUT_MS, RULES_TIME_LIMIT,
+    COMPILE_STACK_BYTES, DEFAULT_DEADLINE, MAX_EVENT_LOOKBACK_MS, MAX_RESPONSE_BYTES_CEILING,
+    MAX_RULES, MAX_STEPS, MAX_WAIT_TIMEOUT_MS, RULES_TIME_LIMIT,
 };
 use messages::judged;
 pub use messages::{EncodeError, MessageError, decode_json, encode_json};
 pub(crate) use names::{ends_in_a_number, ipv6_with_zone};
 use names::{is_invisible_format, valid_name, valid_target};
+pub use parking::{DEFAULT_EVENT_LOOKBACK, EventStep, SleepStep, empty_type};
 use pool::{resolve_message, schema_pool};
 use steps::{output_spec, step_specs};
 
@@ -139,6 +142,10 @@ pub struct CompiledStep {
     pub wait_timeout: Option<Duration>,
     /// How a job parked here ends when the wait times out.
     pub on_timeout: OnTimeout,
+    /// When a sleep step wakes (`Some` on sleep steps only).
+    pub sleep: Option<SleepStep>,
+    /// What an event step waits for (`Some` on event steps only).
+    pub event: Option<EventStep>,
 }
 
 impl CompiledStep {
@@ -160,6 +167,12 @@ impl CompiledStep {
     /// True for a `completion: "external"` step.
     pub fn is_external(&self) -> bool {
         self.completion == Completion::External
+    }
+
+    /// True for a step the runner calls; the others (external, event and sleep
+    /// steps) park the job.
+    pub fn is_called(&self) -> bool {
+        self.completion == Completion::Call
     }
 }
 
@@ -306,23 +319,37 @@ impl CompiledWorkflow {
                 findings.push(finding("target", reason));
             }
             if let Some(gate) = &step.when {
-                let root_type = |root: &str| {
-                    if root == INPUT {
-                        return Some(Ty::of_root(&self.input_type));
-                    }
-                    step.ancestors
-                        .iter()
-                        .map(|&a| &self.steps[a])
-                        .find(|ancestor| ancestor.name == root)
-                        .map(CompiledStep::scope_type)
-                };
+                let root_type = |root: &str| self.root_type_from(step, root);
                 let problems = gate.check_types(&root_type);
                 if !problems.is_empty() {
                     findings.push(finding("when", format!("`when` {}", problems.join("; "))));
                 }
             }
+            if let Some(event) = &step.event {
+                let root_type = |root: &str| self.root_type_from(step, root);
+                let problems = event.key.check_string_type(&root_type);
+                if !problems.is_empty() {
+                    findings.push(finding(
+                        "eventKey",
+                        format!("`eventKey` {}", problems.join("; ")),
+                    ));
+                }
+            }
         }
         findings
+    }
+
+    /// The type of scope root `root` as `step`'s gate or key reads it: `input`, or an
+    /// ancestor's response (`None` for anything else).
+    fn root_type_from(&self, step: &CompiledStep, root: &str) -> Option<Ty> {
+        if root == INPUT {
+            return Some(Ty::of_root(&self.input_type));
+        }
+        step.ancestors
+            .iter()
+            .map(|&a| &self.steps[a])
+            .find(|ancestor| ancestor.name == root)
+            .map(CompiledStep::scope_type)
     }
 
     /// The envelope this workflow was compiled from (what a job snapshots).
@@ -571,6 +598,17 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
             max_response_bytes: spec.max_response_bytes,
             wait_timeout: spec.wait_timeout,
             on_timeout: spec.on_timeout,
+            sleep: spec.sleep.map(|sleep| match sleep {
+                SleepSpec::For(duration) => SleepStep::For(duration),
+                SleepSpec::Until { root, fields, .. } => SleepStep::Until { root, fields },
+            }),
+            event: match spec.event {
+                Some(event) => Some(EventStep {
+                    key: Gate::compile_as(&event.key.0, "`eventKey`").ok()?,
+                    lookback: event.lookback,
+                }),
+                None => None,
+            },
         });
     }
     let output = match output {

@@ -11,6 +11,7 @@ use crate::compile::graph::read_after;
 use crate::compile::limits::MAX_STEPS;
 use crate::compile::map::read_map;
 use crate::compile::names::valid_step_name;
+use crate::compile::parking::{empty_type, read_event, read_sleep};
 use crate::compile::pool::{resolve_message, resolve_method};
 use crate::spec::{Completion, OutputSpec, StepSpec};
 
@@ -33,6 +34,9 @@ const STEP_KEYS: &[&str] = &[
     "onTimeout",
     "outputType",
     "requestType",
+    "sleep",
+    "eventKey",
+    "eventLookbackMs",
 ];
 
 pub(super) fn step_specs(
@@ -97,29 +101,41 @@ pub(super) fn step_specs(
                 );
             }
         }
+        let sleep = read_sleep(draft, object, step, &path);
         let completion = match object.get("completion") {
+            _ if object.contains_key("sleep") => Completion::Sleep,
             None | Some(Value::Null) => Completion::Call,
             Some(Value::String(s)) if s == "external" => Completion::External,
+            Some(Value::String(s)) if s == "event" => Completion::Event,
             Some(Value::String(s)) if s == "call" => Completion::Call,
             Some(other) => {
                 draft.find(
                     step,
                     format!("{path}.completion"),
-                    format!("'completion' must be \"external\" or \"call\", not {other}"),
+                    format!(
+                        "'completion' must be \"call\", \"external\" or \"event\", not {other}"
+                    ),
                 );
                 Completion::Call
             }
         };
-        let target = draft.string(
-            object,
-            "target",
-            completion == Completion::Call,
-            step,
-            &path,
-        );
+        let event = read_event(draft, object, completion, step, &path);
+        let target = match completion {
+            Completion::Sleep | Completion::Event => None,
+            _ => draft.string(
+                object,
+                "target",
+                completion == Completion::Call,
+                step,
+                &path,
+            ),
+        };
         let (method, request_type, response_type) =
             step_types(draft, object, pool, completion, &label, &path);
-        let rules = draft.rules(object, step, &path);
+        let rules = match completion {
+            Completion::Sleep | Completion::Event => Vec::new(),
+            _ => draft.rules(object, step, &path),
+        };
         if !rules.is_empty()
             && method.is_none()
             && !object.contains_key("requestType")
@@ -159,6 +175,8 @@ pub(super) fn step_specs(
             max_response_bytes,
             wait_timeout,
             on_timeout,
+            sleep,
+            event,
         });
     }
     specs
@@ -181,6 +199,20 @@ fn step_types(
     Option<MessageDescriptor>,
 ) {
     let step = Some(label);
+    match completion {
+        // The keys it may not have are findings where the sleep is read.
+        Completion::Sleep => return (None, None, Some(empty_type())),
+        Completion::Event => {
+            let response = draft
+                .string(object, "outputType", true, step, path)
+                .and_then(|name| {
+                    let pool = pool?;
+                    resolve_message(draft, pool, &name, step, &format!("{path}.outputType"))
+                });
+            return (None, None, response);
+        }
+        Completion::Call | Completion::External => {}
+    }
     let declares_types = object.contains_key("outputType") || object.contains_key("requestType");
     if completion == Completion::Call || !declares_types {
         if declares_types {

@@ -295,6 +295,8 @@ pub struct Gate {
     program: Arc<Program>,
     shape: Shape,
     roots: Arc<[String]>,
+    /// What the expression is called in errors: "`when` gate", "`eventKey`".
+    label: &'static str,
 }
 
 impl std::fmt::Debug for Gate {
@@ -309,6 +311,12 @@ impl Gate {
     /// Compiles the expression and checks its static bounds; the error reads after
     /// "`when` " (see [`analyze`]).
     pub fn compile(source: &str) -> Result<Gate, String> {
+        Gate::compile_as(source, "`when` gate")
+    }
+
+    /// [`Gate::compile`] for another bounded CEL expression of a step (an event
+    /// step's `eventKey`), called `label` in errors.
+    pub fn compile_as(source: &str, label: &'static str) -> Result<Gate, String> {
         let (program, shape) = analyze(source)?;
         let mut roots = Vec::new();
         free_variables(program.expression(), &mut Vec::new(), &mut roots);
@@ -317,6 +325,7 @@ impl Gate {
             program: Arc::new(program),
             shape,
             roots: roots.into(),
+            label,
         })
     }
 
@@ -340,11 +349,50 @@ impl Gate {
         crate::typecheck::check_gate(self.program.expression(), root_type)
     }
 
+    /// [`Gate::check_types`] for an expression that must be a string (an event key).
+    pub fn check_string_type(&self, root_type: &dyn Fn(&str) -> Option<Ty>) -> Vec<String> {
+        crate::typecheck::check_string(self.program.expression(), root_type)
+    }
+
     /// Evaluates the gate on the calling thread: converts the roots it reads (within
     /// the conversion bounds), refuses when the estimated cost is above [`MAX_COST`]
     /// or the estimated memory above [`MAX_EVALUATION_BYTES`], then runs it. Anything but a boolean is an error. From async code use
     /// [`Gate::evaluate_within`], which keeps this off the async threads.
     pub fn evaluate(&self, scope: &Scope) -> Result<bool, String> {
+        match self.evaluate_value(scope)? {
+            CelValue::Bool(open) => Ok(open),
+            other => Err(format!("`when` must evaluate to a bool, got {other:?}")),
+        }
+    }
+
+    /// Evaluates an expression that must be a string (an event key) on the calling
+    /// thread, within the bounds [`Gate::evaluate`] keeps.
+    pub fn evaluate_string(&self, scope: &Scope) -> Result<String, String> {
+        match self.evaluate_value(scope)? {
+            CelValue::String(text) => Ok(text.to_string()),
+            other => Err(format!(
+                "{} must evaluate to a string, got {other:?}",
+                self.label
+            )),
+        }
+    }
+
+    /// [`Gate::evaluate_string`] on a dedicated evaluation thread, waiting at most
+    /// `limit` as [`Gate::evaluate_within`] does.
+    pub async fn evaluate_string_within(
+        &self,
+        scope: &Scope,
+        limit: Duration,
+    ) -> Result<String, String> {
+        let gate = self.clone();
+        let roots = scope.subset(&self.roots);
+        self.offloaded(limit, move || gate.evaluate_string(&roots))
+            .await
+    }
+
+    /// The converted roots' bounds, then the evaluation.
+    fn evaluate_value(&self, scope: &Scope) -> Result<CelValue, String> {
+        let label = self.label;
         let mut budget = Budget::default();
         let mut context = Context::default();
         for name in self.roots.iter() {
@@ -360,22 +408,20 @@ impl Gate {
         let cost = self.shape.cost(budget.values);
         if cost > MAX_COST {
             return Err(format!(
-                "the `when` gate could cost about {cost} operations over the {} values it reads ((values + literal list elements) ^ cost exponent {} × {} nodes; map and filter count twice in the exponent), more than the limit of {MAX_COST}",
+                "the {label} could cost about {cost} operations over the {} values it reads ((values + literal list elements) ^ cost exponent {} × {} nodes; map and filter count twice in the exponent), more than the limit of {MAX_COST}",
                 budget.values, self.shape.cost_exponent, self.shape.nodes
             ));
         }
         let memory = self.shape.memory(budget.bytes, budget.values);
         if memory > MAX_EVALUATION_BYTES {
             return Err(format!(
-                "the `when` gate could build about {memory} bytes from the {} bytes and {} values it reads ((bytes + values × {VALUE_BYTES}) × ({} `+` operators + 1)), more than the limit of {MAX_EVALUATION_BYTES} bytes (gate::MAX_EVALUATION_BYTES): concatenate less, or read less of the data",
+                "the {label} could build about {memory} bytes from the {} bytes and {} values it reads ((bytes + values × {VALUE_BYTES}) × ({} `+` operators + 1)), more than the limit of {MAX_EVALUATION_BYTES} bytes (gate::MAX_EVALUATION_BYTES): concatenate less, or read less of the data",
                 budget.bytes, budget.values, self.shape.additions
             ));
         }
-        match self.program.execute(&context) {
-            Ok(CelValue::Bool(open)) => Ok(open),
-            Ok(other) => Err(format!("`when` must evaluate to a bool, got {other:?}")),
-            Err(e) => Err(format!("`when` could not be evaluated: {e}")),
-        }
+        self.program
+            .execute(&context)
+            .map_err(|e| format!("the {label} could not be evaluated: {e}"))
     }
 
     /// [`Gate::evaluate`] on a dedicated evaluation thread ([`crate::offload`]),
@@ -386,13 +432,26 @@ impl Gate {
     pub async fn evaluate_within(&self, scope: &Scope, limit: Duration) -> Result<bool, String> {
         let gate = self.clone();
         let roots = scope.subset(&self.roots);
-        match offload::run_within(limit, move || gate.evaluate(&roots)).await {
+        self.offloaded(limit, move || gate.evaluate(&roots)).await
+    }
+
+    /// Runs `evaluate` on an evaluation thread within `limit`.
+    async fn offloaded<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        evaluate: impl FnOnce() -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        match offload::run_within(limit, evaluate).await {
             Ok(result) => result,
             Err(OffloadError::TimedOut { limit }) => Err(format!(
-                "the `when` gate did not finish within {} ms",
+                "the {} did not finish within {} ms",
+                self.label,
                 limit.as_millis()
             )),
-            Err(e) => Err(format!("the `when` gate failed while evaluating: it {e}")),
+            Err(e) => Err(format!(
+                "the {} failed while evaluating: it {e}",
+                self.label
+            )),
         }
     }
 }

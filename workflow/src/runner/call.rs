@@ -82,6 +82,30 @@ impl Caller<'_> {
             })
     }
 
+    /// The key event step `step` waits on: its `eventKey` evaluated over `scope`
+    /// within the gate's bounds.
+    pub(super) async fn event_key(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        key: &crate::gate::Gate,
+        scope: &Scope,
+        segment_end: Instant,
+    ) -> Result<String, StepFailure> {
+        let remaining = time_left(workflow, &step.name, segment_end)?;
+        key.evaluate_string_within(scope, GATE_TIME_LIMIT.min(remaining))
+            .await
+            .map_err(|e| {
+                let bound = Bounded {
+                    own_limit: GATE_TIME_LIMIT,
+                    remaining,
+                    segment_end,
+                    doing: "its `eventKey` ran",
+                };
+                bound.failure(workflow, &step.name, FailureKind::Mapping, e)
+            })
+    }
+
     /// Runs one called step; `None` when its gate skipped it.
     pub(super) async fn run_step(
         &self,

@@ -10,182 +10,50 @@
 //! `validate` (off the async threads too, within [`crate::compile::RULES_TIME_LIMIT`]),
 //! and hands the
 //! checkpoint to the caller's [`CheckpointSink`] **before** any step that waits for
-//! it runs. It stops when external steps wait and nothing else can run (`Parked`), at
-//! the end (`Completed`), or at a failure.
+//! it runs. It stops when steps wait (for an answer, a time or an event: see
+//! [`WaitKind`]) and nothing else can run (`Parked`), at the end (`Completed`), or at
+//! a failure.
 //!
-//! | module   | concept                                                                |
-//! |----------|------------------------------------------------------------------------|
-//! | this one | the segment: which steps are ready, how many run at once, what is recorded |
-//! | `call`   | one step call: gate, request, call, response check, and their failures |
+//! | module    | concept                                                                |
+//! |-----------|------------------------------------------------------------------------|
+//! | this one  | the segment: which steps are ready, how many run at once, what is recorded |
+//! | `sink`    | where checkpoints go: [`CheckpointSink`]                                |
+//! | `call`    | one step call: gate, request, call, response check, and their failures |
+//! | `map`     | a map step's elements: which to call, how they ended                   |
+//! | `wait`    | what a parked step waits for: an answer, a time, an event              |
+//! | `ended`   | a step that ended, recorded and put in scope; the workflow's output    |
+//! | `outcome` | how a segment or a synchronous run ends                                |
 
 mod call;
+mod ended;
 mod map;
+mod outcome;
+mod sink;
+mod wait;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use prost_reflect::DynamicMessage;
-use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use call::Caller;
 pub use call::{CallMetadata, NoMetadata, code_name};
-use call::{Caller, build_request};
+use ended::{Ended, build_output, end_map};
 use map::Mapping;
 pub use map::{DEFAULT_MAX_MAP_ITEMS, list_length};
+pub use outcome::{RunError, RunOutcome, SYNC_REFUSAL, SegmentError, SegmentOutcome};
+pub use sink::{CallGuard, CheckpointSink, SinkError};
+pub use wait::{WaitKind, WaitingStep, Wake};
 
 use crate::checkpoint::{Checkpoint, ItemCheckpoint, ItemOutcome, ReplayedCheckpoint};
-use crate::compile::{CompiledStep, CompiledWorkflow, encode_json};
+use crate::compile::{CompiledStep, CompiledWorkflow, empty_type, encode_json};
 use crate::failure::{FailureKind, StepFailure};
 use crate::grpc::GrpcClient;
 use crate::outbound::OutboundPolicy;
-use crate::rules::apply_rule;
 use crate::scope::Scope;
-
-/// The synchronous verb's refusal of a workflow that would park.
-pub const SYNC_REFUSAL: &str = "synchronous run-workflow cannot park - submit the workflow as a job (submit-workflow) so complete-step can supply the response";
-
-/// Any error a checkpoint sink reports.
-pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Where a segment's checkpoints go, one at a time, before the next step runs.
-pub trait CheckpointSink: Send {
-    /// Persists one checkpoint. An error stops the segment with
-    /// [`SegmentError::Checkpoint`]; the caller decides what that means.
-    fn record(
-        &mut self,
-        checkpoint: &Checkpoint,
-    ) -> impl Future<Output = Result<(), SinkError>> + Send;
-
-    /// Asked just before each step call: an error stops the segment before the call,
-    /// as a failed [`record`](Self::record) does. The jobs worker refuses once its
-    /// claim may have lapsed by its own clock (a process frozen past its lease must
-    /// not call a step another node may have run since). Calls are allowed by default.
-    fn before_call(&mut self, step: &str) -> Result<(), SinkError> {
-        let _ = step;
-        Ok(())
-    }
-
-    /// Asked before a step call that would run beside calls already in flight (the
-    /// first call of a segment is never asked): `Some(guard)` lets it start, the
-    /// guard held until the call ends; `None` holds it back until a call in flight
-    /// ends. The jobs worker answers with a per-target permit taken without waiting
-    /// (a segment that waited while holding a permit could wait on another segment
-    /// waiting on it). Every call is let through by default.
-    fn beside_others(&mut self, step: &CompiledStep) -> Option<CallGuard> {
-        let _ = step;
-        Some(Box::new(()))
-    }
-
-    /// Persists how elements of map step `step` ended (by position in its list: the
-    /// response, or with `onItemFailure: "collect"` the error), before their slots go
-    /// to new calls: a later segment calls only the elements with none. The elements
-    /// whose calls ended together come in one call. An error stops the segment as a
-    /// failed [`record`](Self::record) does. Nothing is kept by default.
-    fn record_items(
-        &mut self,
-        step: &CompiledStep,
-        items: &[(usize, ItemOutcome)],
-    ) -> impl Future<Output = Result<(), SinkError>> + Send {
-        let _ = (step, items);
-        std::future::ready(Ok(()))
-    }
-}
-
-/// What [`CheckpointSink::beside_others`] hands a call to hold while it runs.
-pub type CallGuard = Box<dyn Send>;
-
-/// How a segment ended, when it did not fail.
-#[derive(Debug, Clone)]
-pub enum SegmentOutcome {
-    /// Every step ran (or was skipped).
-    Completed {
-        /// The workflow's output.
-        output: DynamicMessage,
-        /// The output as proto3 JSON (a segment whose output has none fails instead).
-        output_json: Value,
-        /// Every checkpoint, prior ones included, in order.
-        steps: Vec<Checkpoint>,
-    },
-    /// Nothing more can run: external steps wait for their responses.
-    Parked {
-        /// The first external step waiting (in declaration order).
-        step: String,
-        /// Every checkpoint so far, in the order they were recorded.
-        steps: Vec<Checkpoint>,
-        /// What the step's rules built from the scope, as proto3 JSON: the request its
-        /// reviewer is shown. `None` when the step has no request type.
-        request: Option<Value>,
-        /// The other external steps waiting at the same time (in parallel branches),
-        /// in declaration order.
-        also_waiting: Vec<WaitingStep>,
-    },
-}
-
-/// An external step a parked job waits for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WaitingStep {
-    /// The step's name.
-    pub step: String,
-    /// What its rules built, as proto3 JSON (`None` without a request type).
-    pub request: Option<Value>,
-}
-
-/// Why a segment stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum SegmentError {
-    /// A step (or the output mapping) failed.
-    #[error(transparent)]
-    Failed(#[from] StepFailure),
-    /// The sink could not record a checkpoint; the step's response is lost with it.
-    #[error("recording the checkpoint of step '{step}' failed: {source}")]
-    Checkpoint {
-        /// The step whose checkpoint was not recorded.
-        step: String,
-        /// The sink's error.
-        source: SinkError,
-    },
-    /// The sink refused a step call before it was made
-    /// ([`CheckpointSink::before_call`]); nothing was called.
-    #[error("step '{step}' was not called: {source}")]
-    NotCalled {
-        /// The step.
-        step: String,
-        /// The sink's reason.
-        source: SinkError,
-    },
-}
-
-/// A finished synchronous run.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    /// The workflow's output.
-    pub output: DynamicMessage,
-    /// The output as proto3 JSON.
-    pub output_json: Value,
-    /// Every step's checkpoint, in order.
-    pub steps: Vec<Checkpoint>,
-}
-
-impl RunOutcome {
-    /// The output as proto3 JSON.
-    pub fn output_json(&self) -> Value {
-        self.output_json.clone()
-    }
-}
-
-/// Why a synchronous run did not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The workflow has an external step; only a job can wait for it.
-    #[error("{}", SYNC_REFUSAL)]
-    WouldPark,
-    /// A step failed.
-    #[error(transparent)]
-    Failed(#[from] StepFailure),
-}
 
 /// The largest step response a runner accepts unless configured otherwise (tonic's
 /// own default).
@@ -457,7 +325,7 @@ impl Runner {
                     }
                     continue;
                 }
-                if !step.is_external() {
+                if step.is_called() {
                     let guard = if in_flight.is_empty() {
                         None
                     } else {
@@ -476,33 +344,31 @@ impl Runner {
                     in_flight.push(call(step.index, None, scope.clone(), guard));
                     continue;
                 }
-                // An external step waits only when its gate (if any) is open; a closed
-                // gate skips it like any other step.
-                if self
+                // A step that parks the job waits only when its gate (if any) is open; a
+                // closed gate skips it like any other step. A sleep whose time has come
+                // is done, answering `google.protobuf.Empty`.
+                if !self
                     .caller()
                     .gate_opens(workflow, step, &scope, segment_end)
                     .await?
                 {
-                    let request = match build_request(step, &scope)? {
-                        Some(request) => Some(encode_json(&request).map_err(|e| {
-                            StepFailure::at(
-                                &step.name,
-                                FailureKind::Mapping,
-                                format!("the request its rules build cannot be stored: {e}"),
-                            )
-                        })?),
-                        None => None,
-                    };
-                    state[step.index] = StepState::Waiting;
-                    waiting.push(WaitingStep {
-                        step: step.name.clone(),
-                        request,
-                    });
-                } else {
                     let done = Ended::new(step, None)?;
                     done.record(sink, &mut scope, &mut steps).await?;
                     state[step.index] = StepState::Done;
+                    continue;
                 }
+                let waits =
+                    wait::waiting_for(&self.caller(), workflow, step, &scope, segment_end).await?;
+                if let WaitKind::Sleep(wake) = waits.kind
+                    && sink.slept(step, wake)
+                {
+                    let done = Ended::new(step, Some(DynamicMessage::new(empty_type())))?;
+                    done.record(sink, &mut scope, &mut steps).await?;
+                    state[step.index] = StepState::Done;
+                    continue;
+                }
+                state[step.index] = StepState::Waiting;
+                waiting.push(waits);
             }
             let Some(first) = in_flight.next().await else {
                 break;
@@ -603,6 +469,7 @@ impl Runner {
                 step: first.step,
                 steps,
                 request: first.request,
+                kind: first.kind,
                 also_waiting: waiting,
             });
         }
@@ -618,27 +485,6 @@ impl Runner {
             steps,
         })
     }
-}
-
-/// Ends a map step whose calls are all done: records its checkpoint (its list) and
-/// puts the list in scope, or answers its failure.
-async fn end_map<S: CheckpointSink>(
-    mapping: Mapping<'_>,
-    sink: &mut S,
-    scope: &mut Scope,
-    steps: &mut Vec<Checkpoint>,
-) -> Result<(), SegmentError> {
-    let name = mapping.step.name.clone();
-    let (checkpoint, list) = mapping.end()?;
-    sink.record(&checkpoint)
-        .await
-        .map_err(|source| SegmentError::Checkpoint {
-            step: name.clone(),
-            source,
-        })?;
-    scope.insert_list(&name, list);
-    steps.push(checkpoint);
-    Ok(())
 }
 
 /// Where a step of a running segment stands.
@@ -661,103 +507,4 @@ fn next_ready<'w>(workflow: &'w CompiledWorkflow, state: &[StepState]) -> Option
         state[step.index] == StepState::Pending
             && step.after.iter().all(|&d| state[d] == StepState::Done)
     })
-}
-
-/// A step that ended (called, or skipped by its gate), ready to be recorded.
-struct Ended<'w> {
-    step: &'w CompiledStep,
-    checkpoint: Checkpoint,
-    /// The response (the output type's default for a skipped step).
-    response: DynamicMessage,
-}
-
-impl<'w> Ended<'w> {
-    /// The checkpoint of `step` that answered `response` (`None`: skipped). No
-    /// checkpoint without a faithful encoding: a response with no proto3 JSON form
-    /// fails the step here, before anything is stored.
-    fn new(step: &'w CompiledStep, response: Option<DynamicMessage>) -> Result<Self, StepFailure> {
-        let Some(response) = response else {
-            return Ok(Ended {
-                step,
-                checkpoint: Checkpoint {
-                    name: step.name.clone(),
-                    skipped: true,
-                    response: None,
-                },
-                response: DynamicMessage::new(step.output_type()),
-            });
-        };
-        let json = encode_json(&response).map_err(|e| {
-            StepFailure::at(
-                &step.name,
-                FailureKind::Workflow,
-                format!("its response cannot be stored: {e}"),
-            )
-        })?;
-        Ok(Ended {
-            step,
-            checkpoint: Checkpoint {
-                name: step.name.clone(),
-                skipped: false,
-                response: Some(json),
-            },
-            response,
-        })
-    }
-
-    /// Records the checkpoint through `sink`, then puts the response in scope for
-    /// the steps that wait for it.
-    async fn record<S: CheckpointSink>(
-        self,
-        sink: &mut S,
-        scope: &mut Scope,
-        steps: &mut Vec<Checkpoint>,
-    ) -> Result<(), SegmentError> {
-        sink.record(&self.checkpoint)
-            .await
-            .map_err(|source| SegmentError::Checkpoint {
-                step: self.step.name.clone(),
-                source,
-            })?;
-        if self.checkpoint.skipped && self.step.map.is_some() {
-            scope.insert_skipped_list(&self.step.name);
-        } else if self.checkpoint.skipped {
-            scope.insert_skipped(&self.step.name, self.response);
-        } else {
-            scope.insert_step(&self.step.name, self.response);
-        }
-        steps.push(self.checkpoint);
-        Ok(())
-    }
-}
-
-fn build_output(workflow: &CompiledWorkflow, scope: &Scope) -> Result<DynamicMessage, StepFailure> {
-    let mapping_failure = |message: String| StepFailure {
-        step: None,
-        kind: FailureKind::Mapping,
-        message,
-    };
-    match &workflow.output {
-        Some(mapping) => {
-            let mut output = DynamicMessage::new(mapping.message.clone());
-            for rule in &mapping.rules {
-                apply_rule(rule, &mut output, scope)
-                    .map_err(|e| mapping_failure(format!("output rule '{}': {e}", rule.text)))?;
-            }
-            Ok(output)
-        }
-        None => {
-            let last = workflow
-                .steps
-                .last()
-                .ok_or_else(|| StepFailure::workflow("the workflow has no steps"))?;
-            match scope.read(&last.name, &[]) {
-                Ok(prost_reflect::Value::Message(message)) => Ok(message),
-                Ok(_) | Err(_) => Err(mapping_failure(format!(
-                    "the last step '{}' left no response",
-                    last.name
-                ))),
-            }
-        }
-    }
 }

@@ -15,6 +15,8 @@
 //! snapshots in [`snapshots`]; all are re-exported here, so every statement is
 //! `sql::NAME`.
 
+#[macro_use]
+mod fences;
 pub mod items;
 pub mod lanes;
 pub mod parked;
@@ -222,7 +224,11 @@ UPDATE workflow_run
    AND status = 'QUEUED'
 RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, step_reruns, checkpoints, trace_context,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
-              AS definition_digest";
+              AS definition_digest,
+          CASE WHEN jsonb_typeof(waits) = 'array' THEN
+              (SELECT jsonb_object_agg(p ->> 'step', p -> 'untilMs') FROM jsonb_array_elements(waits) AS p
+                WHERE p ->> 'kind' = 'sleep' AND jsonb_typeof(p -> 'untilMs') = 'number') END AS sleeps,
+          floor(extract(epoch FROM now()) * 1000)::bigint AS claimed_at_ms";
 
 /// Gives back the RUNNING jobs a claim statement whose answer never came took (the
 /// connection broke after it was sent): stamped with `$1` (the node's worker id) and
@@ -267,16 +273,6 @@ SET LOCAL idle_in_transaction_session_timeout = '30s'; \
 SET LOCAL protomolt.digest_from_node = 'on'; \
 SELECT pg_advisory_xact_lock_shared(123615239430773)";
 
-/// The fence every post-claim write ends with.
-macro_rules! fenced {
-    ($update:literal) => {
-        concat!(
-            $update,
-            "\n WHERE job_id = $1 AND status = 'RUNNING' AND lease_owner = $2 AND claims = $3"
-        )
-    };
-}
-
 /// Extends the lease, answering whether an operator asked to cancel the job. `$4`
 /// lease length in milliseconds.
 pub const RENEW_LEASE: &str = concat!(
@@ -285,31 +281,6 @@ pub const RENEW_LEASE: &str = concat!(
     ),
     "\nRETURNING cancel_requested"
 );
-
-/// The guard of every settlement and release: once an operator asked to cancel a
-/// RUNNING job, nothing but CANCELLED ends its claim. The write matches nothing (as
-/// for a lost claim) and the worker settles CANCELLED instead, so a cancel answered
-/// `CANCEL_REQUESTED` always ends CANCELLED. Checkpoints are not guarded: one that
-/// lands meanwhile is harmless history.
-macro_rules! unless_cancel_requested {
-    ($($fenced:tt)*) => {
-        concat!($($fenced)*, "\n   AND NOT cancel_requested")
-    };
-}
-
-/// The condition every checkpoint append ends with: the array holds exactly the
-/// entries before this one (`$n`, the step's index). Sent twice (a COMMIT whose answer
-/// was lost, then the write again), the second append matches nothing: a checkpoint
-/// lands once, at its own position. (A column that is not an array, drifted, never
-/// matches.)
-macro_rules! at_position {
-    ($($update:tt)*) => {
-        concat!(
-            $($update)*,
-            "\n   AND CASE WHEN jsonb_typeof(checkpoints) = 'array' THEN jsonb_array_length(checkpoints) END = "
-        )
-    };
-}
 
 /// Appends one checkpoint (progress: the release count starts over, and the error of
 /// an earlier attempt no longer describes the job, so it is cleared; the events keep
@@ -373,32 +344,6 @@ SELECT job_id, status, lease_owner, claims,
 pub const SETTLE_COMPLETED: &str = unless_cancel_requested!(fenced!(
     "UPDATE workflow_run SET status = 'COMPLETED', result = $4, verdict = $5, error = NULL,
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
-));
-
-/// Parks WAITING on external steps (clearing an earlier attempt's error: every step
-/// before them succeeded). `$4` their waits (V22's `waits`: per step its request and
-/// its own wait, without `untilMs`). Each wait ends at the `untilMs` the step had when
-/// the job last parked on it (an answer to another step let a branch run in
-/// between), else now plus its `timeoutMs`, by the database's clock; the first wait
-/// to end comes first (those that wait for ever last, ties in the order given), and
-/// the single-step columns describe it.
-pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
-    "UPDATE workflow_run SET status = 'WAITING', error = NULL,
-       waits = c.waits, outstanding_steps = c.steps, outstanding_step = c.steps[1],
-       pending_request = c.waits -> 0 -> 'request',
-       wait_timeout_ms = (c.waits -> 0 ->> 'timeoutMs')::bigint,
-       on_timeout = c.waits -> 0 ->> 'onTimeout',
-       wait_until = to_timestamp(((c.waits -> 0 ->> 'untilMs')::bigint) / 1000.0),
-       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()
-  FROM (SELECT jsonb_agg(x.e ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS waits,
-               array_agg(x.e ->> 'step' ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS steps
-          FROM (SELECT CASE WHEN n ? 'timeoutMs' THEN n || jsonb_build_object('untilMs', COALESCE(
-                           (SELECT (p ->> 'untilMs')::bigint
-                              FROM workflow_run old, jsonb_array_elements(COALESCE(old.waits, '[]'::jsonb)) AS p
-                             WHERE old.job_id = $1 AND p ->> 'step' = n ->> 'step' AND p ? 'untilMs'),
-                           floor(extract(epoch FROM now()) * 1000)::bigint + (n ->> 'timeoutMs')::bigint))
-                       ELSE n END AS e, o
-                  FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS t(n, o)) x) c"
 ));
 
 /// Settles FAILED. `$4` error, `$5` verdict (the violations of a validation verdict).
@@ -621,18 +566,37 @@ SELECT reject_id, topic, partition, record_offset, record_key,
  ORDER BY reject_id DESC
  LIMIT $1 OFFSET $2";
 
+/// `sleeping_until` beside a job's columns: when the first sleep it is parked on
+/// ends (a live job, a sleep step without a checkpoint), else null.
+macro_rules! sleeping_until {
+    () => {
+        "
+   || jsonb_build_object('sleeping_until', CASE WHEN w.status IN ('QUEUED', 'WAITING') AND jsonb_typeof(w.waits) = 'array' THEN
+        (SELECT timestamptz 'epoch' + min((p ->> 'untilMs')::bigint) * interval '1 millisecond'
+           FROM jsonb_array_elements(w.waits) AS p
+          WHERE p ->> 'kind' = 'sleep' AND jsonb_typeof(p -> 'untilMs') = 'number'
+            AND NOT COALESCE(w.checkpoints @> jsonb_build_array(jsonb_build_object('name', p ->> 'step')), false)) END)"
+    };
+}
+
 /// One job, every column, as JSON, with its workflow snapshot as
 /// `workflow_definition` (the filed one the row names, or the copy a row written
 /// before V21 still holds). `$1` job id.
-pub const GET_JOB: &str = "\
-SELECT to_jsonb(w) || jsonb_build_object('workflow_definition', COALESCE(w.workflow_definition, s.definition))
+pub const GET_JOB: &str = concat!(
+    "SELECT to_jsonb(w) || jsonb_build_object('workflow_definition', COALESCE(w.workflow_definition, s.definition))",
+    sleeping_until!(),
+    "
   FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
- WHERE w.job_id = $1";
+ WHERE w.job_id = $1"
+);
 
 /// One job, every column but its workflow snapshot, as JSON: what `get-job` answers
 /// unless the definition is asked for. `$1` job id.
-pub const GET_JOB_WITHOUT_DEFINITION: &str =
-    "SELECT to_jsonb(w) - 'workflow_definition' FROM workflow_run w WHERE job_id = $1";
+pub const GET_JOB_WITHOUT_DEFINITION: &str = concat!(
+    "SELECT (to_jsonb(w) - 'workflow_definition')",
+    sleeping_until!(),
+    " FROM workflow_run w WHERE job_id = $1"
+);
 
 /// Job summaries, without their order. `$1` status or NULL, `$2` workflow name or
 /// NULL, `$3` limit, `$4` offset, `$5` created before and `$6` after (RFC 3339 text) or

@@ -1,6 +1,6 @@
-//! The statements of jobs parked on external steps: `complete-step` and
-//! `reject-step` deciding under the row lock, and the sweep that ends waits that ran
-//! out. (Parking itself is a settlement: `SETTLE_WAITING`.)
+//! The statements of parked jobs: parking itself (a settlement: [`SETTLE_WAITING`],
+//! [`SETTLE_SLEEPING`]), `complete-step` and `reject-step` deciding under the row
+//! lock, the sweep that ends waits that ran out and wakes sleeps beside them.
 
 /// Ends WAITING rows whose wait for their external step ran out: FAILED or DEAD per
 /// the step's `onTimeout`, with the TIMEOUT error naming the step and the wait; the
@@ -15,11 +15,29 @@ UPDATE workflow_run w
        finished_at = now(), updated_at = now()
   FROM (SELECT job_id, outstanding_step FROM workflow_run
          WHERE status = 'WAITING' AND wait_until < now()
+           AND (waits -> 0 ->> 'kind') IS DISTINCT FROM 'sleep'
          ORDER BY wait_until
          FOR UPDATE SKIP LOCKED
          LIMIT $1) parked
  WHERE w.job_id = parked.job_id AND w.status = 'WAITING' AND w.wait_until < now()
 RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outstanding_step AS step";
+
+/// Wakes WAITING rows whose first wait to end is a sleep that has ended (a sleep
+/// beside a step that waits for an answer or an event): QUEUED now, the attempt given
+/// back, the waits kept (the claim finds the sleep over and parks again on the
+/// others, whose deadlines are kept). `$1` the most rows at once.
+pub const WAKE_PARKED_SLEEPS: &str = "\
+UPDATE workflow_run w
+   SET status = 'QUEUED', attempt = w.attempt - 1, outstanding_step = NULL, outstanding_steps = NULL,
+       pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
+       run_after = now(), updated_at = now()
+  FROM (SELECT job_id FROM workflow_run
+         WHERE status = 'WAITING' AND wait_until <= now() AND waits -> 0 ->> 'kind' = 'sleep'
+         ORDER BY wait_until
+         FOR UPDATE SKIP LOCKED
+         LIMIT $1) sleeping
+ WHERE w.job_id = sleeping.job_id AND w.status = 'WAITING'
+RETURNING w.job_id";
 
 /// Locks a job for `complete-step`. `$1` job id.
 pub const LOCK_JOB: &str = "\
@@ -64,3 +82,60 @@ UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding
        pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        finished_at = now(), updated_at = now()
  WHERE job_id = $1 AND status = 'WAITING'";
+
+/// The waits a job parks on, as the subquery `c` of [`SETTLE_WAITING`] and
+/// [`SETTLE_SLEEPING`]: `$4` per step its entry of V22's `waits` (its `kind`, request,
+/// own wait, sleep or key; without `untilMs`). A wait that ends (a `timeoutMs`, a
+/// sleep's `forMs` or `wakeMs`) ends at the `untilMs` the step had when the job last
+/// parked on it (an answer to another step let a branch run in between; a sleep
+/// never moves), else at `wakeMs`, else now plus its `forMs` or `timeoutMs`, by the
+/// database's clock. `c.waits` and `c.steps` put the first wait to end first (those
+/// that wait for ever last, ties in the order given); `c.wake_ms` is the earliest
+/// sleep's end.
+macro_rules! parked_waits {
+    () => {
+        "
+  FROM (SELECT jsonb_agg(x.e ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS waits,
+               array_agg(x.e ->> 'step' ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS steps,
+               min((x.e ->> 'untilMs')::bigint) FILTER (WHERE x.e ->> 'kind' = 'sleep') AS wake_ms
+          FROM (SELECT CASE WHEN n ? 'timeoutMs' OR n ? 'forMs' OR n ? 'wakeMs'
+                       THEN n || jsonb_build_object('untilMs', COALESCE(
+                           (SELECT (p ->> 'untilMs')::bigint
+                              FROM workflow_run old, jsonb_array_elements(COALESCE(old.waits, '[]'::jsonb)) AS p
+                             WHERE old.job_id = $1 AND p ->> 'step' = n ->> 'step' AND p ? 'untilMs'),
+                           (n ->> 'wakeMs')::bigint,
+                           floor(extract(epoch FROM now()) * 1000)::bigint
+                             + COALESCE((n ->> 'forMs')::bigint, (n ->> 'timeoutMs')::bigint)))
+                       ELSE n END AS e, o
+                  FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS t(n, o)) x) c"
+    };
+}
+
+/// Parks WAITING on steps that wait for an answer or an event (and on sleeps beside
+/// them), clearing an earlier attempt's error: every step before them succeeded.
+/// `$4` their waits (see `parked_waits!`); the single-step columns describe the
+/// first to end.
+pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
+    "UPDATE workflow_run SET status = 'WAITING', error = NULL,
+       waits = c.waits, outstanding_steps = c.steps, outstanding_step = c.steps[1],
+       pending_request = c.waits -> 0 -> 'request',
+       wait_timeout_ms = (c.waits -> 0 ->> 'timeoutMs')::bigint,
+       on_timeout = c.waits -> 0 ->> 'onTimeout',
+       wait_until = to_timestamp(((c.waits -> 0 ->> 'untilMs')::bigint) / 1000.0),
+       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()",
+    parked_waits!()
+));
+
+/// Parks a job whose every wait is a sleep: QUEUED again, claimable when the first
+/// sleep ends (exactly that millisecond, as `run_after`: the claim stays what it is
+/// for `runAt`), the waits kept for the claim that wakes it. A park is not a
+/// failure: the attempt is given back, as `complete-step` gives it back. `$4` the
+/// sleeps (see `parked_waits!`).
+pub const SETTLE_SLEEPING: &str = unless_cancel_requested!(fenced!(
+    "UPDATE workflow_run SET status = 'QUEUED', error = NULL, attempt = attempt - 1,
+       waits = c.waits, outstanding_steps = NULL, outstanding_step = NULL, pending_request = NULL,
+       wait_timeout_ms = NULL, on_timeout = NULL, wait_until = NULL,
+       run_after = timestamptz 'epoch' + c.wake_ms * interval '1 millisecond',
+       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()",
+    parked_waits!()
+));

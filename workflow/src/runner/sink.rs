@@ -1,0 +1,69 @@
+//! Where a segment's results go: the [`CheckpointSink`] a caller hands the runner
+//! (the jobs worker's writes to the job row; nothing for a synchronous run).
+
+use std::future::Future;
+
+use super::wait::Wake;
+use crate::checkpoint::{Checkpoint, ItemOutcome};
+use crate::compile::CompiledStep;
+
+/// Any error a checkpoint sink reports.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a segment's checkpoints go, one at a time, before the next step runs.
+pub trait CheckpointSink: Send {
+    /// Persists one checkpoint. An error stops the segment with
+    /// [`SegmentError::Checkpoint`]; the caller decides what that means.
+    fn record(
+        &mut self,
+        checkpoint: &Checkpoint,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Asked just before each step call: an error stops the segment before the call,
+    /// as a failed [`record`](Self::record) does. The jobs worker refuses once its
+    /// claim may have lapsed by its own clock (a process frozen past its lease must
+    /// not call a step another node may have run since). Calls are allowed by default.
+    fn before_call(&mut self, step: &str) -> Result<(), SinkError> {
+        let _ = step;
+        Ok(())
+    }
+
+    /// Asked before a step call that would run beside calls already in flight (the
+    /// first call of a segment is never asked): `Some(guard)` lets it start, the
+    /// guard held until the call ends; `None` holds it back until a call in flight
+    /// ends. The jobs worker answers with a per-target permit taken without waiting
+    /// (a segment that waited while holding a permit could wait on another segment
+    /// waiting on it). Every call is let through by default.
+    fn beside_others(&mut self, step: &CompiledStep) -> Option<CallGuard> {
+        let _ = step;
+        Some(Box::new(()))
+    }
+
+    /// Persists how elements of map step `step` ended (by position in its list: the
+    /// response, or with `onItemFailure: "collect"` the error), before their slots go
+    /// to new calls: a later segment calls only the elements with none. The elements
+    /// whose calls ended together come in one call. An error stops the segment as a
+    /// failed [`record`](Self::record) does. Nothing is kept by default.
+    fn record_items(
+        &mut self,
+        step: &CompiledStep,
+        items: &[(usize, ItemOutcome)],
+    ) -> impl Future<Output = Result<(), SinkError>> + Send {
+        let _ = (step, items);
+        std::future::ready(Ok(()))
+    }
+
+    /// Asked when sleep step `step` is reached: true when its sleep is over by the
+    /// store's clock (the wake time fixed when the job first parked on it, or `wake`
+    /// itself when that is a time), and the step is then done; false parks the job
+    /// on it. The jobs worker answers from the wake times its claim read and the
+    /// database's time of the claim, so a job never wakes early. No sleep is over by
+    /// default (a synchronous run refuses a workflow that would sleep).
+    fn slept(&mut self, step: &CompiledStep, wake: Wake) -> bool {
+        let _ = (step, wake);
+        false
+    }
+}
+
+/// What [`CheckpointSink::beside_others`] hands a call to hold while it runs.
+pub type CallGuard = Box<dyn Send>;
