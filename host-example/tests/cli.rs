@@ -555,3 +555,59 @@ async fn redrive_publishes_dead_lettered_events_again_by_job_or_all() {
     assert_ne!(neither.status.code(), Some(0));
     node.stop().await;
 }
+
+#[tokio::test]
+async fn send_event_resumes_the_job_get_shows_its_key_and_a_resend_says_so() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "events", 1)).await;
+    let url = serve(&node).await;
+    let envelope = workflow::testkit::workflow(
+        "paid",
+        vec![
+            workflow::testkit::step(
+                "tokenize",
+                &server.target(),
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({ "name": "paid", "completion": "event", "eventKey": "'order-' + input.text",
+                    "outputType": "jobs.test.Review" }),
+        ],
+        None,
+    );
+    let job_id = node.submit(&envelope, json!({ "text": "9" })).await;
+    node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+        .await;
+    let shown = cli(&url, &["get", &job_id]).await;
+    assert!(
+        text(&shown).contains("step paid waits on key order-9"),
+        "{}",
+        text(&shown)
+    );
+    let args = [
+        "send-event",
+        "order-9",
+        "--payload",
+        r#"{"notes": "ok", "score": 2}"#,
+        "--event-id",
+        "e-9",
+    ];
+    let sent = cli(&url, &args).await;
+    assert_eq!(sent.status.code(), Some(0), "{}", text(&sent));
+    assert!(
+        text(&sent).contains(&format!("resumed  {job_id} step paid (QUEUED)")),
+        "{}",
+        text(&sent)
+    );
+    let again = cli(&url, &args).await;
+    assert!(
+        text(&again).contains("sent before: nothing resumed"),
+        "{}",
+        text(&again)
+    );
+    node.wait_for_status(&job_id, "COMPLETED", Duration::from_secs(30))
+        .await;
+    let bad = cli(&url, &["send-event", "order-9", "--payload", "not json"]).await;
+    assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
+}

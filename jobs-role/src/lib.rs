@@ -25,6 +25,7 @@
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
 //! | [`relay`]   | the outbox relay: the events lane to Kafka                           |
 //! | [`consumer`]| the request consumer: broker-native submission, poison records      |
+//! | [`signals`] | what an event sent to jobs (`send-event`) answers for one waiting step |
 //! | [`event_json`]| a job's events as clients read them (proto3 JSON)                  |
 //! | [`actions`] | the verbs: submit, read, complete or reject a step, cancel, retry    |
 //! | [`watch`]   | watching jobs: their events as they commit, one read for all watchers |
@@ -51,6 +52,7 @@ pub mod module;
 pub mod pruner;
 pub mod relay;
 pub mod routes;
+pub mod signals;
 pub mod snapshot_mover;
 pub mod status;
 pub mod store;

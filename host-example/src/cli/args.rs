@@ -99,6 +99,17 @@ pub(crate) enum Command {
         #[arg(long)]
         response: String,
     },
+    /// Send an event to every job waiting on its key (an event step's eventKey).
+    SendEvent {
+        /// The key the jobs wait on.
+        key: String,
+        /// The event: JSON of the waiting steps' outputType, or @file.
+        #[arg(long)]
+        payload: String,
+        /// Makes sending idempotent: a second send of one id resumes nothing.
+        #[arg(long)]
+        event_id: Option<String>,
+    },
     /// Fail a job's parked step, as a verdict.
     Reject {
         /// The job's id.

@@ -190,6 +190,51 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             let body = json!({ "jobId": job_id, "stepName": step, "response": json_arg("--response", &response)? });
             outcome(out, ok(client.call("complete-step", &body).await?)?)
         }
+        Command::SendEvent {
+            key,
+            payload,
+            event_id,
+        } => {
+            let mut body = json!({ "key": key, "payload": json_arg("--payload", &payload)? });
+            if let Some(id) = event_id {
+                body["eventId"] = json!(id);
+            }
+            let answer = ok(client.call("send-event", &body).await?)?;
+            if out.json {
+                out.json_line(&answer);
+            } else {
+                let duplicate = if answer["duplicate"] == true {
+                    " (sent before: nothing resumed)"
+                } else {
+                    ""
+                };
+                say!(
+                    "event {}{duplicate}",
+                    output::printable(answer["eventId"].as_str().unwrap_or_default())
+                );
+                for resumed in answer["resumed"].as_array().into_iter().flatten() {
+                    let field =
+                        |key: &str| output::printable(resumed[key].as_str().unwrap_or_default());
+                    say!(
+                        "resumed  {} step {} ({})",
+                        field("jobId"),
+                        field("step"),
+                        field("status")
+                    );
+                }
+                for refused in answer["refused"].as_array().into_iter().flatten() {
+                    let field =
+                        |key: &str| output::printable(refused[key].as_str().unwrap_or_default());
+                    say!(
+                        "refused  {} step {}: {}",
+                        field("jobId"),
+                        field("step"),
+                        field("reason")
+                    );
+                }
+            }
+            Ok(0)
+        }
         Command::Reject {
             job_id,
             step,

@@ -79,6 +79,16 @@ impl Output {
                 say!("{label:<9} {}", printable(value));
             }
         }
+        if let Some(until) = job["sleepingUntil"].as_str() {
+            say!("sleeping  until {}", printable(until));
+        }
+        // What each parked step waits on beyond an answer: an event's key, a sleep.
+        for wait in job["waits"].as_array().into_iter().flatten() {
+            let step = printable(wait["step"].as_str().unwrap_or_default());
+            if let Some(key) = wait["key"].as_str().filter(|_| wait["kind"] == "event") {
+                say!("event     step {step} waits on key {}", printable(key));
+            }
+        }
         if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
             // What the parked step asks a person to approve.
             say!("request   {request}");

@@ -9,6 +9,7 @@
 //! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
 //! | `complete-step`   | `jobs:complete` | [`complete_step`] |
 //! | `reject-step`     | `jobs:complete` | [`reject_step`]   |
+//! | `send-event`      | `jobs:signal`   | [`send_event`]    |
 //! | `cancel-job`      | `jobs:operate`  | [`cancel_job`]    |
 //! | `retry-job`       | `jobs:operate`  | [`retry_job`]     |
 //! | `cancel-jobs`     | `jobs:operate`  | [`cancel_jobs`]   |
@@ -35,6 +36,7 @@ pub mod redrive_events;
 pub mod reject_step;
 pub mod retry_job;
 pub mod retry_jobs;
+pub mod send_event;
 pub mod submit;
 pub mod submit_many;
 
@@ -115,6 +117,15 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:complete",
             "CompleteStep",
             complete_step::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "send-event",
+            "Deliver an event to every run waiting on its key (an event step's eventKey); kept for the runs that wait on the key later, within their lookback; eventId makes it idempotent.",
+            "jobs:signal",
+            "SendEvent",
+            send_event::handle,
         )?,
         verb(
             &pool,

@@ -34,6 +34,7 @@ mod parked;
 mod pruning;
 mod reads;
 mod retries;
+mod signals;
 mod snapshots;
 pub mod sql;
 mod submissions;
@@ -55,6 +56,7 @@ pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut, has_checkpoint, outst
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::{FleetState, JobFilter, PoolStatus};
 pub use retries::{RerunFrom, Retry, RetryOutcome};
+pub use signals::{MAX_SIGNALS_PER_KEY, Offer, Offering, SignalOutcome};
 pub use snapshots::{MovedSnapshots, PrunedSnapshots};
 pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
 pub use unstorable::{nul_path, printable};

@@ -59,108 +59,121 @@ impl Store {
     ) -> Result<ParkedCompletion, StoreError> {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
-        let Some(row) = tx.query_opt(sql::LOCK_JOB, &[&job_id]).await? else {
-            return Ok(ParkedCompletion::NotFound);
-        };
-        let status: JobStatus = row.get::<_, String>("status").parse()?;
-        let outstanding =
-            outstanding_steps(row.get("outstanding_step"), row.get("outstanding_steps"));
-        let checkpoints: Value = row.get("checkpoints");
-        let answered = has_checkpoint(&checkpoints, step_name);
-        if status != JobStatus::Waiting || !outstanding.iter().any(|s| s == step_name) {
-            tx.rollback().await?;
-            return Ok(if answered {
-                ParkedCompletion::AlreadyDone { status }
-            } else {
-                ParkedCompletion::WrongState {
-                    status,
-                    outstanding_steps: outstanding,
-                }
-            });
+        let decided = answer_parked_step(&tx, job_id, step_name, answer, workflow).await?;
+        if matches!(decided, ParkedCompletion::Completed { .. }) {
+            tx.commit().await?;
         }
-        let still_waiting: Vec<String> =
-            outstanding.into_iter().filter(|s| s != step_name).collect();
-        let waits: Option<Value> = row.get("waits");
-        let remaining_waits = Value::Array(
-            waits
-                .as_ref()
-                .and_then(Value::as_array)
-                .map(|all| {
-                    all.iter()
-                        .filter(|w| w["step"] != step_name)
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default(),
-        );
-        // The answer lets something run when a step other than those still waited
-        // for can start with it done (its gate decided by the worker).
-        let done = |name: &str| name == step_name || has_checkpoint(&checkpoints, name);
-        let resumes = still_waiting.is_empty()
-            || workflow
-                .ready_steps(&done)
-                .any(|step| !still_waiting.contains(&step.name));
-        let workflow_name: String = row.get("workflow_name");
-        let attempt: i32 = row.get("attempt");
-        // The answered step's STEP_CHECKPOINT event, the job `status` after it.
-        let checkpointed = |status| EventFacts {
-            job_id,
-            workflow_name: &workflow_name,
-            kind: Type::StepCheckpoint,
-            step: Some(step_name),
-            attempt,
-            verdict: None,
-            error: None,
-            status,
-            detail: &[],
-            data: None,
-            waiting_on: None,
-        };
-        let status = match answer {
-            ParkedAnswer::Accept { checkpoint } if !resumes => {
-                tx.execute(
-                    sql::ANSWER_ONE_PARKED_STEP,
-                    &[&job_id, checkpoint, &still_waiting, &remaining_waits],
-                )
-                .await?;
-                insert_event(&tx, &checkpointed(JobStatus::Waiting)).await?;
-                JobStatus::Waiting
-            }
-            ParkedAnswer::Accept { checkpoint } => {
-                tx.execute(
-                    sql::ACCEPT_PARKED_STEP,
-                    &[&job_id, checkpoint, &remaining_waits],
-                )
-                .await?;
-                insert_event(&tx, &checkpointed(JobStatus::Queued)).await?;
-                tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
-                    .await?;
-                JobStatus::Queued
-            }
-            ParkedAnswer::Reject { error, verdict } => {
-                let (error, verdict) = (&printable(error), &printable(verdict));
-                tx.execute(sql::REJECT_PARKED_STEP, &[&job_id, error, verdict])
-                    .await?;
-                let event = EventFacts {
-                    job_id,
-                    workflow_name: &workflow_name,
-                    kind: Type::Failed,
-                    step: Some(step_name),
-                    attempt,
-                    verdict: Some(verdict),
-                    error: Some(error),
-                    status: JobStatus::Failed,
-                    detail: &[],
-                    data: None,
-                    waiting_on: None,
-                };
-                insert_event(&tx, &event).await?;
-                JobStatus::Failed
-            }
-        };
-        tx.commit().await?;
-        Ok(ParkedCompletion::Completed { status })
+        Ok(decided)
     }
+}
+
+/// [`Store::complete_parked_step`] inside `tx` (the row locked there, kept until
+/// `tx` ends; nothing is written unless it answers `Completed`): `send-event`
+/// answers many jobs in one transaction.
+pub(super) async fn answer_parked_step(
+    tx: &Transaction<'_>,
+    job_id: Uuid,
+    step_name: &str,
+    answer: &ParkedAnswer,
+    workflow: &workflow::CompiledWorkflow,
+) -> Result<ParkedCompletion, StoreError> {
+    let Some(row) = tx.query_opt(sql::LOCK_JOB, &[&job_id]).await? else {
+        return Ok(ParkedCompletion::NotFound);
+    };
+    let status: JobStatus = row.get::<_, String>("status").parse()?;
+    let outstanding = outstanding_steps(row.get("outstanding_step"), row.get("outstanding_steps"));
+    let checkpoints: Value = row.get("checkpoints");
+    let answered = has_checkpoint(&checkpoints, step_name);
+    if status != JobStatus::Waiting || !outstanding.iter().any(|s| s == step_name) {
+        return Ok(if answered {
+            ParkedCompletion::AlreadyDone { status }
+        } else {
+            ParkedCompletion::WrongState {
+                status,
+                outstanding_steps: outstanding,
+            }
+        });
+    }
+    let still_waiting: Vec<String> = outstanding.into_iter().filter(|s| s != step_name).collect();
+    let waits: Option<Value> = row.get("waits");
+    let remaining_waits = Value::Array(
+        waits
+            .as_ref()
+            .and_then(Value::as_array)
+            .map(|all| {
+                all.iter()
+                    .filter(|w| w["step"] != step_name)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default(),
+    );
+    // The answer lets something run when a step other than those still waited
+    // for can start with it done (its gate decided by the worker).
+    let done = |name: &str| name == step_name || has_checkpoint(&checkpoints, name);
+    let resumes = still_waiting.is_empty()
+        || workflow
+            .ready_steps(&done)
+            .any(|step| !still_waiting.contains(&step.name));
+    let workflow_name: String = row.get("workflow_name");
+    let attempt: i32 = row.get("attempt");
+    // The answered step's STEP_CHECKPOINT event, the job `status` after it.
+    let checkpointed = |status| EventFacts {
+        job_id,
+        workflow_name: &workflow_name,
+        kind: Type::StepCheckpoint,
+        step: Some(step_name),
+        attempt,
+        verdict: None,
+        error: None,
+        status,
+        detail: &[],
+        data: None,
+        waiting_on: None,
+    };
+    let status = match answer {
+        ParkedAnswer::Accept { checkpoint } if !resumes => {
+            tx.execute(
+                sql::ANSWER_ONE_PARKED_STEP,
+                &[&job_id, checkpoint, &still_waiting, &remaining_waits],
+            )
+            .await?;
+            insert_event(tx, &checkpointed(JobStatus::Waiting)).await?;
+            JobStatus::Waiting
+        }
+        ParkedAnswer::Accept { checkpoint } => {
+            tx.execute(
+                sql::ACCEPT_PARKED_STEP,
+                &[&job_id, checkpoint, &remaining_waits],
+            )
+            .await?;
+            insert_event(tx, &checkpointed(JobStatus::Queued)).await?;
+            tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
+                .await?;
+            JobStatus::Queued
+        }
+        ParkedAnswer::Reject { error, verdict } => {
+            let (error, verdict) = (&printable(error), &printable(verdict));
+            tx.execute(sql::REJECT_PARKED_STEP, &[&job_id, error, verdict])
+                .await?;
+            let event = EventFacts {
+                job_id,
+                workflow_name: &workflow_name,
+                kind: Type::Failed,
+                step: Some(step_name),
+                attempt,
+                verdict: Some(verdict),
+                error: Some(error),
+                status: JobStatus::Failed,
+                detail: &[],
+                data: None,
+                waiting_on: None,
+            };
+            insert_event(tx, &event).await?;
+            JobStatus::Failed
+        }
+    };
+    Ok(ParkedCompletion::Completed { status })
 }
 
 /// The steps a job is parked on: V22's list, or (a row parked before it) its one

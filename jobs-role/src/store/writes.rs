@@ -76,6 +76,20 @@ impl Settlement {
         }
     }
 
+    /// True for a park with a step that waits for an event: the worker then offers
+    /// the job the events sent before it parked.
+    pub fn waits_on_events(&self) -> bool {
+        match self {
+            Settlement::Waiting { kind, others, .. } => {
+                matches!(kind, WaitKind::Event { .. })
+                    || others
+                        .iter()
+                        .any(|w| matches!(w.kind, WaitKind::Event { .. }))
+            }
+            _ => false,
+        }
+    }
+
     /// How a job parks on `waits` (at least one; in declaration order): QUEUED until
     /// the first sleep ends when every wait is a sleep, WAITING otherwise with the
     /// wait that ends first as the first (those that wait for ever last; ties keep

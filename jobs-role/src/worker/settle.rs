@@ -51,6 +51,32 @@ impl Worker {
         }
     }
 
+    /// Offers a job that just parked on event steps the events sent on their keys
+    /// before it parked (within each step's lookback): run once the park committed,
+    /// under the keys' locks, so an event sent meanwhile is either delivered by its
+    /// send or found here. A failure is logged; the job waits for the next event.
+    async fn catch_up_on_events(&self, job_id: uuid::Uuid) {
+        let compiled = self.compiled.clone();
+        let taken = self
+            .store
+            .take_kept_signals(job_id, |definition, step, payload, event_id| {
+                let compiled = compiled.clone();
+                Box::pin(async move {
+                    crate::signals::offer(&compiled, &definition, &step, &payload, &event_id).await
+                })
+            })
+            .await;
+        match taken {
+            Ok(answered) if !answered.is_empty() => {
+                tracing::info!(%job_id, steps = ?answered, "answered by events sent before the job parked");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%job_id, %error, "catching up on events sent before the job parked failed; it waits for the next event on its keys");
+            }
+        }
+    }
+
     /// Commits a settlement's write, sending it again (with backoff) while it fails
     /// for a reason that may pass: the caller runs this beside the lease renewal,
     /// which ends it if the claim is lost. Safe to send twice: a settlement moves the
@@ -183,11 +209,16 @@ impl Worker {
             }
             Decision::Lost(lost) => return Err(lost),
         };
+        let waits_on_events = settlement.waits_on_events();
         let refused = match self
             .commit_settlement(flusher, claim, held.clone(), settlement.clone())
             .await
         {
             Err(refused) if refused.is_data_error() => refused,
+            Ok(()) if waits_on_events => {
+                self.catch_up_on_events(claim.job_id).await;
+                return Ok(());
+            }
             settled => return settled,
         };
         // Tell the refused checkpoint from the refused settlement: the checkpoint

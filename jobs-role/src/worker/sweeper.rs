@@ -2,7 +2,9 @@
 //! quiet), keeping their attempts, so the next claim resumes from the checkpoints. A
 //! job whose last attempt's lease passed lands DEAD; one an operator asked to cancel,
 //! CANCELLED. It also ends the WAITING jobs whose wait for their external step ran out
-//! (FAILED or DEAD, per the step's `onTimeout`).
+//! (FAILED or DEAD, per the step's `onTimeout`), wakes the WAITING jobs whose sleep
+//! (beside other waits) ended, and deletes the events sent to jobs kept past the
+//! longest lookback.
 
 use std::time::Duration;
 
@@ -13,6 +15,10 @@ use crate::store::Store;
 
 /// Most rows one sweep moves.
 const SWEEP_BATCH: i64 = 500;
+
+/// How long events sent to jobs are kept: the longest `eventLookbackMs` a step may
+/// ask.
+const KEPT_SIGNALS_FOR: Duration = Duration::from_millis(workflow::compile::MAX_EVENT_LOOKBACK_MS);
 
 /// Sweeps every `interval` until `shutdown`.
 pub async fn sweep_loop(
@@ -38,6 +44,17 @@ pub async fn sweep_loop(
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval")
+            }
+        }
+        // Events sent to jobs are kept for the longest lookback a step may ask, on
+        // every fleet (the per-key bound alone leaves one row per key for ever).
+        match store.prune_signals(KEPT_SIGNALS_FOR, SWEEP_BATCH).await {
+            Ok(pruned) if pruned > 0 => {
+                tracing::info!(pruned, "deleted events kept past the longest lookback")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "deleting old kept events failed; retrying at the next interval")
             }
         }
         // Sleeps beside other waits, before those waits' timeouts: a job whose

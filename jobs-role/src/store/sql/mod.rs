@@ -12,8 +12,9 @@
 //!
 //! The statements of the Kafka lanes (the outbox relay, redrives, rejected requests)
 //! are in [`lanes`], those of retention in [`retention`], those of the workflow
-//! snapshots in [`snapshots`]; all are re-exported here, so every statement is
-//! `sql::NAME`.
+//! snapshots in [`snapshots`], those of parked jobs in [`parked`], of events sent to
+//! jobs in [`signals`], of map elements in [`items`]; all are re-exported here, so
+//! every statement is `sql::NAME`.
 
 #[macro_use]
 mod fences;
@@ -21,12 +22,14 @@ pub mod items;
 pub mod lanes;
 pub mod parked;
 pub mod retention;
+pub mod signals;
 pub mod snapshots;
 
 pub use items::*;
 pub use lanes::*;
 pub use parked::*;
 pub use retention::*;
+pub use signals::*;
 pub use snapshots::*;
 
 /// Serialises migrations across nodes starting together (session-level advisory lock;

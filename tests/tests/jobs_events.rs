@@ -1,0 +1,280 @@
+//! Waiting for an event through the real node: `send-event` resumes every job
+//! waiting on its key in one call, refuses a job whose step the payload does not fit
+//! (with why) while the others resume, keeps the event for jobs that park on the key
+//! later, and answers a second send of one `eventId` with nothing. Real PostgreSQL,
+//! real fixture servers.
+
+use std::time::Duration;
+
+use jobs_role::JobStatus;
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use serde_json::{Value, json};
+use workflow::testkit::{FixtureServer, step, workflow};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn tokenize(target: &str) -> Value {
+    step(
+        "tokenize",
+        target,
+        "jobs.test.Tokenizer/Tokenize",
+        &["text = input.text"],
+    )
+}
+
+/// tokenize, then wait for a `jobs.test.Review` on `'order-' + input.text`.
+fn paid_workflow(target: &str, extra: Value) -> Value {
+    let mut paid = json!({ "name": "paid", "completion": "event",
+                           "eventKey": "'order-' + input.text",
+                           "outputType": "jobs.test.Review" });
+    for (key, value) in extra.as_object().unwrap() {
+        paid[key] = value.clone();
+    }
+    workflow("paid", vec![tokenize(target), paid], None)
+}
+
+async fn kept_events(db: &TestDatabase) -> i64 {
+    db.connect()
+        .await
+        .query_one("SELECT count(*) FROM workflow_events_received", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn an_event_resumes_the_job_waiting_on_its_key_once_and_a_resend_resumes_nothing() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "events", 2)).await;
+    let job_id = node
+        .submit(
+            &paid_workflow(&server.target(), json!({})),
+            json!({ "text": "42" }),
+        )
+        .await;
+    let parked = node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    assert_eq!(parked["outstanding_step"], "paid");
+    let seen = node.ok("get-job", json!({ "jobId": job_id })).await;
+    let waiting = seen["job"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "WAITING")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        waiting["detail"]["waitingOn"][0]["key"], "order-42",
+        "{waiting:#}"
+    );
+
+    // complete-step does not answer an event step.
+    let (status, refused) = node
+        .call(
+            "complete-step",
+            json!({ "jobId": job_id, "stepName": "paid", "response": { "score": 0 } }),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("send-event"),
+        "{refused}"
+    );
+
+    let sent = node
+        .ok(
+            "send-event",
+            json!({ "key": "order-42", "eventId": "payment-1",
+                    "payload": { "notes": "paid", "score": 7 } }),
+        )
+        .await;
+    assert_eq!(sent["duplicate"], false, "{sent}");
+    assert_eq!(
+        sent["resumed"],
+        json!([{ "jobId": job_id, "step": "paid", "status": "QUEUED" }]),
+        "{sent}"
+    );
+    let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(done["result"], json!({ "notes": "paid", "score": 7 }));
+    assert_eq!(done["checkpoints"][1]["eventId"], "payment-1");
+
+    let again = node
+        .ok(
+            "send-event",
+            json!({ "key": "order-42", "eventId": "payment-1",
+                    "payload": { "notes": "paid", "score": 7 } }),
+        )
+        .await;
+    assert_eq!(again["duplicate"], true, "{again}");
+    assert_eq!(again["resumed"], json!([]));
+    assert_eq!(kept_events(&db).await, 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_sent_before_the_job_parks_is_delivered_when_it_parks() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "early", 2)).await;
+    let sent = node
+        .ok(
+            "send-event",
+            json!({ "key": "order-7", "payload": { "notes": "early", "score": 1 } }),
+        )
+        .await;
+    assert_eq!(sent["resumed"], json!([]), "nobody waits yet: {sent}");
+    let event_id = sent["eventId"].as_str().expect("an id made up").to_owned();
+    let job_id = node
+        .submit(
+            &paid_workflow(&server.target(), json!({})),
+            json!({ "text": "7" }),
+        )
+        .await;
+    let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(done["checkpoints"][1]["eventId"], event_id.as_str());
+    assert_eq!(done["result"], json!({ "notes": "early", "score": 1 }));
+
+    // Past its step's lookback an event is not delivered.
+    node.ok(
+        "send-event",
+        json!({ "key": "order-8", "payload": { "notes": "late", "score": 1 } }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let short = node
+        .submit(
+            &paid_workflow(&server.target(), json!({ "eventLookbackMs": 100 })),
+            json!({ "text": "8" }),
+        )
+        .await;
+    node.wait_for_status(&short, "WAITING", WAIT).await;
+    // The next event answers it: the old one was never taken.
+    node.ok(
+        "send-event",
+        json!({ "key": "order-8", "eventId": "fresh", "payload": { "notes": "new", "score": 1 } }),
+    )
+    .await;
+    let done = node.wait_for_status(&short, "COMPLETED", WAIT).await;
+    assert_eq!(done["checkpoints"][1]["eventId"], "fresh");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn one_event_resumes_five_hundred_jobs_and_refuses_the_one_it_does_not_fit() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "many", 4)).await;
+    let submissions: Vec<Value> = (0..500)
+        .map(|_| json!({ "input": { "text": "batch" } }))
+        .collect();
+    let answer = node
+        .ok(
+            "submit-workflows",
+            json!({ "workflow": paid_workflow(&server.target(), json!({})),
+                    "submissions": submissions }),
+        )
+        .await;
+    assert_eq!(answer["created"], 500, "refused: {}", answer["refused"]);
+    // One job whose step waits for another type on the same key, one whose step
+    // checks the payload's rules, which this payload breaks.
+    let mut other = paid_workflow(
+        &server.target(),
+        json!({ "outputType": "jobs.test.Tokens" }),
+    );
+    other["name"] = json!("other");
+    let other_id = node.submit(&other, json!({ "text": "batch" })).await;
+    let mut strict = paid_workflow(&server.target(), json!({ "validate": true }));
+    strict["name"] = json!("strict");
+    let strict_id = node.submit(&strict, json!({ "text": "batch" })).await;
+    node.wait_for_count(JobStatus::Waiting, 502, WAIT).await;
+
+    let sent = node
+        .ok(
+            "send-event",
+            json!({ "key": "order-batch", "payload": { "notes": "", "score": 3 } }),
+        )
+        .await;
+    let resumed = sent["resumed"].as_array().unwrap();
+    assert_eq!(resumed.len(), 500, "{}", sent["refused"]);
+    let refused = sent["refused"].as_array().unwrap();
+    let reason = |id: &str| {
+        refused
+            .iter()
+            .find(|r| r["jobId"] == id)
+            .unwrap_or_else(|| panic!("{id} not refused: {sent}"))["reason"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        reason(&other_id).contains("is not a jobs.test.Tokens"),
+        "{sent}"
+    );
+    assert!(
+        reason(&strict_id).contains("a scored review needs notes"),
+        "{sent}"
+    );
+    assert_eq!(refused.len(), 2);
+    node.wait_for_count(JobStatus::Completed, 500, WAIT).await;
+    assert_eq!(node.job(&other_id).await["status"], "WAITING");
+    assert_eq!(node.job(&strict_id).await["status"], "WAITING");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn hostile_sends_are_refused_naming_the_field_and_nothing_is_kept() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "hostile", 1)).await;
+    for (body, field) in [
+        (json!({ "key": "", "payload": {} }), "key"),
+        (json!({ "key": "k".repeat(1001), "payload": {} }), "key"),
+        (json!({ "key": "k\u{0}", "payload": {} }), "key"),
+        (json!({ "key": "k" }), "payload"),
+        (json!({ "key": "k", "payload": [1, 2] }), "payload"),
+        (
+            json!({ "key": "k", "payload": { "notes": "a\u{0}b" } }),
+            "payload",
+        ),
+        (
+            json!({ "key": "k", "payload": {}, "eventId": "e".repeat(201) }),
+            "eventId",
+        ),
+    ] {
+        let (status, answer) = node.call("send-event", body.clone()).await;
+        assert_eq!(status, 400, "{body} answered {answer}");
+        let message = answer["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_lowercase();
+        assert!(
+            message.contains(&field.to_lowercase())
+                || message.contains(&field.replace("Id", "_id")),
+            "{body}: {answer}"
+        );
+    }
+    assert_eq!(kept_events(&db).await, 0);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_step_may_bound_its_wait() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "timeout", 1)).await;
+    let job_id = node
+        .submit(
+            &paid_workflow(&server.target(), json!({ "waitTimeoutMs": 200 })),
+            json!({ "text": "slow" }),
+        )
+        .await;
+    let failed = node.wait_for_status(&job_id, "FAILED", WAIT).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("TIMEOUT: step 'paid' was not answered within 200 ms"),
+        "{failed:#}"
+    );
+    node.stop().await;
+}
