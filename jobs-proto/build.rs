@@ -54,6 +54,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         .message_attribute(
             ".protomolt.jobs.v1.WorkflowRunRequest",
             r#"#[prost_reflect(descriptor_pool = "crate::DESCRIPTOR_POOL", message_name = "protomolt.jobs.v1.WorkflowRunRequest")]"#,
+        )
+        .message_attribute(
+            ".protomolt.jobs.v1.SendEvent",
+            r#"#[prost_reflect(descriptor_pool = "crate::DESCRIPTOR_POOL", message_name = "protomolt.jobs.v1.SendEvent")]"#,
         );
     config.compile_fds(descriptor_set)?;
     Ok(())

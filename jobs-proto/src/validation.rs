@@ -8,7 +8,7 @@ use prost_protovalidate::Validator;
 use prost_protovalidate_types::MessageConstraintsExt;
 use prost_reflect::{MessageDescriptor, ReflectMessage};
 
-use crate::v1::{WorkflowRunEvent, WorkflowRunRequest};
+use crate::v1::{SendEvent, WorkflowRunEvent, WorkflowRunRequest};
 
 /// One broken rule: where, which rule, and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,4 +157,8 @@ impl WireMessage for WorkflowRunEvent {
 
 impl WireMessage for WorkflowRunRequest {
     const FULL_NAME: &'static str = "protomolt.jobs.v1.WorkflowRunRequest";
+}
+
+impl WireMessage for SendEvent {
+    const FULL_NAME: &'static str = "protomolt.jobs.v1.SendEvent";
 }

@@ -195,6 +195,60 @@ pub fn read_request_record(value: Option<&[u8]>) -> Result<RequestRecord, Record
     })
 }
 
+/// An event record from the signals topic, read as far as it can be without a
+/// database: its key, id and payload (as JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalRecord {
+    /// The event key: the message's `key`, else the record key.
+    pub key: String,
+    /// The message's `event_id`, or empty.
+    pub event_id: String,
+    /// `payload` as JSON.
+    pub payload: Value,
+}
+
+/// Reads a record's value (and key) from the signals topic, in either framing; a
+/// hostile record is refused with why, never a panic.
+pub fn read_signal_record(
+    record_key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Result<SignalRecord, String> {
+    let bytes = value.ok_or("the record has no value: expected a SendEvent")?;
+    if looks_like_json(bytes) {
+        return Err("the value is JSON: produce an encoded protomolt.jobs.v1.SendEvent".into());
+    }
+    let (_, payload) = unframe(bytes).map_err(|e| format!("not a SendEvent: {e}"))?;
+    let event =
+        crate::v1::SendEvent::decode(payload).map_err(|e| format!("not a SendEvent: {e}"))?;
+    crate::WireMessage::validate(&event)
+        .map_err(|e| format!("the SendEvent breaks its rules: {e}"))?;
+    let from_record = record_key.map(|k| String::from_utf8_lossy(k).into_owned());
+    let key = match (event.key.as_str(), from_record) {
+        ("", Some(key)) if !key.is_empty() => key,
+        ("", _) => return Err("no key: set the SendEvent's key or the record key".into()),
+        (key, Some(other)) if !other.is_empty() && other != key => {
+            return Err(format!(
+                "the SendEvent's key '{}' and the record key '{}' differ",
+                cut(key),
+                cut(&other)
+            ));
+        }
+        (key, _) => key.to_owned(),
+    };
+    if key.chars().count() > 1000 || key.contains('\0') {
+        return Err("the key must be at most 1000 characters without NUL".into());
+    }
+    let payload = event
+        .payload
+        .as_ref()
+        .map_or_else(|| Value::Object(Default::default()), struct_json);
+    Ok(SignalRecord {
+        key,
+        event_id: event.event_id,
+        payload,
+    })
+}
+
 /// At most 80 characters of `text`, for a reason that quotes it.
 fn cut(text: &str) -> String {
     text.chars().take(80).collect()

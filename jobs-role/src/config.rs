@@ -65,6 +65,9 @@ pub struct JobsConfig {
     pub events_topic: String,
     /// Topic broker-native submissions arrive on.
     pub requests_topic: String,
+    /// Topic broker-native events arrive on (`SendEvent` records, as the
+    /// `send-event` verb); without it no signals consumer runs.
+    pub signals_topic: Option<String>,
     /// Kafka bootstrap servers; without it the Kafka lanes stay off.
     pub kafka_bootstrap: Option<String>,
     /// Confluent-compatible schema registry, optional: with it, records use the
@@ -236,6 +239,7 @@ impl Default for JobsConfig {
             max_releases: 10,
             events_topic: "workflow-run-events".into(),
             requests_topic: "workflow-run-requests".into(),
+            signals_topic: None,
             kafka_bootstrap: None,
             schema_registry_url: None,
             kafka_options: BTreeMap::new(),
@@ -266,6 +270,7 @@ impl std::fmt::Debug for JobsConfig {
             .field("max_releases", &self.max_releases)
             .field("events_topic", &self.events_topic)
             .field("requests_topic", &self.requests_topic)
+            .field("signals_topic", &self.signals_topic)
             .field("kafka_bootstrap", &self.kafka_bootstrap)
             .field("schema_registry_url", &self.schema_registry_url)
             .field("consumer_group", &self.consumer_group)

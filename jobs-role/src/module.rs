@@ -16,7 +16,7 @@ use workflow::Runner;
 
 use crate::actions::{JobsState, actions};
 use crate::config::JobsConfig;
-use crate::consumer::RequestConsumer;
+use crate::consumer::{RequestConsumer, SignalHandler};
 use crate::metrics::{JobsMetrics, metrics_loop};
 use crate::pruner::prune_loop;
 use crate::relay::{Publisher, TopicProbe, missing_topic_hint, relay_loop};
@@ -47,7 +47,8 @@ impl JobsModule {
 }
 
 impl JobsModule {
-    /// The events lane (outbox relay) and the requests lane (request consumer).
+    /// The events lane (outbox relay), the requests lane (request consumer) and, with
+    /// `signals_topic`, the signals lane (events sent to jobs).
     async fn mount_kafka_lanes(
         &self,
         ctx: &mut MountContext,
@@ -65,6 +66,7 @@ impl JobsModule {
                 .await
                 .map_err(|e| MountError(e.to_string()))?;
         }
+        let compiled = submitter.compiled();
         let consumer = RequestConsumer::new(&self.config, bootstrap, submitter)
             .map_err(|e| MountError(e.to_string()))?
             .with_metrics(metrics.clone());
@@ -112,6 +114,19 @@ impl JobsModule {
                 }
             }
         });
+        if let Some(topic) = &self.config.signals_topic {
+            if publisher.probe(topic).await == TopicProbe::Missing {
+                tracing::warn!(
+                    "{}",
+                    missing_topic_hint(topic, bootstrap, "jobs.signals_topic")
+                );
+            }
+            let handler = SignalHandler::new(store.clone(), compiled.clone());
+            let signals = RequestConsumer::signals(&self.config, bootstrap, topic, handler)
+                .map_err(|e| MountError(e.to_string()))?
+                .with_metrics(metrics.clone());
+            ctx.spawn_task("signal-consumer", signals.run(shutdown.clone()));
+        }
         ctx.spawn_task(
             "outbox-relay",
             relay_loop(

@@ -41,6 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+mod disposition;
+mod signals;
 pub mod stall;
 
 pub use stall::STALL_AFTER;
@@ -48,40 +50,14 @@ use stall::{Reading, Remedy, StallWatch};
 
 use crate::config::JobsConfig;
 use crate::relay::{LaneError, client_config};
-use crate::store::{NewJob, RejectedRecord, Store, StoreError};
+use crate::store::{NewJob, Store, StoreError};
 use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitter};
+pub use disposition::Disposition;
+use disposition::{dead_letter, log_disposition};
+pub use signals::SignalHandler;
 
 /// The name stored on a FAILED row whose request carried no usable workflow name.
 pub const UNNAMED_WORKFLOW: &str = "(no valid workflow_name)";
-
-/// What a record became.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Disposition {
-    /// A job was submitted (or found, when `created` is false).
-    Submitted {
-        /// The job.
-        job_id: Uuid,
-        /// False when the same request was seen before.
-        created: bool,
-    },
-    /// A FAILED row records why the request could not run.
-    FailedRow {
-        /// The job.
-        job_id: Uuid,
-        /// Why.
-        error: String,
-    },
-    /// The record went to the dead-letter store.
-    Rejected {
-        /// Why.
-        error: String,
-    },
-    /// A replay: its job ran and retention deleted it; it is not run again.
-    AlreadyPruned {
-        /// The job.
-        job_id: Uuid,
-    },
-}
 
 /// Reads the requests topic and hands each record to a [`RequestHandler`].
 pub struct RequestConsumer {
@@ -99,8 +75,24 @@ pub struct RequestConsumer {
     /// Looks in a row the broker did not answer (the watching client is replaced after
     /// [`OBSERVER_PATIENCE`]).
     unanswered_looks: u32,
-    handler: RequestHandler,
+    handler: Handler,
     metrics: crate::metrics::JobsMetrics,
+}
+
+/// What a consumer does with its records: requests become jobs, events from the
+/// signals topic answer the jobs waiting on their key.
+enum Handler {
+    Requests(RequestHandler),
+    Signals(SignalHandler),
+}
+
+impl Handler {
+    async fn process(&self, record: &OwnedMessage) -> Result<Disposition, StoreError> {
+        match self {
+            Handler::Requests(requests) => requests.process(record).await,
+            Handler::Signals(signals) => signals.process(record).await,
+        }
+    }
 }
 
 /// Turns records into jobs, FAILED rows or rejects.
@@ -125,24 +117,48 @@ impl RequestConsumer {
         bootstrap: &str,
         submitter: Submitter,
     ) -> Result<RequestConsumer, LaneError> {
+        let handler = Handler::Requests(RequestHandler::new(submitter));
+        let (topic, group) = (&config.requests_topic, &config.consumer_group);
+        Self::reading(config, bootstrap, topic, group, handler)
+    }
+
+    /// A consumer of the signals topic `topic`, in group `<consumer_group>-signals`:
+    /// each record's event answers the jobs waiting on its key (see [`signals`]).
+    pub fn signals(
+        config: &JobsConfig,
+        bootstrap: &str,
+        topic: &str,
+        handler: SignalHandler,
+    ) -> Result<RequestConsumer, LaneError> {
+        let group = format!("{}-signals", config.consumer_group);
+        Self::reading(config, bootstrap, topic, &group, Handler::Signals(handler))
+    }
+
+    fn reading(
+        config: &JobsConfig,
+        bootstrap: &str,
+        topic: &str,
+        group: &str,
+        handler: Handler,
+    ) -> Result<RequestConsumer, LaneError> {
         let defaults = [
             ("auto.offset.reset", "earliest"),
             ("session.timeout.ms", "10000"),
         ];
         let mut settings = client_config(config, bootstrap, &defaults);
         settings
-            .set("group.id", &config.consumer_group)
+            .set("group.id", group)
             .set("enable.auto.commit", "false");
-        let consumer = Self::subscribed(&settings, &config.requests_topic)?;
+        let consumer = Self::subscribed(&settings, topic)?;
         let observer: BaseConsumer = settings.create()?;
         Ok(RequestConsumer {
             observer: std::sync::Arc::new(observer),
             unanswered_looks: 0,
-            topic: config.requests_topic.clone(),
-            group: config.consumer_group.clone(),
+            topic: topic.to_owned(),
+            group: group.to_owned(),
             consumer: std::sync::Arc::new(consumer),
             settings,
-            handler: RequestHandler::new(submitter),
+            handler,
             metrics: crate::metrics::JobsMetrics::default(),
         })
     }
@@ -394,12 +410,7 @@ impl RequestConsumer {
                 match self.handler.process(&record).instrument(span).await {
                     Ok(disposition) => {
                         log_disposition(&record, &disposition);
-                        let outcome = match disposition {
-                            Disposition::Submitted { .. } => "submitted",
-                            Disposition::FailedRow { .. } => "failed_row",
-                            Disposition::Rejected { .. } => "rejected",
-                            Disposition::AlreadyPruned { .. } => "already_pruned",
-                        };
+                        let outcome = disposition.outcome();
                         crate::metrics::JobsMetrics::count(
                             &self.metrics.request_records,
                             outcome,
@@ -500,16 +511,7 @@ impl RequestHandler {
         record: &OwnedMessage,
         error: String,
     ) -> Result<Disposition, StoreError> {
-        let rejected = RejectedRecord {
-            topic: record.topic(),
-            partition: record.partition(),
-            offset: record.offset(),
-            key: record.key(),
-            payload: record.payload(),
-            error: &error,
-        };
-        self.store.reject_request(&rejected).await?;
-        Ok(Disposition::Rejected { error })
+        dead_letter(&self.store, record, error).await
     }
 
     /// A job or a FAILED row; conflicts and data errors are the caller's to dead-letter.
@@ -607,23 +609,5 @@ impl RequestHandler {
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })
-    }
-}
-
-fn log_disposition(record: &OwnedMessage, disposition: &Disposition) {
-    let (partition, offset) = (record.partition(), record.offset());
-    match disposition {
-        Disposition::Submitted { job_id, created } => {
-            tracing::debug!(%job_id, created, partition, offset, "request submitted")
-        }
-        Disposition::FailedRow { job_id, error } => {
-            tracing::warn!(%job_id, %error, partition, offset, "request recorded as a FAILED job")
-        }
-        Disposition::Rejected { error } => {
-            tracing::warn!(%error, partition, offset, "request dead-lettered to workflow_run_request_rejects")
-        }
-        Disposition::AlreadyPruned { job_id } => {
-            tracing::info!(%job_id, partition, offset, "a replayed request: its job already ran and retention deleted it; not run again")
-        }
     }
 }
