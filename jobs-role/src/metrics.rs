@@ -107,6 +107,9 @@ pub struct JobsMetrics {
     pub oldest_claimable_seconds: SecondsGauge,
     /// WAITING jobs by `workflow` and `step`.
     pub waiting: Family<Labels, Gauge>,
+    /// Parked jobs by `kind`: what the wait that ends first is for (`external`,
+    /// `event`, `sleep`).
+    pub parked: Family<Labels, Gauge>,
     /// Outbox rows by `status` (PENDING, HELD, FAILED).
     pub outbox: Family<Labels, Gauge>,
     /// Age of the oldest PENDING outbox row.
@@ -145,6 +148,7 @@ impl Default for JobsMetrics {
             jobs: Family::default(),
             oldest_claimable_seconds: SecondsGauge::default(),
             waiting: Family::default(),
+            parked: Family::default(),
             outbox: Family::default(),
             oldest_pending_seconds: SecondsGauge::default(),
             pool: Family::default(),
@@ -248,6 +252,11 @@ impl JobsMetrics {
             "waiting",
             "WAITING jobs by workflow and step (fleet-wide)",
             m.waiting,
+        );
+        jobs.register(
+            "parked",
+            "Parked jobs by what the wait that ends first is for: external, event, sleep (fleet-wide)",
+            m.parked,
         );
         jobs.register(
             "outbox_events",
@@ -428,6 +437,7 @@ async fn read_state(
             .set(state.oldest_pending_seconds);
     }
     let (live_jobs, waiting) = store.fleet_live().await?;
+    let parked = store.parked_by_kind().await?;
     backlog?;
     metrics.fleet_read_at.set(
         std::time::SystemTime::now()
@@ -446,6 +456,18 @@ async fn read_state(
                 ("status", status),
                 ("workflow", metrics.workflow_label(&workflow)),
             ])
+            .inc_by(count);
+    }
+    metrics.parked.clear();
+    for (kind, count) in parked {
+        // A kind this engine never wrote (a drifted row) is counted as `other`.
+        let kind = match kind.as_str() {
+            "external" | "event" | "sleep" | "child" => kind,
+            _ => "other".to_owned(),
+        };
+        metrics
+            .parked
+            .get_or_create(&vec![("kind", kind)])
             .inc_by(count);
     }
     metrics.waiting.clear();

@@ -187,6 +187,7 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
                 &[("outcome", "rejected")],
             ) >= 1.0
             && value(&scraped, "protomolt_jobs_waiting", &[("step", "review")]) == 1.0
+            && value(&scraped, "protomolt_jobs_parked", &[("kind", "external")]) == 1.0
             && value(
                 &scraped,
                 "protomolt_jobs_relay_events_total",

@@ -272,6 +272,18 @@ impl Store {
         Ok((live_jobs, waiting))
     }
 
+    /// Parked jobs by what they wait for (`external`, `event`, `sleep`, `child`), as
+    /// [`sql::PARKED_BY_KIND`] counts them.
+    pub async fn parked_by_kind(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let client = self.shared().await?;
+        Ok(client
+            .query(sql::PARKED_BY_KIND, &[])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect())
+    }
+
     /// The pool's connections now.
     pub fn pool_status(&self) -> PoolStatus {
         let status = self.pool.status();

@@ -688,6 +688,17 @@ SELECT workflow_name, outstanding_step, count(*) FROM workflow_run
  WHERE status = 'WAITING'
  GROUP BY workflow_name, outstanding_step";
 
+/// Parked jobs by what they wait for: WAITING ones by the kind of the wait that ends
+/// first (`external` for rows parked before V24), and QUEUED ones asleep until a
+/// later `run_after` (every wait a sleep).
+pub const PARKED_BY_KIND: &str = "\
+SELECT COALESCE(waits -> 0 ->> 'kind', 'external') AS kind, count(*) FROM workflow_run
+ WHERE status = 'WAITING'
+ GROUP BY 1
+UNION ALL
+SELECT 'sleep', count(*) FROM workflow_run
+ WHERE status = 'QUEUED' AND run_after > now() AND jsonb_typeof(waits) = 'array'";
+
 /// Seconds since the oldest QUEUED job claimable now became claimable (0 without
 /// one): the first entry of each priority's range of the claim index.
 pub const OLDEST_CLAIMABLE: &str = "\
