@@ -166,3 +166,58 @@ async fn a_stored_diamond_is_drawn_with_its_four_boxes_and_arrows() {
     browser.stop().await;
     node.stop().await;
 }
+
+/// A job waiting for an event: its page shows the key and a form generated from the
+/// step's outputType that sends the event; the job takes it and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_for_an_event_shows_its_key_and_a_send_event_form() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "event-node", 1)).await;
+    let base = serve(node.router.clone()).await;
+    let envelope = workflow::testkit::workflow(
+        "paid",
+        vec![
+            workflow::testkit::step(
+                "tokenize",
+                &server.target(),
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({ "name": "paid", "completion": "event", "eventKey": "'order-' + input.text",
+                    "outputType": "jobs.test.Review", "validate": true }),
+        ],
+        None,
+    );
+    let job_id = node.submit(&envelope, json!({ "text": "77" })).await;
+    node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&format!("{base}/console#/jobs/{job_id}"))
+        .await
+        .unwrap();
+    wait_for_text(&page, "#event-key", "the key the job waits on", |t| {
+        t == "order-77"
+    })
+    .await;
+    let field = |path: &str| format!("form.event-form [data-path=\"{path}\"]");
+    element(&page, &field("notes")).await;
+    protomolt_e2e::browser::fill(&page, &field("notes"), "paid by card").await;
+    protomolt_e2e::browser::fill(&page, &field("score"), "3").await;
+    screenshot(&page, "send-event-form").await;
+    click(&page, "form.event-form button.send-event").await;
+    wait_for_text(
+        &page,
+        "#review .review-outcome",
+        "the send's outcome",
+        |t| t.contains("the job takes it"),
+    )
+    .await;
+    let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(
+        done["result"],
+        json!({ "notes": "paid by card", "score": 3 })
+    );
+    browser.stop().await;
+    node.stop().await;
+}

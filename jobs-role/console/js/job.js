@@ -382,6 +382,18 @@ export function renderJobView(main, params) {
     review.heading.textContent = 'Review step ' + step;
     review.note.textContent = '';
     review.body.hidden = false;
+    const wait = waitOf(job, step);
+    if (wait.kind === 'sleep') {
+      // A sleep beside other waits: nothing to answer, it ends by itself.
+      review.heading.textContent = 'Step ' + step + ' sleeps';
+      review.note.textContent = 'It ends by itself' + (job.sleepingUntil ? ' at ' + String(job.sleepingUntil) : '') + '.';
+      review.body.replaceChildren();
+      return;
+    }
+    if (wait.kind === 'event') {
+      startEventEpisode(job, step, String(wait.key || ''));
+      return;
+    }
 
     const formBox = el('div', { class: 'review-form-box' }, el('p', { class: 'loading', text: 'Loading…' }));
     const rejectReason = el('input', { type: 'text', class: 'reject-reason', id: 'reject-reason', maxlength: '500', autocomplete: 'off' });
@@ -415,6 +427,46 @@ export function renderJobView(main, params) {
     });
 
     loadReviewForm(job, step, formBox);
+  }
+
+  /**
+   * A step waiting for an event: the key it waits on, and a form generated from the
+   * step's outputType that sends the event with send-event (which answers every job
+   * waiting on the key, this one among them).
+   */
+  function startEventEpisode(job, step, key) {
+    const review = state.review;
+    review.heading.textContent = 'Send an event to step ' + step;
+    review.note.textContent = '';
+    const keyLine = el('p', { class: 'event-key' }, 'Waits on key ', el('code', { id: 'event-key', text: key }),
+      el('span', { class: 'muted', text: ' · an event sent on this key answers every job waiting on it.' }));
+    const formBox = el('div', { class: 'review-form-box' }, el('p', { class: 'loading', text: 'Loading…' }));
+    review.body.replaceChildren(el('div', { class: 'review-layout' }, el('div', { class: 'review-main' }, keyLine, formBox), reviewContext(job, step)));
+    loadEventForm(step, key, formBox);
+  }
+
+  async function loadEventForm(step, key, formBox) {
+    const spec = await loadFormSpec({ jobId, stepName: step }, formBox, abort.signal);
+    if (!spec) return;
+    const generated = createGeneratedForm(spec, {
+      formClass: 'review-form event-form',
+      submitClass: 'send-event',
+      submitLabel: 'Send event',
+      validatesNote: 'The node checks these rules when the event arrives: a payload that breaks them is refused for this job, which keeps waiting.',
+      attrs: { 'data-job-id': jobId, 'data-step': step, 'data-key': key },
+      async onSubmit(payload) {
+        try {
+          const answer = await callVerb('send-event', { key, payload }, abort.signal);
+          const [outcome, text] = sendEventOutcomeText(answer, jobId);
+          setReviewOutcome(outcome, text);
+        } catch (err) {
+          if (isAbort(err)) return;
+          setReviewOutcome('ERROR', errorText(err));
+        }
+        reload();
+      },
+    });
+    formBox.replaceChildren(generated.form);
   }
 
   async function loadReviewForm(job, step, formBox) {
@@ -524,6 +576,23 @@ export function reviewOutcomeText(answer, verb) {
     default:
       return ['ERROR', String(answer.error || 'the node refused the answer')];
   }
+}
+
+/** The entry of `job.waits` for `step` (empty when there is none). */
+function waitOf(job, step) {
+  return (Array.isArray(job.waits) ? job.waits : []).find((w) => w && w.step === step) || {};
+}
+
+/** [data-outcome, sentence] for a send-event answer, as it concerns job `id`. */
+export function sendEventOutcomeText(answer, id) {
+  if (answer.duplicate) return ['ALREADY_DONE', 'This event was sent before: nothing was resumed.'];
+  const resumed = (Array.isArray(answer.resumed) ? answer.resumed : []).filter((r) => r.jobId === id);
+  const refused = (Array.isArray(answer.refused) ? answer.refused : []).filter((r) => r.jobId === id);
+  const others = (Array.isArray(answer.resumed) ? answer.resumed.length : 0) - resumed.length;
+  const also = others > 0 ? ' It answered ' + others + ' other job' + (others === 1 ? '' : 's') + ' waiting on the key.' : '';
+  if (resumed.length > 0) return ['COMPLETED', 'Event ' + String(answer.eventId) + ' sent: the job takes it (' + String(resumed[0].status) + ').' + also];
+  if (refused.length > 0) return ['INVALID', 'Event sent, but refused for this job: ' + String(refused[0].reason) + '. It keeps waiting.' + also];
+  return ['WRONG_STATE', 'Event ' + String(answer.eventId) + ' sent; this job was no longer waiting on the key.' + also];
 }
 
 /** "What the reviewer judges": the input and every earlier step's response. */
