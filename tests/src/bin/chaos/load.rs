@@ -35,7 +35,14 @@ pub enum Kind {
     Graph,
     /// tokenize, then `each`: a map step embedding every id on its own.
     Map,
+    /// tokenize → nap (a durable sleep of [`NAP_MS`]) → embed.
+    Sleep,
+    /// tokenize → paid (waits for an event on `chaos-<text>`) → embed.
+    Event,
 }
+
+/// How long a `Sleep` job naps.
+pub const NAP_MS: i64 = 400;
 
 impl Kind {
     /// The stored workflow's name.
@@ -47,7 +54,19 @@ impl Kind {
             Kind::Four => "chaos-four",
             Kind::Graph => "chaos-graph",
             Kind::Map => "chaos-map",
+            Kind::Sleep => "chaos-sleep",
+            Kind::Event => "chaos-event",
         }
+    }
+
+    /// The steps of the workflow that call a target (a review, a sleep and an event
+    /// are never called).
+    pub fn called(self) -> Vec<&'static str> {
+        self.steps()
+            .iter()
+            .copied()
+            .filter(|s| !matches!(*s, "review" | "nap" | "paid"))
+            .collect()
     }
 
     /// The steps, in order.
@@ -58,16 +77,25 @@ impl Kind {
             Kind::Checked => &["tokenize", "check", "embed"],
             Kind::Four | Kind::Graph => &["tokenize", "embed", "retokenize", "reembed"],
             Kind::Map => &["tokenize", "each"],
+            Kind::Sleep => &["tokenize", "nap", "embed"],
+            Kind::Event => &["tokenize", "paid", "embed"],
         }
     }
 
-    const ALL: [Kind; 6] = [
+    /// The key an `Event` job with input `text` waits on.
+    pub fn event_key(text: &str) -> String {
+        format!("chaos-{text}")
+    }
+
+    const ALL: [Kind; 8] = [
         Kind::Two,
         Kind::Review,
         Kind::Checked,
         Kind::Four,
         Kind::Graph,
         Kind::Map,
+        Kind::Sleep,
+        Kind::Event,
     ];
 
     /// The workflow's envelope over the targets at `target`.
@@ -117,6 +145,17 @@ impl Kind {
                     after(embed("reembed", "retokenize"), &["embed", "retokenize"]),
                 ]
             }
+            Kind::Sleep => vec![
+                tokenize("tokenize"),
+                json!({ "name": "nap", "sleep": { "forMs": NAP_MS } }),
+                embed("embed", "tokenize"),
+            ],
+            Kind::Event => vec![
+                tokenize("tokenize"),
+                json!({ "name": "paid", "completion": "event", "eventKey": "'chaos-' + input.text",
+                        "outputType": "jobs.test.Review" }),
+                embed("embed", "tokenize"),
+            ],
             Kind::Map => {
                 let mut each = call("each", "jobs.test.Embedder/Embed", &["ids += item"]);
                 each["forEach"] = json!("tokenize.ids");
@@ -178,12 +217,14 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
     (0..count)
         .map(|i| {
             let kind = match rng.between(0, 99) {
-                0..=24 => Kind::Two,
-                25..=39 => Kind::Four,
-                40..=59 => Kind::Review,
-                60..=74 => Kind::Checked,
-                75..=87 => Kind::Graph,
-                _ => Kind::Map,
+                0..=21 => Kind::Two,
+                22..=35 => Kind::Four,
+                36..=53 => Kind::Review,
+                54..=67 => Kind::Checked,
+                68..=79 => Kind::Graph,
+                80..=89 => Kind::Map,
+                90..=94 => Kind::Sleep,
+                _ => Kind::Event,
             };
             let verdict = kind == Kind::Checked && rng.percent(50);
             let text = if verdict {
@@ -191,12 +232,7 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
             } else {
                 format!("job {i}")
             };
-            let steps: Vec<&str> = kind
-                .steps()
-                .iter()
-                .copied()
-                .filter(|s| *s != "review")
-                .collect();
+            let steps = kind.called();
             let mut plan = Plan {
                 slow: rng.percent(10),
                 ..Plan::default()
@@ -212,8 +248,17 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
             let cancel_after = rng
                 .percent(8)
                 .then(|| Duration::from_millis(rng.between(0, 3_000)));
-            let answer_after = (kind == Kind::Review && !rng.percent(10))
-                .then(|| Duration::from_millis(rng.between(300, 5_000)));
+            // A review is answered once it can be; an event is sometimes sent before
+            // its job parks (kept for it), sometimes never.
+            let answer_after = match kind {
+                Kind::Review => {
+                    (!rng.percent(10)).then(|| Duration::from_millis(rng.between(300, 5_000)))
+                }
+                Kind::Event => {
+                    (!rng.percent(10)).then(|| Duration::from_millis(rng.between(0, 5_000)))
+                }
+                _ => None,
+            };
             let rerun_from = (matches!(kind, Kind::Two | Kind::Four)
                 && !plan.doomed
                 && cancel_after.is_none()
@@ -463,7 +508,21 @@ pub async fn operate(
                         .insert(job.id.clone(), outcome);
                 }
             }
-            if due(job.answer_after) && !answered {
+            if due(job.answer_after) && !answered && job.kind == Kind::Event {
+                // Idempotent by its id: sent again until a node answers it.
+                let body = json!({
+                    "key": Kind::event_key(&job.text),
+                    "eventId": format!("chaos-{}", job.id),
+                    "payload": { "notes": "paid", "score": 1 },
+                });
+                if nodes.call(i + tick, "send-event", &body).await.is_ok() {
+                    ledger
+                        .lock()
+                        .expect("ledger")
+                        .answered
+                        .insert(job.id.clone());
+                }
+            } else if due(job.answer_after) && !answered {
                 let body = json!({
                     "jobId": job.id,
                     "stepName": "review",

@@ -21,7 +21,7 @@ use tokio_postgres::Client;
 use crate::faults::{Fault, Injected};
 use crate::fixture::{Call, Outcome};
 use crate::items::{self, MapEvidence};
-use crate::load::{JobSpec, Kind, Lane, Ledger};
+use crate::load::{JobSpec, Kind, Lane, Ledger, NAP_MS};
 
 /// WAITING jobs are the ones whose review the operator never answers, and a review
 /// job completes only after its answer.
@@ -37,6 +37,8 @@ pub const AFTER_CHECKPOINT: &str = "no call after a checkpoint but by fromStep";
 /// The topic holds every outbox row, each job's in commit order, ACCEPTED first and a
 /// terminal event last.
 pub const TOPIC: &str = "every event on the topic, in order";
+/// A job that slept took its next step no earlier than its sleep's end.
+pub const SLEEPS: &str = "no job woken before its sleep ends";
 /// No node logged a constraint violation or a panic.
 pub const LOGS: &str = "no constraint error, no panic";
 
@@ -45,9 +47,10 @@ pub const LOGS: &str = "no constraint error, no panic";
 pub const DRAINED: &str = "the fleet drains after the faults";
 
 /// Every invariant of this module, in the summary's order.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     DRAINED,
     WAITING,
+    SLEEPS,
     SUBMISSIONS,
     CANCELS,
     SIDE_EFFECTS,
@@ -253,6 +256,63 @@ pub async fn read_topic(
     (per_job, total, undecodable)
 }
 
+/// Each `Sleep` job's nap ended no earlier than [`NAP_MS`] after the job first
+/// parked on it: its checkpoint event against its first WAITING event (both stamped
+/// by the nodes' clocks, which the database's clock, deciding the wake, shares here).
+fn sleep_breaches(by_id: &BTreeMap<&str, &JobSpec>, outbox: &[Event]) -> Vec<Breach> {
+    let mut parked: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut woke: BTreeMap<&str, i64> = BTreeMap::new();
+    for event in outbox.iter().filter(|e| e.step == "nap") {
+        if !by_id
+            .get(event.job_id.as_str())
+            .is_some_and(|s| s.kind == Kind::Sleep)
+        {
+            continue;
+        }
+        let at = match event.kind {
+            Type::Waiting => parked
+                .entry(event.job_id.as_str())
+                .or_insert(event.occurred_ms),
+            Type::StepCheckpoint => woke
+                .entry(event.job_id.as_str())
+                .or_insert(event.occurred_ms),
+            _ => continue,
+        };
+        *at = (*at).min(event.occurred_ms);
+    }
+    woke.into_iter()
+        .filter_map(|(job, woke_ms)| {
+            let parked_ms = *parked.get(job)?;
+            (woke_ms < parked_ms + NAP_MS).then(|| {
+                breach(
+                    SLEEPS,
+                    format!(
+                        "job {job} went on {} ms after parking on its {NAP_MS} ms sleep",
+                        woke_ms - parked_ms
+                    ),
+                )
+            })
+        })
+        .chain(
+            // A nap with no park before it was never slept.
+            outbox
+                .iter()
+                .filter(|e| e.step == "nap" && e.kind == Type::StepCheckpoint)
+                .filter(|e| {
+                    !outbox
+                        .iter()
+                        .any(|w| w.job_id == e.job_id && w.step == "nap" && w.kind == Type::Waiting)
+                })
+                .map(|e| {
+                    breach(
+                        SLEEPS,
+                        format!("job {} took its nap without parking", e.job_id),
+                    )
+                }),
+        )
+        .collect()
+}
+
 fn breach(invariant: &'static str, detail: String) -> Breach {
     Breach { invariant, detail }
 }
@@ -385,7 +445,9 @@ pub fn check(
     for (job, status) in &evidence.statuses {
         let spec = by_id.get(job.as_str());
         if status == "WAITING"
-            && !spec.is_some_and(|s| s.kind == Kind::Review && s.answer_after.is_none())
+            && !spec.is_some_and(|s| {
+                matches!(s.kind, Kind::Review | Kind::Event) && s.answer_after.is_none()
+            })
         {
             findings.breaches.push(breach(
                 WAITING,
@@ -398,9 +460,10 @@ pub fn check(
                 format!("job {job} was never submitted"),
             ));
         }
-        // A review resumes only on the operator's answer.
+        // A review resumes only on the operator's answer, an event step only on
+        // its event.
         if status == "COMPLETED"
-            && spec.is_some_and(|s| s.kind == Kind::Review)
+            && spec.is_some_and(|s| matches!(s.kind, Kind::Review | Kind::Event))
             && !ledger.answered.contains(job)
         {
             findings.breaches.push(breach(
@@ -559,13 +622,20 @@ pub fn check(
         // The external step is answered by the operator, never called; a map step is
         // called element by element, each checked as a step of its own.
         let map_step = by_id.get(job).is_some_and(|s| s.kind == Kind::Map) && step == "each";
-        if step != "review" && !map_step && !answered.contains(&(job, step)) {
+        let called = by_id
+            .get(job)
+            .is_none_or(|s| s.kind.called().contains(&step));
+        if called && !map_step && !answered.contains(&(job, step)) {
             findings.breaches.push(breach(
                 SIDE_EFFECTS,
                 format!("job {job} step {step}: checkpointed without an answered call"),
             ));
         }
     }
+
+    findings
+        .breaches
+        .extend(sleep_breaches(&by_id, &evidence.outbox));
 
     // The topic against the outbox, job by job.
     let mut committed: BTreeMap<&str, Vec<(String, Type)>> = BTreeMap::new();
