@@ -35,6 +35,8 @@ pub struct JobsConfig {
     pub sweep_interval_ms: u64,
     /// Attempts a job gets unless its submission says otherwise.
     pub max_attempts_default: i32,
+    /// How deep child workflows may nest (a child's child's ...), from 1 to 8.
+    pub max_child_depth: usize,
     /// Retry backoff: base × 2^(attempt − 1).
     pub backoff_base_ms: u64,
     /// Segments in flight per target, per node.
@@ -228,6 +230,7 @@ impl Default for JobsConfig {
             poll_interval_ms: 1_000,
             sweep_interval_ms: 10_000,
             max_attempts_default: 3,
+            max_child_depth: 8,
             backoff_base_ms: 5_000,
             max_concurrent_per_target: 8,
             shutdown_grace_ms: 20_000,
@@ -265,6 +268,7 @@ impl std::fmt::Debug for JobsConfig {
             .field("lease_ms", &self.lease_ms)
             .field("poll_interval_ms", &self.poll_interval_ms)
             .field("max_attempts_default", &self.max_attempts_default)
+            .field("max_child_depth", &self.max_child_depth)
             .field("backoff_base_ms", &self.backoff_base_ms)
             .field("max_concurrent_per_target", &self.max_concurrent_per_target)
             .field("max_releases", &self.max_releases)
@@ -324,6 +328,12 @@ impl JobsConfig {
         }
         if self.consumer_group.trim().is_empty() {
             return Err("jobs.consumer_group must not be blank".into());
+        }
+        if !(1..=workflow::compile::MAX_CHILD_DEPTH).contains(&self.max_child_depth) {
+            return Err(format!(
+                "jobs.max_child_depth must be from 1 to {}",
+                workflow::compile::MAX_CHILD_DEPTH
+            ));
         }
         if !(1..=100).contains(&self.max_attempts_default) {
             return Err("jobs.max_attempts_default must be from 1 to 100".into());

@@ -180,6 +180,7 @@ impl Role for JobsModule {
         let (submitter, committing) =
             Submitter::new(store.clone(), workflows, self.config.max_attempts_default)
                 .with_outbound(runner.outbound())
+                .with_max_child_depth(self.config.max_child_depth)
                 .with_group_commit(ctx.shutdown_token());
         ctx.spawn_task("submission-commits", committing);
         let watchers = Watchers::new(

@@ -210,6 +210,8 @@ pub struct Submitter {
     inserts: Option<BatchQueue<NewJob, Inserted>>,
     /// What a new job's steps may call; a workflow breaking it is refused.
     outbound: Arc<OutboundPolicy>,
+    /// How deep child workflows may nest (`[jobs].max_child_depth`).
+    max_child_depth: usize,
 }
 
 impl Submitter {
@@ -226,6 +228,7 @@ impl Submitter {
             compiled: Arc::default(),
             inserts: None,
             outbound: Arc::new(OutboundPolicy::unrestricted()),
+            max_child_depth: workflow::compile::MAX_CHILD_DEPTH,
         }
     }
 
@@ -378,16 +381,31 @@ impl Submitter {
 
     /// The envelope of a definition source, and whether it was named (a stored one).
     fn resolve(&self, source: DefinitionSource) -> Result<(Arc<Value>, bool), SubmitError> {
-        match source {
-            DefinitionSource::Inline(envelope) => Ok((envelope, false)),
+        let (envelope, by_name) = match source {
+            DefinitionSource::Inline(envelope) => (envelope, false),
             DefinitionSource::Stored(name) => {
                 let stored = self
                     .workflows
                     .resolve(&name)
                     .ok_or(SubmitError::UnknownWorkflow(name))?;
-                Ok((Arc::new(stored.envelope), true))
+                (Arc::new(stored.envelope), true)
             }
+        };
+        if !workflow::resolve::has_child_steps(&envelope) {
+            return Ok((envelope, by_name));
         }
+        // The job snapshots its children as they are stored now.
+        let names: Vec<String> = self.workflows.list().into_iter().map(|w| w.name).collect();
+        let lookup = |name: &str| self.workflows.resolve(name).map(|w| w.envelope);
+        let resolved =
+            workflow::resolve::resolve_children(&envelope, &lookup, &names, self.max_child_depth)?;
+        Ok((Arc::new(resolved), by_name))
+    }
+
+    /// Bounds how deep child workflows may nest (`[jobs].max_child_depth`).
+    pub fn with_max_child_depth(mut self, depth: usize) -> Self {
+        self.max_child_depth = depth;
+        self
     }
 
     /// The compiled workflow of a storable envelope.

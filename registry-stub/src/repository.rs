@@ -126,8 +126,9 @@ pub fn check_name(name: &str) -> Result<(), RepositoryError> {
 fn compile_named(
     envelope: &Value,
     outbound: &OutboundPolicy,
+    stored: &BTreeMap<String, StoredWorkflow>,
 ) -> Result<(String, usize), RepositoryError> {
-    let compiled = CompiledWorkflow::compile_new(envelope)?;
+    let compiled = CompiledWorkflow::compile_new(&with_children(envelope, stored)?)?;
     let breaches = outbound.findings(&compiled);
     if !breaches.is_empty() {
         return Err(Findings(breaches).into());
@@ -143,8 +144,9 @@ fn compile_loaded(
     envelope: &Value,
     path: &Path,
     outbound: &OutboundPolicy,
+    stored: &BTreeMap<String, StoredWorkflow>,
 ) -> Result<(String, usize), RepositoryError> {
-    let compiled = CompiledWorkflow::compile(envelope)?;
+    let compiled = CompiledWorkflow::compile(&with_children(envelope, stored)?)?;
     check_name(&compiled.name)?;
     for finding in compiled
         .strict_findings()
@@ -154,6 +156,26 @@ fn compile_loaded(
         tracing::warn!(path = %path.display(), %finding, "a stored workflow fails a check new workflows must pass; new jobs of it are refused until it is fixed");
     }
     Ok((compiled.name.clone(), compiled.steps.len()))
+}
+
+/// `envelope` with its child workflows' snapshots filed in from `stored`
+/// ([`workflow::resolve`]): what is compiled to check it (the envelope stored is the
+/// one given; a job snapshots its children when it is submitted).
+fn with_children(
+    envelope: &Value,
+    stored: &BTreeMap<String, StoredWorkflow>,
+) -> Result<Value, RepositoryError> {
+    if !workflow::resolve::has_child_steps(envelope) {
+        return Ok(envelope.clone());
+    }
+    let names: Vec<String> = stored.keys().cloned().collect();
+    let lookup = |name: &str| stored.get(name).map(|s| s.envelope.clone());
+    Ok(workflow::resolve::resolve_children(
+        envelope,
+        &lookup,
+        &names,
+        workflow::compile::MAX_CHILD_DEPTH,
+    )?)
 }
 
 /// The registry's store: files plus contributions.
@@ -196,6 +218,8 @@ impl FileWorkflowRepository {
             .await
             .map_err(|e| io("creating", e))?;
         let mut entries = BTreeMap::new();
+        // Workflows that start others, loaded once those are: a pass per level.
+        let mut parents: Vec<(Value, PathBuf, String)> = Vec::new();
         let mut listing = tokio::fs::read_dir(dir)
             .await
             .map_err(|e| io("reading", e))?;
@@ -211,26 +235,63 @@ impl FileWorkflowRepository {
             let loaded = async {
                 let bytes = tokio::fs::read(&path).await.map_err(|e| e.to_string())?;
                 let envelope: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-                let (name, steps) =
-                    compile_loaded(&envelope, &path, &outbound).map_err(|e| e.to_string())?;
+                if workflow::resolve::has_child_steps(&envelope) {
+                    // Checked once the workflows it starts are loaded.
+                    return Ok(Err((envelope, path.clone(), stem.to_owned())));
+                }
+                let (name, steps) = compile_loaded(&envelope, &path, &outbound, &BTreeMap::new())
+                    .map_err(|e| e.to_string())?;
                 if name != stem {
                     return Err(format!("its workflow is named '{name}', not '{stem}'"));
                 }
-                Ok(StoredWorkflow {
+                Ok(Ok(StoredWorkflow {
                     name,
                     envelope,
                     source: WorkflowSource::File,
                     steps,
-                })
+                }))
             };
             match loaded.await {
-                Ok(stored) => {
+                Ok(Ok(stored)) => {
                     entries.insert(stored.name.clone(), stored);
                 }
+                Ok(Err(parent)) => parents.push(parent),
                 Err(reason) => {
                     tracing::warn!(path = %path.display(), %reason, "skipping a stored workflow that does not load")
                 }
             }
+        }
+        for _ in 0..=workflow::compile::MAX_CHILD_DEPTH {
+            let before = parents.len();
+            let mut waiting = Vec::new();
+            for (envelope, path, stem) in std::mem::take(&mut parents) {
+                match compile_loaded(&envelope, &path, &outbound, &entries) {
+                    Ok((name, steps)) if name == stem => {
+                        let stored = StoredWorkflow {
+                            name: name.clone(),
+                            envelope,
+                            source: WorkflowSource::File,
+                            steps,
+                        };
+                        entries.insert(name, stored);
+                    }
+                    Ok((name, _)) => {
+                        tracing::warn!(path = %path.display(), reason = %format!("its workflow is named '{name}', not '{stem}'"), "skipping a stored workflow that does not load")
+                    }
+                    Err(reason) => waiting.push((envelope, path, stem, reason)),
+                }
+            }
+            let progress = waiting.len() < before;
+            if !progress {
+                for (_, path, _, reason) in waiting {
+                    tracing::warn!(path = %path.display(), %reason, "skipping a stored workflow that does not load");
+                }
+                break;
+            }
+            parents = waiting
+                .into_iter()
+                .map(|(envelope, path, stem, _)| (envelope, path, stem))
+                .collect();
         }
         Ok(FileWorkflowRepository {
             dir: dir.to_owned(),
@@ -244,7 +305,7 @@ impl FileWorkflowRepository {
     /// and whether it was new. When it returns `Ok`, the file is on disk (fsynced,
     /// directory included) and the same version is served.
     pub async fn put(&self, envelope: Value) -> Result<(String, bool), RepositoryError> {
-        let (name, steps) = compile_named(&envelope, &self.outbound)?;
+        let (name, steps) = compile_named(&envelope, &self.outbound, &self.read_entries())?;
         let path = self.dir.join(format!("{name}.json"));
         let bytes = serde_json::to_vec_pretty(&envelope).map_err(|e| RepositoryError::Io {
             action: "encoding",
@@ -348,7 +409,7 @@ impl WorkflowRepository for FileWorkflowRepository {
     }
 
     fn contribute(&self, role: &str, envelope: Value) -> Result<String, RepositoryError> {
-        let (name, steps) = compile_named(&envelope, &self.outbound)?;
+        let (name, steps) = compile_named(&envelope, &self.outbound, &self.read_entries())?;
         let stored = StoredWorkflow {
             name: name.clone(),
             envelope,

@@ -67,6 +67,8 @@ pub enum FailureKind {
     Mapping,
     /// The workflow itself is defective, or its stored state drifted from it.
     Workflow,
+    /// A child workflow the step started ended FAILED, DEAD or CANCELLED.
+    Child,
 }
 
 impl FailureKind {
@@ -79,6 +81,7 @@ impl FailureKind {
             FailureKind::Gate => "GATE",
             FailureKind::Mapping => "MAPPING",
             FailureKind::Workflow => "WORKFLOW",
+            FailureKind::Child => "CHILD",
         }
     }
 }

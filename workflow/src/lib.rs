@@ -33,6 +33,7 @@
 //! | `glob`         | the target globs of the policy and of TLS settings (`*`)               |
 //! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
+//! | [`resolve`]    | child workflows: their stored envelopes filed into the steps naming them |
 //! | [`runner`]     | segments and the synchronous run                                       |
 //! | [`suggest`]    | "did you mean …?" for misspelled names                                 |
 //! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
@@ -50,6 +51,7 @@ mod glob;
 pub mod grpc;
 pub mod offload;
 pub mod outbound;
+pub mod resolve;
 pub mod rules;
 pub mod ruleset;
 pub mod runner;

@@ -20,6 +20,9 @@ pub enum Completion {
     Event,
     /// Never called: the run parks here until a time (`"sleep": {...}`).
     Sleep,
+    /// Never called: the run starts a child workflow (one per element with
+    /// `forEach`) and parks here until it ends (`"workflow": "name"`).
+    Child,
 }
 
 impl Completion {
@@ -106,6 +109,17 @@ pub(crate) struct EventSpec {
     pub lookback: Duration,
 }
 
+/// A child step's `workflow` and the snapshot of it the node resolved, as written.
+pub(crate) struct ChildSpec {
+    /// The stored workflow's name.
+    pub workflow: String,
+    /// `workflowSnapshot`: the child's envelope, its own children resolved, filed
+    /// into this envelope when it was stored or submitted.
+    pub snapshot: Option<serde_json::Value>,
+    /// The JSON path of `workflow`.
+    pub path: String,
+}
+
 /// A step as written, before its types are known.
 pub(crate) struct StepSpec {
     pub name: String,
@@ -133,6 +147,8 @@ pub(crate) struct StepSpec {
     pub sleep: Option<SleepSpec>,
     /// `Some` on an event step.
     pub event: Option<EventSpec>,
+    /// `Some` on a child step.
+    pub child: Option<ChildSpec>,
 }
 
 /// A step's `after` as written: the names and the JSON path of the list.

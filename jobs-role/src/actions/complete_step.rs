@@ -74,6 +74,11 @@ pub(super) async fn parked_step(
                 "stepName: step '{step_name}' is a sleep: it ends by itself when its time comes"
             )));
         }
+        Completion::Child => {
+            return Err(ActionError::invalid(format!(
+                "stepName: step '{step_name}' starts a child workflow: it ends when its child jobs end (cancel or retry those)"
+            )));
+        }
     }
 
     let status: JobStatus = job["status"]

@@ -62,6 +62,9 @@ pub struct ClaimedJob {
     /// The database's time of the claim, in milliseconds since the Unix epoch: a
     /// sleep whose end is not after it is over.
     pub claimed_at_ms: i64,
+    /// How many of its children had ended when it was claimed (a park on child steps
+    /// resumes at once if more have since).
+    pub child_ends: i64,
 }
 
 /// What a sweep did.
@@ -138,6 +141,7 @@ impl Store {
                 asked_at,
                 sleeps: sleeps_of(row.get("sleeps")),
                 claimed_at_ms: row.get("claimed_at_ms"),
+                child_ends: row.get("child_ends"),
             })
             .collect())
     }

@@ -151,6 +151,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             kind,
             others,
             waiting_on,
+            children_seen,
         } => {
             let first = ParkedWait {
                 step: step.clone(),
@@ -164,9 +165,15 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
                     .map(ParkedWait::to_json)
                     .collect(),
             );
+            let (statement, mut extra): (_, Vec<Box<dyn ToSql + Sync + Send>>) = match children_seen
+            {
+                Some(seen) => (sql::SETTLE_WAITING_ON_CHILDREN, vec![Box::new(*seen)]),
+                None => (sql::SETTLE_WAITING, Vec::new()),
+            };
+            extra.insert(0, Box::new(waits));
             Part {
-                statement: sql::SETTLE_WAITING,
-                extra: vec![Box::new(waits)],
+                statement,
+                extra,
                 events: vec![EventFacts {
                     data: request.as_ref().map(|request| ("pendingRequest", request)),
                     waiting_on: Some(waiting_on),

@@ -22,6 +22,7 @@
 //!   retries; every other database error may pass and is retried.
 
 mod cancels;
+mod children;
 mod claims;
 mod completions;
 pub mod events;
@@ -44,6 +45,7 @@ mod watching;
 mod writes;
 
 pub use cancels::CancelOutcome;
+pub use children::{ChildRow, NewChild};
 pub use claims::{Claim, ClaimedJob, SweepReport};
 pub use items::StoredItem;
 pub use operator_acts::{

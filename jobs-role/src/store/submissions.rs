@@ -229,6 +229,19 @@ impl Store {
     }
 }
 
+/// Inserts a parent's children inside the parent's transaction (its snapshots sent
+/// whole): an id taken by the same child is found, one taken by anything else is a
+/// conflict.
+pub(super) async fn insert_children(
+    tx: &deadpool_postgres::Transaction<'_>,
+    jobs: &[NewJob],
+) -> Result<(), StoreError> {
+    for answer in insert_batch(tx, jobs, None).await? {
+        answer?;
+    }
+    Ok(())
+}
+
 /// Same-submission checks of one batch in flight on its connection at once.
 const PIPELINED_CHECKS: usize = 64;
 

@@ -33,6 +33,9 @@ pub enum Settlement {
         others: Vec<ParkedWait>,
         /// What the job waits on, for the WAITING event (see [`ParkedWait::summary`]).
         waiting_on: Value,
+        /// With a child step among the waits: the parent's count of ended children
+        /// as its claim read it (a park that finds it moved resumes at once).
+        children_seen: Option<i64>,
     },
     /// QUEUED until the first of its sleeps ends: every wait is a sleep. Made by
     /// [`Settlement::parked`].
@@ -91,14 +94,19 @@ impl Settlement {
     }
 
     /// How a job parks on `waits` (at least one; in declaration order): QUEUED until
-    /// the first sleep ends when every wait is a sleep, WAITING otherwise with the
+    /// the first sleep ends when every wait is a sleep, WAITING otherwise (`child_ends`:
+    /// the parent's count of ended children as its claim read it) with the
     /// wait that ends first as the first (those that wait for ever last; ties keep
     /// declaration order). `None` for no waits.
-    pub fn parked(mut waits: Vec<ParkedWait>) -> Option<Settlement> {
+    pub fn parked(mut waits: Vec<ParkedWait>, child_ends: i64) -> Option<Settlement> {
         let waiting_on = Value::Array(waits.iter().map(ParkedWait::summary).collect());
         if waits.iter().all(|w| matches!(w.kind, WaitKind::Sleep(_))) {
             return (!waits.is_empty()).then_some(Settlement::Sleeping { waits, waiting_on });
         }
+        let children_seen = waits
+            .iter()
+            .any(|w| matches!(w.kind, WaitKind::Child { .. }))
+            .then_some(child_ends);
         waits.sort_by_key(|w| (w.timeout.is_none(), w.timeout.map(|t| t.after)));
         let mut waits = waits.into_iter();
         let first = waits.next()?;
@@ -109,6 +117,7 @@ impl Settlement {
             kind: first.kind,
             others: waits.collect(),
             waiting_on,
+            children_seen,
         })
     }
 
@@ -189,6 +198,17 @@ impl ParkedWait {
                 let millis = u64::try_from(lookback.as_millis()).unwrap_or(u64::MAX);
                 entry.insert("key".into(), Value::String(key.clone()));
                 entry.insert("lookbackMs".into(), Value::from(millis));
+            }
+            // The children's inputs are theirs to keep: the parent names the elements.
+            WaitKind::Child { workflow, starts } => {
+                entry.insert("workflow".into(), Value::String(workflow.clone()));
+                entry.insert(
+                    "items".into(),
+                    starts
+                        .iter()
+                        .map(|(index, _)| Value::from(*index))
+                        .collect(),
+                );
             }
         }
         entry

@@ -40,10 +40,12 @@
 //! | `retry`    | writes after a claim sent again through a blip, with backoff      |
 //! | `lease`    | when the lease was last renewed, so a stalled node calls no step  |
 //! | `cancels`  | how a running job hears an operator's cancel                      |
+//! | `children` | a parent's children started before it parks on them               |
 //! | `limits`   | per-target permits                                                |
 //! | `sweeper`  | expired leases and parked waits, requeued or ended                |
 
 mod cancels;
+mod children;
 mod dispatch;
 pub mod flusher;
 mod lease;
@@ -321,11 +323,14 @@ impl Worker {
             .iter()
             .map(|replayed| replayed.checkpoint.name.as_str())
             .collect();
-        // The elements stored of map steps not yet done: the segment calls the others.
+        // The elements stored of map and child steps not yet done: the segment calls
+        // (or starts children for) the others.
         let unfinished_maps: Vec<String> = compiled
             .steps
             .iter()
-            .filter(|step| step.map.is_some() && !done.contains(step.name.as_str()))
+            .filter(|step| {
+                (step.map.is_some() || step.child.is_some()) && !done.contains(step.name.as_str())
+            })
             .map(|step| step.name.clone())
             .collect();
         let items = if unfinished_maps.is_empty() {

@@ -209,6 +209,26 @@ impl Worker {
             }
             Decision::Lost(lost) => return Err(lost),
         };
+        // The children a park waits for exist before it parks.
+        let settlement = match self.start_children(job, compiled, &settlement).await {
+            Ok(Ok(())) => settlement,
+            Ok(Err(failed)) => failed,
+            Err(lost) if lost.is_lost_claim() => return self.cancelled_instead(claim, lost).await,
+            Err(refused) if refused.is_data_error() => {
+                let error = format!("WORKFLOW: the job's children cannot be stored: {refused}");
+                return self.fail_loud(flusher, claim, error).await;
+            }
+            Err(e) => {
+                let delay = self.config.backoff(claim.attempt);
+                return self
+                    .release(
+                        claim,
+                        delay,
+                        &format!("starting child workflows failed: {e}"),
+                    )
+                    .await;
+            }
+        };
         let waits_on_events = settlement.waits_on_events();
         let refused = match self
             .commit_settlement(flusher, claim, held.clone(), settlement.clone())
@@ -288,7 +308,7 @@ impl Worker {
                 // Each step's own wait, else the node's default, else for ever; a sleep
                 // ends when it ends.
                 let timeout = |name: &str, kind: &WaitKind| {
-                    if matches!(kind, WaitKind::Sleep(_)) {
+                    if matches!(kind, WaitKind::Sleep(_) | WaitKind::Child { .. }) {
                         return None;
                     }
                     compiled.step(name).and_then(|parked| {
@@ -313,7 +333,7 @@ impl Worker {
                         kind: w.kind,
                     })
                     .collect();
-                match Settlement::parked(waits) {
+                match Settlement::parked(waits, job.child_ends) {
                     Some(settlement) => Decision::Settle(settlement),
                     // A parked segment names at least the step it parked on.
                     None => Decision::Settle(Settlement::Failed {
@@ -414,6 +434,7 @@ fn failure_code(kind: &FailureKind) -> String {
         FailureKind::Gate => "GATE".into(),
         FailureKind::Mapping => "MAPPING".into(),
         FailureKind::Workflow => "WORKFLOW".into(),
+        FailureKind::Child => "CHILD".into(),
     }
 }
 

@@ -48,8 +48,10 @@
 //! | `graph`    | `after`: each step's dependencies and ancestors; unknown names, cycles |
 //! | `map`      | map steps: `forEach`, their `maxParallel` and `onItemFailure`         |
 //! | `parking`  | sleep steps (`sleep`) and event steps (`eventKey`, `eventLookbackMs`)  |
+//! | `child`    | child steps (`workflow`): the child's snapshot and its types           |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
+mod child;
 mod draft;
 pub(crate) mod graph;
 mod limits;
@@ -82,6 +84,7 @@ pub use crate::spec::{Completion, OnItemFailure, OnTimeout};
 use crate::spec::{SleepSpec, StepSpec};
 use crate::typecheck::Ty;
 use crate::verify;
+pub use child::MAX_CHILD_DEPTH;
 pub use graph::{DEFAULT_MAX_PARALLEL, MAX_PARALLEL_CEILING};
 use graph::{StepGraph, read_max_parallel};
 pub use limits::{
@@ -146,6 +149,18 @@ pub struct CompiledStep {
     pub sleep: Option<SleepStep>,
     /// What an event step waits for (`Some` on event steps only).
     pub event: Option<EventStep>,
+    /// The workflow a child step starts (`Some` on child steps only).
+    pub child: Option<ChildStep>,
+}
+
+/// The workflow a child step starts, compiled from the snapshot filed into the step.
+#[derive(Debug, Clone)]
+pub struct ChildStep {
+    /// The stored workflow's name.
+    pub workflow: String,
+    /// The child, compiled from `workflowSnapshot` (its envelope is what a child job
+    /// runs).
+    pub compiled: Arc<CompiledWorkflow>,
 }
 
 impl CompiledStep {
@@ -247,7 +262,7 @@ impl CompiledWorkflow {
     pub fn compile(envelope: &Value) -> Result<CompiledWorkflow, Findings> {
         let compile_here = || {
             let mut findings = Vec::new();
-            let compiled = compile_envelope(envelope, &mut findings);
+            let compiled = compile_envelope(envelope, &mut findings, 0);
             match compiled {
                 Some(workflow) if findings.is_empty() => Ok(workflow),
                 _ => Err(Findings(findings)),
@@ -511,7 +526,12 @@ const ROOT_KEYS: &[&str] = &[
     "output",
 ];
 
-fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<CompiledWorkflow> {
+/// Compiles `envelope`, a child `depth` levels down (0: the workflow itself).
+fn compile_envelope(
+    envelope: &Value,
+    findings: &mut Vec<Finding>,
+    depth: usize,
+) -> Option<CompiledWorkflow> {
     let mut draft = Draft { findings };
     let Some(root) = envelope.as_object() else {
         draft.find(
@@ -538,7 +558,8 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
         _ => None,
     };
 
-    let steps = step_specs(&mut draft, root, pool.as_ref());
+    let mut steps = step_specs(&mut draft, root, pool.as_ref());
+    let children = compile_children(&mut draft, &mut steps, pool.as_ref(), depth);
     let graph = {
         let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
         let after: Vec<_> = steps.iter().map(|s| s.after.as_ref()).collect();
@@ -602,6 +623,14 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
                 SleepSpec::For(duration) => SleepStep::For(duration),
                 SleepSpec::Until { root, fields, .. } => SleepStep::Until { root, fields },
             }),
+            child: match (spec.child, children[index].clone()) {
+                (Some(child), Some(compiled)) => Some(ChildStep {
+                    workflow: child.workflow,
+                    compiled,
+                }),
+                (Some(_), None) => return None,
+                (None, _) => None,
+            },
             event: match spec.event {
                 Some(event) => Some(EventStep {
                     key: Gate::compile_as(&event.key.0, "`eventKey`").ok()?,
@@ -629,6 +658,105 @@ fn compile_envelope(envelope: &Value, findings: &mut Vec<Finding>) -> Option<Com
         envelope: Arc::new(envelope.clone()),
         validator: Arc::new(validator),
     })
+}
+
+/// Compiles the snapshot of every child step (`depth` levels down: at most
+/// [`MAX_CHILD_DEPTH`]) and gives the step the child's input and output types, as
+/// this workflow's schema defines them (they must be the same types). Answers the
+/// compiled children by step (`None` for other steps, or a child that did not
+/// compile: reported).
+fn compile_children(
+    draft: &mut Draft<'_>,
+    steps: &mut [StepSpec],
+    pool: Option<&DescriptorPool>,
+    depth: usize,
+) -> Vec<Option<Arc<CompiledWorkflow>>> {
+    let mut compiled = Vec::with_capacity(steps.len());
+    for spec in steps.iter_mut() {
+        let Some(child) = &spec.child else {
+            compiled.push(None);
+            continue;
+        };
+        let step = Some(spec.name.as_str());
+        let Some(snapshot) = &child.snapshot else {
+            draft.find(
+                step,
+                &child.path,
+                format!(
+                    "child workflow '{}' is not resolved: the node files its stored envelope into the step when this workflow is stored or submitted as a job (a synchronous run-workflow cannot start child workflows)",
+                    child.workflow
+                ),
+            );
+            compiled.push(None);
+            continue;
+        };
+        if depth + 1 > MAX_CHILD_DEPTH {
+            draft.find(
+                step,
+                &child.path,
+                format!("child workflows nest more than {MAX_CHILD_DEPTH} deep"),
+            );
+            compiled.push(None);
+            continue;
+        }
+        let mut inner = Vec::new();
+        let built = compile_envelope(snapshot, &mut inner, depth + 1);
+        for finding in &inner {
+            draft.find(
+                step,
+                &child.path,
+                format!("child workflow '{}': {finding}", child.workflow),
+            );
+        }
+        let Some(built) = built.filter(|_| inner.is_empty()) else {
+            compiled.push(None);
+            continue;
+        };
+        if built.name != child.workflow {
+            draft.find(
+                step,
+                &child.path,
+                format!(
+                    "the snapshot filed for child workflow '{}' is workflow '{}'",
+                    child.workflow, built.name
+                ),
+            );
+        }
+        let Some(pool) = pool else {
+            compiled.push(None);
+            continue;
+        };
+        let mut own = |theirs: &MessageDescriptor, role: &str| {
+            let Some(here) = pool.get_message_by_name(theirs.full_name()) else {
+                draft.find(
+                    step,
+                    &child.path,
+                    format!(
+                        "child workflow '{}' takes its {role} as {}, which this workflow's schema does not define: add the child's .proto to this workflow's descriptor set",
+                        child.workflow,
+                        theirs.full_name()
+                    ),
+                );
+                return None;
+            };
+            match child::same_type(&here, theirs) {
+                Ok(()) => Some(here),
+                Err(reason) => {
+                    draft.find(
+                        step,
+                        &child.path,
+                        format!("child workflow '{}': its {role} {reason}", child.workflow),
+                    );
+                    None
+                }
+            }
+        };
+        spec.request_type = own(&built.input_type, "input");
+        spec.response_type = own(&built.output_type(), "output");
+        let ok = spec.request_type.is_some() && spec.response_type.is_some();
+        compiled.push(ok.then(|| Arc::new(built)));
+    }
+    compiled
 }
 
 /// The `buf.validate` rules of every type the workflow reads stay within the CEL

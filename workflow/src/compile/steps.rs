@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
 use serde_json::{Map, Value};
 
+use crate::compile::child::read_child;
 use crate::compile::draft::{Draft, json_kind};
 use crate::compile::graph::read_after;
 use crate::compile::limits::MAX_STEPS;
@@ -37,6 +38,8 @@ const STEP_KEYS: &[&str] = &[
     "sleep",
     "eventKey",
     "eventLookbackMs",
+    "workflow",
+    "workflowSnapshot",
 ];
 
 pub(super) fn step_specs(
@@ -102,8 +105,10 @@ pub(super) fn step_specs(
             }
         }
         let sleep = read_sleep(draft, object, step, &path);
+        let child = read_child(draft, object, step, &path);
         let completion = match object.get("completion") {
             _ if object.contains_key("sleep") => Completion::Sleep,
+            _ if object.contains_key("workflow") => Completion::Child,
             None | Some(Value::Null) => Completion::Call,
             Some(Value::String(s)) if s == "external" => Completion::External,
             Some(Value::String(s)) if s == "event" => Completion::Event,
@@ -121,7 +126,7 @@ pub(super) fn step_specs(
         };
         let event = read_event(draft, object, completion, step, &path);
         let target = match completion {
-            Completion::Sleep | Completion::Event => None,
+            Completion::Sleep | Completion::Event | Completion::Child => None,
             _ => draft.string(
                 object,
                 "target",
@@ -177,6 +182,7 @@ pub(super) fn step_specs(
             on_timeout,
             sleep,
             event,
+            child,
         });
     }
     specs
@@ -202,6 +208,8 @@ fn step_types(
     match completion {
         // The keys it may not have are findings where the sleep is read.
         Completion::Sleep => return (None, None, Some(empty_type())),
+        // The child's own types, filled in once its snapshot compiles.
+        Completion::Child => return (None, None, None),
         Completion::Event => {
             let response = draft
                 .string(object, "outputType", true, step, path)

@@ -156,6 +156,30 @@ impl<'w> Mapping<'w> {
     }
 
     /// True when the next call would be one of several of this segment in flight.
+    /// The elements not ended yet (no stored outcome), in order, with their values:
+    /// a child step keeps a child started for the first `maxParallel` of them.
+    pub(super) fn unended(&self) -> impl Iterator<Item = (usize, &Value)> {
+        self.elements
+            .iter()
+            .zip(&self.values)
+            .enumerate()
+            .filter(|(_, (element, _))| matches!(element, Element::Waiting))
+            .map(|(index, (_, value))| (index, value))
+    }
+
+    /// The first stored element that failed, with its error: under `onItemFailure:
+    /// "fail"` it fails a child step (a failed call is not stored, but a child that
+    /// did not complete is).
+    pub(super) fn stored_failure(&self) -> Option<(usize, &str)> {
+        self.elements
+            .iter()
+            .enumerate()
+            .find_map(|(index, element)| match element {
+                Element::Failed(error) => Some((index, error.as_str())),
+                _ => None,
+            })
+    }
+
     pub(super) fn has_more(&self) -> bool {
         let limit = self.step.map.as_ref().map_or(1, |m| m.max_parallel.max(1));
         self.failure.is_none()

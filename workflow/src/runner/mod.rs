@@ -20,11 +20,13 @@
 //! | `sink`    | where checkpoints go: [`CheckpointSink`]                                |
 //! | `call`    | one step call: gate, request, call, response check, and their failures |
 //! | `map`     | a map step's elements: which to call, how they ended                   |
-//! | `wait`    | what a parked step waits for: an answer, a time, an event              |
+//! | `wait`    | what a parked step waits for: an answer, a time, an event, children    |
+//! | `child`   | a child step: done when its children ended, else the ones to start     |
 //! | `ended`   | a step that ended, recorded and put in scope; the workflow's output    |
 //! | `outcome` | how a segment or a synchronous run ends                                |
 
 mod call;
+mod child;
 mod ended;
 mod map;
 mod outcome;
@@ -49,7 +51,7 @@ pub use sink::{CallGuard, CheckpointSink, SinkError};
 pub use wait::{WaitKind, WaitingStep, Wake};
 
 use crate::checkpoint::{Checkpoint, ItemCheckpoint, ItemOutcome, ReplayedCheckpoint};
-use crate::compile::{CompiledStep, CompiledWorkflow, empty_type, encode_json};
+use crate::compile::{CompiledStep, CompiledWorkflow, Completion, empty_type, encode_json};
 use crate::failure::{FailureKind, StepFailure};
 use crate::grpc::GrpcClient;
 use crate::outbound::OutboundPolicy;
@@ -302,6 +304,35 @@ impl Runner {
                 let Some(step) = next_ready(workflow, &state) else {
                     break;
                 };
+                if step.completion == Completion::Child {
+                    if !self
+                        .caller()
+                        .gate_opens(workflow, step, &scope, segment_end)
+                        .await?
+                    {
+                        let done = Ended::new(step, None)?;
+                        done.record(sink, &mut scope, &mut steps).await?;
+                        state[step.index] = StepState::Done;
+                        continue;
+                    }
+                    match child::reach_child(
+                        step,
+                        &mut scope,
+                        &mut steps,
+                        items,
+                        self.max_map_items,
+                        sink,
+                    )
+                    .await?
+                    {
+                        None => state[step.index] = StepState::Done,
+                        Some(waits) => {
+                            state[step.index] = StepState::Waiting;
+                            waiting.push(waits);
+                        }
+                    }
+                    continue;
+                }
                 if step.map.is_some() {
                     if !self
                         .caller()

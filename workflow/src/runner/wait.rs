@@ -38,6 +38,15 @@ pub enum WaitKind {
         /// The step's `eventLookbackMs`.
         lookback: Duration,
     },
+    /// Child jobs of `workflow` (a child step): the ones to have started, by element
+    /// (0 without `forEach`) with their input as proto3 JSON; at most the step's
+    /// `maxParallel` of the elements not ended yet. Starting one twice is a no-op.
+    Child {
+        /// The stored workflow's name.
+        workflow: String,
+        /// Per element its position and input.
+        starts: Vec<(usize, Value)>,
+    },
 }
 
 impl WaitKind {
@@ -48,6 +57,7 @@ impl WaitKind {
             WaitKind::External => "external",
             WaitKind::Sleep(_) => "sleep",
             WaitKind::Event { .. } => "event",
+            WaitKind::Child { .. } => "child",
         }
     }
 }

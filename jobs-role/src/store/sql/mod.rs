@@ -18,6 +18,7 @@
 
 #[macro_use]
 mod fences;
+pub mod children;
 pub mod items;
 pub mod lanes;
 pub mod parked;
@@ -25,6 +26,7 @@ pub mod retention;
 pub mod signals;
 pub mod snapshots;
 
+pub use children::*;
 pub use items::*;
 pub use lanes::*;
 pub use parked::*;
@@ -231,7 +233,7 @@ RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases,
           CASE WHEN jsonb_typeof(waits) = 'array' THEN
               (SELECT jsonb_object_agg(p ->> 'step', p -> 'untilMs') FROM jsonb_array_elements(waits) AS p
                 WHERE p ->> 'kind' = 'sleep' AND jsonb_typeof(p -> 'untilMs') = 'number') END AS sleeps,
-          floor(extract(epoch FROM now()) * 1000)::bigint AS claimed_at_ms";
+          floor(extract(epoch FROM now()) * 1000)::bigint AS claimed_at_ms, child_ends";
 
 /// Gives back the RUNNING jobs a claim statement whose answer never came took (the
 /// connection broke after it was sent): stamped with `$1` (the node's worker id) and

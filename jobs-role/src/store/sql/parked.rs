@@ -139,3 +139,24 @@ pub const SETTLE_SLEEPING: &str = unless_cancel_requested!(fenced!(
        lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()",
     parked_waits!()
 ));
+
+/// [`SETTLE_WAITING`] for a park on child steps, whose children may end while the
+/// segment runs: `$5` the parent's `child_ends` as the claim read it. A child that
+/// ends counts itself on the parent's row (migration V25's trigger), so a park that
+/// finds the count moved (the row is re-read under its lock when a child's end
+/// committed first) resumes at once, QUEUED with the waits kept and its attempt given
+/// back, instead of waiting on a child that already ended.
+pub const SETTLE_WAITING_ON_CHILDREN: &str = unless_cancel_requested!(fenced!(
+    "UPDATE workflow_run SET status = CASE WHEN child_ends = $5 THEN 'WAITING' ELSE 'QUEUED' END,
+       attempt = CASE WHEN child_ends = $5 THEN attempt ELSE attempt - 1 END,
+       run_after = CASE WHEN child_ends = $5 THEN run_after ELSE now() END,
+       error = NULL, waits = c.waits,
+       outstanding_steps = CASE WHEN child_ends = $5 THEN c.steps END,
+       outstanding_step = CASE WHEN child_ends = $5 THEN c.steps[1] END,
+       pending_request = CASE WHEN child_ends = $5 THEN c.waits -> 0 -> 'request' END,
+       wait_timeout_ms = CASE WHEN child_ends = $5 THEN (c.waits -> 0 ->> 'timeoutMs')::bigint END,
+       on_timeout = CASE WHEN child_ends = $5 THEN c.waits -> 0 ->> 'onTimeout' END,
+       wait_until = CASE WHEN child_ends = $5 THEN to_timestamp(((c.waits -> 0 ->> 'untilMs')::bigint) / 1000.0) END,
+       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()",
+    parked_waits!()
+));

@@ -1,0 +1,42 @@
+//! The statements of child workflows: starting a parent's children, fenced on the
+//! parent's claim, and reading a parent's children.
+
+/// Holds a parent's claim for the transaction that starts its children (a lost claim
+/// starts none), answering the root of its tree. `$1` job id, `$2` owner, `$3` token.
+pub const HOLD_PARENT: &str = "\
+SELECT COALESCE(root_job_id, job_id) AS root_job_id FROM workflow_run
+ WHERE job_id = $1 AND status = 'RUNNING' AND lease_owner = $2 AND claims = $3 AND NOT cancel_requested
+   FOR SHARE";
+
+/// Names the parent of children just inserted (or found: the same ids, the same
+/// values). `$1` child ids, `$2` their elements, `$3` parent, `$4` root, `$5` the
+/// parent's step.
+pub const LINK_CHILDREN: &str = "\
+UPDATE workflow_run w SET parent_job_id = $3, root_job_id = $4, parent_step = $5, parent_item = u.item
+  FROM unnest($1::uuid[], $2::int[]) AS u(job_id, item)
+ WHERE w.job_id = u.job_id AND w.parent_job_id IS NULL";
+
+/// A parent's children, by step and element, a page of them. `$1` parent, `$2`
+/// limit, `$3` offset.
+pub const CHILDREN_OF: &str = "\
+SELECT job_id, workflow_name, status, parent_step, parent_item FROM workflow_run
+ WHERE parent_job_id = $1
+ ORDER BY parent_step, parent_item, created_at
+ LIMIT $2 OFFSET $3";
+
+/// How many children a parent has. `$1` parent.
+pub const CHILD_COUNT: &str = "SELECT count(*) FROM workflow_run WHERE parent_job_id = $1";
+
+/// The live descendants of a job, deepest first (children before their parents, so
+/// cancelling them in this order never waits on a parent's lock a child's end
+/// holds). `$1` the job.
+pub const LIVE_DESCENDANTS: &str = "\
+WITH RECURSIVE tree(job_id, depth) AS (
+    SELECT job_id, 1 FROM workflow_run WHERE parent_job_id = $1
+  UNION ALL
+    SELECT w.job_id, tree.depth + 1 FROM workflow_run w JOIN tree ON w.parent_job_id = tree.job_id
+     WHERE tree.depth < 16
+)
+SELECT w.job_id FROM tree JOIN workflow_run w USING (job_id)
+ WHERE w.status IN ('QUEUED', 'RUNNING', 'WAITING')
+ ORDER BY tree.depth DESC, w.job_id";

@@ -1,0 +1,282 @@
+//! Child workflows through the real node: a parent mapping over a list starts one
+//! child job per element (at most `maxParallel` alive at once), parks holding no
+//! worker, and resumes with the children's outputs in element order; a child that
+//! fails fails the parent's step naming the child; a child that does not exist or
+//! does not verify, and a workflow that would start itself, are refused when stored
+//! or submitted. Real PostgreSQL, real fixture servers.
+
+use std::time::Duration;
+
+use protomolt_e2e::TestDatabase;
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use serde_json::{Value, json};
+use workflow::testkit::{
+    FixtureOptions, FixtureServer, distinct_text, map_element_id, step, workflow,
+};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// `embed-one`: embeds the ids of its input (a `jobs.test.Tokens`).
+fn child_workflow(target: &str) -> Value {
+    let mut child = workflow(
+        "embed-one",
+        vec![step(
+            "embed",
+            target,
+            "jobs.test.Embedder/Embed",
+            &["ids = input.ids"],
+        )],
+        None,
+    );
+    child["inputType"] = json!("jobs.test.Tokens");
+    child
+}
+
+/// Tokenizes, then starts an `embed-one` child per id (`max_parallel` at once).
+fn parent_workflow(target: &str, max_parallel: u64) -> Value {
+    workflow(
+        "embed-all",
+        vec![
+            step(
+                "a",
+                target,
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({ "name": "each", "workflow": "embed-one", "forEach": "a.ids",
+                    "maxParallel": max_parallel, "rules": ["ids += item"] }),
+        ],
+        Some(
+            json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each", "source_text = input.text"] }),
+        ),
+    )
+}
+
+async fn children(db: &TestDatabase, parent: &str) -> Vec<(String, String, i32)> {
+    db.connect()
+        .await
+        .query(
+            "SELECT job_id::text, status, parent_item FROM workflow_run WHERE parent_job_id = $1::text::uuid ORDER BY parent_item",
+            &[&parent],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        embed_echo_ids: true,
+        ..Default::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "parent", 4)).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": child_workflow(&server.target()) }),
+    )
+    .await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": parent_workflow(&server.target(), 16) }),
+    )
+    .await;
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflowName": "embed-all", "input": { "text": distinct_text(100) } }),
+        )
+        .await;
+    let parent = answer["jobId"].as_str().unwrap().to_owned();
+    let done = node.wait_for_status(&parent, "COMPLETED", WAIT).await;
+    let vectors = done["result"]["vectors"].as_array().unwrap();
+    assert_eq!(vectors.len(), 100);
+    for (i, vector) in vectors.iter().enumerate() {
+        assert_eq!(
+            vector["values"][0].as_f64(),
+            Some(map_element_id(i)),
+            "element {i}"
+        );
+    }
+    let started = children(&db, &parent).await;
+    assert_eq!(started.len(), 100, "one child per element");
+    assert!(started.iter().all(|(_, status, _)| status == "COMPLETED"));
+    assert_eq!(
+        started.iter().map(|(_, _, item)| *item).collect::<Vec<_>>(),
+        (0..100).collect::<Vec<i32>>()
+    );
+    // Each child names its parent and the root of its tree.
+    let child = node.job(&started[0].0).await;
+    assert_eq!(child["parent_job_id"], parent.as_str());
+    assert_eq!(child["root_job_id"], parent.as_str());
+    assert_eq!(child["parent_step"], "each");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_child_fails_the_parents_step_naming_the_child() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        embed_rejects_id: Some(map_element_id(2) as i64),
+        ..Default::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "failing", 2)).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": child_workflow(&server.target()) }),
+    )
+    .await;
+    let parent = node
+        .submit(
+            &parent_workflow(&server.target(), 2),
+            json!({ "text": distinct_text(4) }),
+        )
+        .await;
+    let failed = node.wait_for_status(&parent, "FAILED", WAIT).await;
+    let started = children(&db, &parent).await;
+    let (bad, status, _) = started
+        .iter()
+        .find(|(_, _, item)| *item == 2)
+        .expect("element 2's child");
+    assert_eq!(status, "FAILED");
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("CHILD: step 'each': workflow 'embed-one' job ")
+            && error.contains(bad.as_str())
+            && error.contains("ended FAILED"),
+        "{error}"
+    );
+    node.stop().await;
+}
+
+/// `name`: one child step starting `child` with the input's text (no `forEach`).
+fn relay(name: &str, child: &str) -> Value {
+    workflow(
+        name,
+        vec![json!({ "name": "sub", "workflow": child, "rules": ["text = input.text"] })],
+        None,
+    )
+}
+
+#[tokio::test]
+async fn missing_unverifiable_and_self_starting_children_are_refused() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "refusals", 1)).await;
+    let refused = async |verb: &str, body: Value, needle: &str| {
+        let (status, answer) = node.call(verb, body).await;
+        assert_eq!(status, 400, "{verb}: {answer}");
+        assert!(answer.to_string().contains(needle), "{verb}: {answer}");
+    };
+
+    // No such child, at submission and when stored.
+    let parent = parent_workflow(&server.target(), 2);
+    refused(
+        "submit-workflow",
+        json!({ "workflow": parent.clone(), "input": { "text": "ab" } }),
+        "no stored workflow named 'embed-one'",
+    )
+    .await;
+    refused(
+        "put-workflow",
+        json!({ "workflow": parent.clone() }),
+        "no stored workflow named 'embed-one'",
+    )
+    .await;
+
+    // A child whose input type the parent's schema defines differently.
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": child_workflow(&server.target()) }),
+    )
+    .await;
+    let other_schema = workflow::schema::compile_proto_source(
+        "other.proto",
+        "syntax = \"proto3\"; package jobs.test;
+         message Text { string text = 1; }
+         message Tokens { repeated int64 ids = 1; string extra = 9; }
+         message Vector { repeated double values = 1; }
+         message Vectors { repeated Vector vectors = 1; string source_text = 2; }
+         service Tokenizer { rpc Tokenize(Text) returns (Tokens); }",
+    )
+    .unwrap();
+    let mut foreign = parent.clone();
+    foreign["schema"]["descriptorSetBase64"] = json!(base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        other_schema
+    ));
+    refused(
+        "submit-workflow",
+        json!({ "workflow": foreign, "input": { "text": "ab" } }),
+        "jobs.test.Tokens is defined differently",
+    )
+    .await;
+
+    // A workflow that starts itself: inline, stored, and through another.
+    let leaf = workflow(
+        "leaf",
+        vec![step(
+            "tokenize",
+            &server.target(),
+            "jobs.test.Tokenizer/Tokenize",
+            &["text = input.text"],
+        )],
+        None,
+    );
+    node.ok("put-workflow", json!({ "workflow": leaf })).await;
+    refused(
+        "submit-workflow",
+        json!({ "workflow": relay("selfish", "selfish"), "input": { "text": "x" } }),
+        "would start itself",
+    )
+    .await;
+    refused(
+        "put-workflow",
+        json!({ "workflow": relay("selfish", "selfish") }),
+        "would start itself",
+    )
+    .await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": relay("relay-a", "leaf") }),
+    )
+    .await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": relay("relay-b", "relay-a") }),
+    )
+    .await;
+    refused(
+        "put-workflow",
+        json!({ "workflow": relay("relay-a", "relay-b") }),
+        "relay-a -> relay-b -> relay-a",
+    )
+    .await;
+    // The good ones run: relay-b starts relay-a, which starts leaf.
+    let job = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflowName": "relay-b", "input": { "text": "ab" } }),
+        )
+        .await;
+    let job_id = job["jobId"].as_str().unwrap().to_owned();
+    let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(done["result"], json!({ "ids": [97, 98] }));
+    let grandchild: i64 = db
+        .connect()
+        .await
+        .query_one(
+            "SELECT count(*) FROM workflow_run WHERE root_job_id = $1::text::uuid AND parent_job_id <> root_job_id",
+            &[&job_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(grandchild, 1, "relay-a's own child, leaf");
+    node.stop().await;
+}
