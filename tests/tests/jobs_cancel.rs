@@ -190,7 +190,10 @@ async fn once_a_cancel_is_requested_no_settlement_but_cancelled_ends_the_claim()
             step: "review".into(),
             request: None,
             timeout: None,
+            kind: workflow::runner::WaitKind::External,
             others: Vec::new(),
+            waiting_on: json!([]),
+            children_seen: None,
         },
         Settlement::Completed {
             result: json!({}),
