@@ -151,6 +151,121 @@ async fn a_failing_child_fails_the_parents_step_naming_the_child() {
             && error.contains("ended FAILED"),
         "{error}"
     );
+    // Retrying the parent re-runs only the failed child: the others stay done, no
+    // new child is made, and the one call made is the failed child's.
+    let calls_before = server.stats.embed_calls();
+    let retried = node
+        .ok(
+            "retry-job",
+            json!({ "jobId": parent, "reason": "try the failed one again" }),
+        )
+        .await;
+    assert_eq!(retried["outcome"], "RETRIED", "{retried}");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let job = node.job(&parent).await;
+        let again = node.job(bad).await;
+        if job["status"] == "FAILED" && again["claims"].as_i64() == Some(2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the retry never ended: {job:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.stats.embed_calls(), calls_before + 1);
+    let after = children(&db, &parent).await;
+    assert_eq!(after.len(), started.len(), "no child made twice");
+    for (id, status, item) in &after {
+        let expected = if *item == 2 { "FAILED" } else { "COMPLETED" };
+        assert_eq!(status, expected, "child {id} (element {item})");
+    }
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_a_parent_cancels_its_live_descendants_grandchildren_included() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "cascade", 2)).await;
+    let server = FixtureServer::start().await;
+    // leaf sleeps an hour: the tree stays live until the cancel.
+    let mut leaf = workflow(
+        "leaf",
+        vec![json!({ "name": "nap", "sleep": { "forMs": 3_600_000 } })],
+        None,
+    );
+    leaf["output"] = json!({ "type": "jobs.test.Tokens" });
+    let _ = server;
+    node.ok("put-workflow", json!({ "workflow": leaf })).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": relay("relay-a", "leaf") }),
+    )
+    .await;
+    let root = node
+        .submit(&relay("relay-b", "relay-a"), json!({ "text": "x" }))
+        .await;
+    let grandchild = async || -> Option<String> {
+        let client = db.connect().await;
+        client
+            .query_opt(
+                "SELECT job_id::text FROM workflow_run WHERE root_job_id = $1::text::uuid AND parent_job_id <> root_job_id AND waits IS NOT NULL",
+                &[&root],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get(0))
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let sleeper = loop {
+        if let Some(id) = grandchild().await {
+            break id;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the grandchild never slept"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let cancelled = node
+        .ok(
+            "cancel-job",
+            json!({ "jobId": root, "reason": "not needed" }),
+        )
+        .await;
+    assert_eq!(cancelled["outcome"], "CANCELLED", "{cancelled}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let statuses: Vec<String> = db
+            .connect()
+            .await
+            .query(
+                "SELECT status FROM workflow_run WHERE root_job_id = $1::text::uuid",
+                &[&root],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if statuses.len() == 2 && statuses.iter().all(|s| s == "CANCELLED") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "descendants still live 5 s after the cancel: {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reason = node.job(&sleeper).await["cancel_reason"].clone();
+    assert!(
+        reason
+            .as_str()
+            .unwrap()
+            .contains("was cancelled: not needed"),
+        "{reason}"
+    );
     node.stop().await;
 }
 

@@ -32,6 +32,14 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .cancel_job(job_id, reason)
         .await
         .map_err(store_error)?;
+    if matches!(&outcome, ByJob::Decided(decided) if told(decided).0) {
+        // Its live descendants end with it (a job without children has none).
+        state
+            .store
+            .cancel_descendants(job_id, reason)
+            .await
+            .map_err(store_error)?;
+    }
     Ok(match outcome {
         ByJob::Decided(outcome) => {
             let (ok, name, status) = told(&outcome);

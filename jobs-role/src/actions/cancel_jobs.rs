@@ -40,6 +40,25 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .store
         .cancel_jobs(&job_ids, request.str("reason"), named.recheck())
         .await;
+    // The live descendants of the jobs it stopped end with them.
+    let stopped: Vec<uuid::Uuid> = acted
+        .outcomes
+        .iter()
+        .filter(|(_, outcome)| matches!(outcome, crate::store::ByJob::Decided(d) if told(d).0))
+        .map(|(job_id, _)| *job_id)
+        .collect();
+    for parent in state
+        .store
+        .parents_among(&stopped)
+        .await
+        .map_err(store_error)?
+    {
+        state
+            .store
+            .cancel_descendants(parent, request.str("reason"))
+            .await
+            .map_err(store_error)?;
+    }
     let on_resend =
         "Sending the same call again is safe: jobs already cancelled answer ALREADY_CANCELLED";
     answer(

@@ -97,6 +97,42 @@ impl Store {
         Ok((rows, count))
     }
 
+    /// Cancels the live descendants of `job` (children, grandchildren, ...), each as
+    /// `cancel-job` would (QUEUED and WAITING ones at once, RUNNING ones by their
+    /// workers), deepest first, with `reason`; answers how many it changed. A
+    /// descendant started meanwhile is not: a cancelled (or cancel-requested) parent
+    /// starts no child.
+    pub async fn cancel_descendants(&self, job: Uuid, reason: &str) -> Result<usize, StoreError> {
+        let descendants = self.live_descendants(job).await?;
+        if descendants.is_empty() {
+            return Ok(0);
+        }
+        let reason = format!("its parent job {job} was cancelled: {reason}");
+        let reason: String = reason.chars().take(500).collect();
+        let acted = self
+            .cancel_jobs(&descendants, &reason, super::Recheck::default())
+            .await;
+        if let Some(error) = acted.interrupted {
+            return Err(error);
+        }
+        Ok(acted
+            .outcomes
+            .iter()
+            .filter(|(_, outcome)| matches!(outcome, super::ByJob::Decided(o) if o.changed()))
+            .count())
+    }
+
+    /// Of `jobs`, the ones with children (of any status).
+    pub async fn parents_among(&self, jobs: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
+        let client = self.shared().await?;
+        Ok(client
+            .query(sql::PARENTS_AMONG, &[&jobs])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect())
+    }
+
     /// The live descendants of `job` (children, grandchildren, ...), deepest first.
     pub async fn live_descendants(&self, job: Uuid) -> Result<Vec<Uuid>, StoreError> {
         let client = self.shared().await?;

@@ -132,7 +132,43 @@ impl Act for RetryAct {
         if let Some(dropped) = &dropped {
             tx.execute(sql::DROP_ITEMS, &[&ids, dropped]).await?;
         }
+        // A retried parent re-runs only the children that did not complete: their
+        // slots are forgotten and they are re-queued too (from their checkpoints).
+        let children: Vec<(Uuid, JobStatus, String)> = tx
+            .query(sql::FORGET_FAILED_CHILDREN, &[&ids])
+            .await?
+            .iter()
+            .map(|row| {
+                let status: JobStatus = row.get::<_, String>("status").parse()?;
+                Ok((row.get("job_id"), status, row.get("workflow_name")))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        if !children.is_empty() {
+            let child_ids: Vec<Uuid> = children.iter().map(|(id, _, _)| *id).collect();
+            let none: Option<Vec<&str>> = None;
+            let no_positions: Option<Vec<i32>> = None;
+            tx.execute(
+                sql::RETRY_JOBS,
+                &[&child_ids, &self.max_attempts, &none, &no_positions],
+            )
+            .await?;
+        }
         let mut events = EventBatch::default();
+        for (job_id, was, name) in &children {
+            events.push(&EventFacts {
+                job_id: *job_id,
+                workflow_name: name,
+                kind: Type::Retried,
+                step: None,
+                attempt: 0,
+                verdict: None,
+                error: None,
+                status: JobStatus::Queued,
+                detail: &[("from", was.as_str()), ("reason", "its parent was retried")],
+                data: None,
+                waiting_on: None,
+            })?;
+        }
         for (job_id, was, name) in &retried {
             let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];
             if let Some((step, _)) = &self.from_step {

@@ -40,3 +40,17 @@ WITH RECURSIVE tree(job_id, depth) AS (
 SELECT w.job_id FROM tree JOIN workflow_run w USING (job_id)
  WHERE w.status IN ('QUEUED', 'RUNNING', 'WAITING')
  ORDER BY tree.depth DESC, w.job_id";
+
+/// Of the jobs `$1`, those with children.
+pub const PARENTS_AMONG: &str =
+    "SELECT DISTINCT parent_job_id FROM workflow_run WHERE parent_job_id = ANY($1)";
+
+/// Forgets, for the parents `$1` an operator retries, the slots their children did
+/// not complete (so the parents wait on them again), answering those children (which
+/// the retry re-queues as well: a retried parent re-runs only its failed children).
+pub const FORGET_FAILED_CHILDREN: &str = "\
+DELETE FROM workflow_run_items i USING workflow_run c
+ WHERE i.job_id = ANY($1) AND i.error IS NOT NULL
+   AND c.parent_job_id = i.job_id AND c.parent_step = i.step AND c.parent_item = i.item
+   AND c.status IN ('FAILED', 'DEAD', 'CANCELLED')
+RETURNING c.job_id, c.workflow_name, c.status";
