@@ -48,6 +48,7 @@ const MODULES: &[(&str, &str)] = modules![
     "job.js",
     "map-items.js",
     "sse.js",
+    "tree.js",
     "workflows.js",
 ];
 

@@ -221,3 +221,55 @@ async fn a_job_waiting_for_an_event_shows_its_key_and_a_send_event_form() {
     browser.stop().await;
     node.stop().await;
 }
+
+/// A parent's page lists its children with links and statuses; a child's page links
+/// back to its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parents_page_lists_its_children_and_a_child_links_back() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "tree-node", 2)).await;
+    let base = serve(node.router.clone()).await;
+    let leaf = workflow::testkit::workflow(
+        "leaf",
+        vec![workflow::testkit::step(
+            "tokenize",
+            &server.target(),
+            "jobs.test.Tokenizer/Tokenize",
+            &["text = input.text"],
+        )],
+        None,
+    );
+    node.ok("put-workflow", json!({ "workflow": leaf })).await;
+    let parent = workflow::testkit::workflow(
+        "tree",
+        vec![
+            workflow::testkit::step(
+                "a",
+                &server.target(),
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({ "name": "each", "workflow": "leaf", "forEach": "a.ids",
+                    "rules": ["text = input.text"] }),
+        ],
+        Some(json!({ "type": "jobs.test.Vectors" })),
+    );
+    let job_id = node.submit(&parent, json!({ "text": "abc" })).await;
+    node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&format!("{base}/console#/jobs/{job_id}"))
+        .await
+        .unwrap();
+    element(&page, "#job-children li[data-status=\"COMPLETED\"]").await;
+    assert_eq!(count(&page, "#job-children li").await, 3);
+    screenshot(&page, "job-tree").await;
+    click(&page, "#job-children li a").await;
+    wait_for_text(&page, "#job-parent a", "the link back to the parent", |t| {
+        job_id.starts_with(t.trim_end_matches('…'))
+    })
+    .await;
+    browser.stop().await;
+    node.stop().await;
+}

@@ -109,6 +109,22 @@ async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
         started.iter().map(|(_, _, item)| *item).collect::<Vec<_>>(),
         (0..100).collect::<Vec<i32>>()
     );
+    // get-job lists the children; list-jobs pages them.
+    let seen = node.ok("get-job", json!({ "jobId": parent })).await;
+    assert_eq!(seen["job"]["childCount"], 100);
+    assert_eq!(seen["job"]["children"][3]["item"], 3);
+    assert_eq!(seen["job"]["children"][3]["status"], "COMPLETED");
+    let page = node
+        .ok(
+            "list-jobs",
+            json!({ "parentJobId": parent, "limit": 30, "offset": 90 }),
+        )
+        .await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 10);
+    let (status, refused) = node
+        .call("list-jobs", json!({ "parentJobId": "not-a-job" }))
+        .await;
+    assert_eq!(status, 400, "{refused}");
     // Each child names its parent and the root of its tree.
     let child = node.job(&started[0].0).await;
     assert_eq!(child["parent_job_id"], parent.as_str());

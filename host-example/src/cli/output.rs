@@ -79,6 +79,26 @@ impl Output {
                 say!("{label:<9} {}", printable(value));
             }
         }
+        if let Some(parent) = job["parentJobId"].as_str() {
+            say!(
+                "parent    {} (its step {})",
+                printable(parent),
+                printable(job["parentStep"].as_str().unwrap_or_default())
+            );
+        }
+        if let Some(count) = job["childCount"].as_i64() {
+            say!("children  {count}");
+            for child in job["children"].as_array().into_iter().flatten() {
+                let text = |key: &str| printable(child[key].as_str().unwrap_or_default());
+                say!(
+                    "  {} {} step {} #{}",
+                    text("jobId"),
+                    self.status(&text("status")),
+                    text("step"),
+                    child["item"]
+                );
+            }
+        }
         if let Some(until) = job["sleepingUntil"].as_str() {
             say!("sleeping  until {}", printable(until));
         }

@@ -29,8 +29,9 @@ import { createGeneratedForm, loadFormSpec, violationList } from './forms.js';
 import { parseDefinition, withoutDescriptorBlob } from './definition.js';
 import { drawGraph } from './graph.js';
 import { updateMapItems } from './map-items.js';
+import { drawJobTree } from './tree.js';
 
-const BIG_JOB_KEYS = new Set(['workflowDefinition', 'input', 'checkpoints', 'result', 'events', 'steps', 'waits']);
+const BIG_JOB_KEYS = new Set(['workflowDefinition', 'input', 'checkpoints', 'result', 'events', 'steps', 'waits', 'children']);
 const CANCELLABLE = new Set(['QUEUED', 'RUNNING', 'WAITING']);
 const RETRYABLE = new Set(['DEAD', 'FAILED', 'CANCELLED']);
 
@@ -80,6 +81,7 @@ export function renderJobView(main, params) {
   const timeline = el('ol', { id: 'timeline', class: 'timeline' });
   const graphBox = el('div', { id: 'job-graph', class: 'graph-scroll' });
   const mapItemsBox = el('div', { id: 'map-items', class: 'map-items' });
+  const treeBox = el('section', { id: 'job-tree', 'aria-labelledby': 'tree-heading', hidden: true });
   const inputPre = el('pre', { id: 'job-input', class: 'json' });
   const resultPre = el('pre', { id: 'job-result', class: 'json' });
   const columns = el('dl', { id: 'job-columns', class: 'columns' });
@@ -94,6 +96,7 @@ export function renderJobView(main, params) {
     // and every column after it.
     reviewSlot,
     el('section', { 'aria-labelledby': 'graph-heading' }, el('h2', { id: 'graph-heading', text: 'Steps' }), graphBox, mapItemsBox),
+    treeBox,
     el('section', { 'aria-labelledby': 'timeline-heading' }, el('h2', { id: 'timeline-heading', text: 'Timeline' }), timeline),
     el('section', { 'aria-labelledby': 'events-heading' }, el('h2', { id: 'events-heading', text: 'Events' }), streamState, eventsList),
     actions,
@@ -139,6 +142,7 @@ export function renderJobView(main, params) {
       job.outstandingStep ? ' · waiting on step ' + String(job.outstandingStep) : '');
     drawColumns(job);
     drawJobGraph(job);
+    drawJobTree(treeBox, job);
     drawTimeline(job, steps);
     inputPre.textContent = prettyJson(job.input);
     resultPre.textContent = job.result === null || job.result === undefined ? '—' : prettyJson(job.result);

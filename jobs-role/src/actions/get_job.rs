@@ -66,6 +66,22 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     if let Some(steps) = steps {
         job["steps"] = steps;
     }
+    // Its children, from the index on parents (none for most jobs).
+    let (children, count) = state
+        .store
+        .children_of(job_id, 100, 0)
+        .await
+        .map_err(store_error)?;
+    if count > 0 {
+        job["childCount"] = json!(count);
+        job["children"] = children
+            .into_iter()
+            .map(|c| {
+                json!({ "jobId": c.job_id.to_string(), "workflowName": c.workflow_name,
+                        "status": c.status, "step": c.step, "item": c.item })
+            })
+            .collect();
+    }
     job["events"] = Value::Array(events);
     Ok(json!({ "ok": true, "job": job }))
 }

@@ -63,6 +63,13 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             })?),
         },
         oldest_first: request.get("oldestFirst").and_then(Value::as_bool) == Some(true),
+        parent_job_id: match request.str("parentJobId") {
+            "" => None,
+            id => Some(
+                Uuid::parse_str(id)
+                    .map_err(|e| ActionError::invalid(format!("parentJobId: {e}")))?,
+            ),
+        },
         after: request.message_json("after").and_then(|after| {
             // The rules checked both: a timestamp, and a UUID.
             let created_at = after["createdAt"].as_str()?.to_owned();

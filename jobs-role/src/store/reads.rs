@@ -29,6 +29,8 @@ pub struct JobFilter {
     /// Keyset paging: the page starts after the job created at this instant (RFC
     /// 3339) with this id, in the list's order.
     pub after: Option<(String, Uuid)>,
+    /// Only the children of this job.
+    pub parent_job_id: Option<Uuid>,
 }
 
 impl JobFilter {
@@ -136,6 +138,7 @@ impl Store {
                     &high,
                     &after_time,
                     &after_id,
+                    &filter.parent_job_id,
                 ],
             )
             .await?;

@@ -608,7 +608,8 @@ pub const GET_JOB_WITHOUT_DEFINITION: &str = concat!(
 /// NULL, `$7` the step a job is parked on or NULL, `$8` priority or NULL, `$9` and
 /// `$10` the lowest and highest job id (a prefix of ids, as a primary-key range) or
 /// NULL, `$11` and `$12` the creation time (RFC 3339 text) and id of the job the page
-/// starts after (keyset paging), or NULL.
+/// starts after (keyset paging), or NULL, `$13` the parent (only its children) or
+/// NULL.
 macro_rules! list_jobs {
     ($order:literal, $after:literal) => {
         concat!(
@@ -626,6 +627,7 @@ SELECT json_build_object(
    AND ($7::text IS NULL OR outstanding_step = $7 OR $7 = ANY(outstanding_steps))
    AND ($8::smallint IS NULL OR priority = $8)
    AND ($9::uuid IS NULL OR job_id BETWEEN $9 AND $10)
+   AND ($13::uuid IS NULL OR parent_job_id = $13)
    AND ($11::text IS NULL OR (created_at, job_id) ",
             $after,
             " ($11::text::timestamptz, $12::uuid))
