@@ -23,13 +23,15 @@ CREATE INDEX workflow_run_waiting_event_keys ON workflow_run
 
 -- Events sent with send-event (or on the signals topic), kept for the longest
 -- lookback a step may ask (7 days) so a job that parks on a key after its event was
--- sent still gets it. `event_id` makes sending idempotent: a second send of one id
--- is recognised and resumes nothing.
+-- sent still gets it. `event_id` makes sending idempotent on its key: a second send
+-- of one id on one key is recognised and resumes nothing. `received_at` is the time
+-- the send held the key's lock (clock_timestamp(), not the transaction's start).
 CREATE TABLE workflow_events_received (
-    event_id    text PRIMARY KEY CHECK (length(event_id) BETWEEN 1 AND 200),
     event_key   text NOT NULL CHECK (length(event_key) BETWEEN 1 AND 1000),
+    event_id    text NOT NULL CHECK (length(event_id) BETWEEN 1 AND 400),
     payload     jsonb NOT NULL,
-    received_at timestamptz NOT NULL DEFAULT now()
+    received_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (event_key, event_id)
 );
 CREATE INDEX workflow_events_received_by_key ON workflow_events_received (event_key, received_at);
 CREATE INDEX workflow_events_received_by_age ON workflow_events_received (received_at);

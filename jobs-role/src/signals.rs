@@ -15,6 +15,21 @@ use workflow::{Checkpoint, Completion};
 use crate::compiled::CompiledCache;
 use crate::store::Offer;
 
+/// The largest event payload, in bytes of compact JSON: a kept event is a row, and
+/// every job waiting on its key copies it into a checkpoint.
+pub const MAX_EVENT_PAYLOAD_BYTES: usize = 1024 * 1024;
+
+/// Why `payload` cannot be sent (too large), or `Ok`.
+pub fn check_payload(payload: &Value) -> Result<(), String> {
+    let bytes = serde_json::to_vec(payload).map_or(usize::MAX, |b| b.len());
+    if bytes > MAX_EVENT_PAYLOAD_BYTES {
+        return Err(format!(
+            "{bytes} bytes of JSON is more than the {MAX_EVENT_PAYLOAD_BYTES} an event may carry: send a reference to the data instead"
+        ));
+    }
+    Ok(())
+}
+
 /// The checkpoint that event `event_id` with `payload` makes of step `step` of the
 /// job whose snapshot is `definition`, or why it makes none (the snapshot no longer
 /// compiles, the step is not an event step, the payload is not its type or breaks

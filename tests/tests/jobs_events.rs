@@ -278,3 +278,118 @@ async fn an_event_step_may_bound_its_wait() {
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn two_steps_waiting_on_one_key_both_take_one_send_and_a_kept_event() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "twins", 2)).await;
+    let wait = |name: &str| {
+        json!({ "name": name, "after": [], "completion": "event",
+                "eventKey": "'twin-' + input.text", "outputType": "jobs.test.Review" })
+    };
+    let mut last = tokenize(&server.target());
+    last["after"] = json!(["left", "right"]);
+    let envelope = workflow("twins", vec![wait("left"), wait("right"), last], None);
+    // Sent while both wait.
+    let live = node.submit(&envelope, json!({ "text": "a" })).await;
+    node.wait_for_status(&live, "WAITING", WAIT).await;
+    let sent = node
+        .ok(
+            "send-event",
+            json!({ "key": "twin-a", "payload": { "notes": "both", "score": 1 } }),
+        )
+        .await;
+    assert_eq!(sent["resumed"].as_array().unwrap().len(), 2, "{sent}");
+    node.wait_for_status(&live, "COMPLETED", WAIT).await;
+    // Sent before either parks: both take it when the job parks.
+    node.ok(
+        "send-event",
+        json!({ "key": "twin-b", "payload": { "notes": "early", "score": 1 } }),
+    )
+    .await;
+    let early = node.submit(&envelope, json!({ "text": "b" })).await;
+    let done = node.wait_for_status(&early, "COMPLETED", WAIT).await;
+    let names: Vec<&str> = done["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["eventId"].is_string())
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{done:#}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_id_is_idempotent_per_key_a_key_no_sender_can_name_fails_and_payloads_are_bounded()
+{
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "bounds", 1)).await;
+    for key in ["k1", "k2"] {
+        let sent = node
+            .ok(
+                "send-event",
+                json!({ "key": key, "eventId": "same", "payload": { "score": 0 } }),
+            )
+            .await;
+        assert_eq!(sent["duplicate"], false, "{key}: {sent}");
+    }
+    assert_eq!(kept_events(&db).await, 2);
+    let (status, refused) = node
+        .call(
+            "send-event",
+            json!({ "key": "k3", "payload": { "notes": "x".repeat(1_100_000) } }),
+        )
+        .await;
+    assert_eq!(status, 400, "payload too large");
+    assert!(refused["message"].as_str().unwrap().contains("payload:"));
+    // An input that makes the key empty fails the step when it parks.
+    let mut empty_key = paid_workflow(&server.target(), json!({}));
+    empty_key["steps"][1]["eventKey"] = json!("input.text");
+    let job = node.submit(&empty_key, json!({ "text": "" })).await;
+    let failed = node.wait_for_status(&job, "FAILED", WAIT).await;
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("a key is 1 to 1000 characters"),
+        "{failed:#}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_sweeper_requeues_a_parked_job_that_missed_a_kept_event() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "missed", 1)).await;
+    let job_id = node
+        .submit(
+            &paid_workflow(&server.target(), json!({})),
+            json!({ "text": "m" }),
+        )
+        .await;
+    node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    // An event kept while the job's catch-up could not run (as if its node died after
+    // the park), and the park a while ago.
+    let client = db.connect().await;
+    client
+        .execute(
+            "INSERT INTO workflow_events_received (event_id, event_key, payload) VALUES ('lost', 'order-m', '{\"notes\": \"late\", \"score\": 2}')",
+            &[],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE job_id = $1::text::uuid",
+            &[&job_id],
+        )
+        .await
+        .unwrap();
+    let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(done["checkpoints"][1]["eventId"], "lost");
+    node.stop().await;
+}

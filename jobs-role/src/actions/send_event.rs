@@ -6,8 +6,10 @@
 //! WAITING on them); otherwise that job is refused, with why, and the others still
 //! resume. The event is kept for the steps that park on `key` later, within their
 //! `eventLookbackMs` (at most [`MAX_SIGNALS_PER_KEY`] per key, 7 days). `eventId`
-//! makes sending idempotent: an id sent before answers `duplicate: true` and
-//! resumes nothing; without one the node makes one up and answers it.
+//! makes sending idempotent on its key: an id sent before on the key answers
+//! `duplicate: true` and resumes nothing (as long as the event is kept); without one
+//! the node makes one up and answers it. A payload is at most
+//! [`crate::signals::MAX_EVENT_PAYLOAD_BYTES`] of JSON.
 //!
 //! ```json
 //! {"ok": true, "eventId": "…", "duplicate": false,
@@ -26,7 +28,7 @@ use crate::store::MAX_SIGNALS_PER_KEY;
 use crate::store::nul_path;
 
 /// The longest event key, in characters (the column's bound).
-pub const MAX_KEY_CHARS: usize = 1000;
+pub const MAX_KEY_CHARS: usize = workflow::runner::MAX_EVENT_KEY_CHARS;
 /// The longest event id, in characters.
 pub const MAX_EVENT_ID_CHARS: usize = 200;
 
@@ -43,6 +45,8 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             "payload: required, a JSON object: the event, in proto3 JSON of the waiting steps' outputType",
         ));
     };
+    crate::signals::check_payload(&payload)
+        .map_err(|e| ActionError::invalid(format!("payload: {e}")))?;
     if let Some(path) = nul_path(&payload, "payload") {
         return Err(ActionError::invalid(format!(
             "{path}: holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it"

@@ -82,8 +82,9 @@ pub struct RequestConsumer {
 /// What a consumer does with its records: requests become jobs, events from the
 /// signals topic answer the jobs waiting on their key.
 enum Handler {
-    Requests(RequestHandler),
-    Signals(SignalHandler),
+    /// Both boxed: one consumer holds one handler for its life.
+    Requests(Box<RequestHandler>),
+    Signals(Box<SignalHandler>),
 }
 
 impl Handler {
@@ -117,7 +118,7 @@ impl RequestConsumer {
         bootstrap: &str,
         submitter: Submitter,
     ) -> Result<RequestConsumer, LaneError> {
-        let handler = Handler::Requests(RequestHandler::new(submitter));
+        let handler = Handler::Requests(Box::new(RequestHandler::new(submitter)));
         let (topic, group) = (&config.requests_topic, &config.consumer_group);
         Self::reading(config, bootstrap, topic, group, handler)
     }
@@ -131,7 +132,13 @@ impl RequestConsumer {
         handler: SignalHandler,
     ) -> Result<RequestConsumer, LaneError> {
         let group = format!("{}-signals", config.consumer_group);
-        Self::reading(config, bootstrap, topic, &group, Handler::Signals(handler))
+        Self::reading(
+            config,
+            bootstrap,
+            topic,
+            &group,
+            Handler::Signals(Box::new(handler)),
+        )
     }
 
     fn reading(

@@ -40,6 +40,9 @@ impl SignalHandler {
             Ok(read) => read,
             Err(refusal) => return dead_letter(&self.store, record, refusal).await,
         };
+        if let Err(too_large) = crate::signals::check_payload(&payload) {
+            return dead_letter(&self.store, record, format!("payload: {too_large}")).await;
+        }
         if let Some(path) = nul_path(&payload, "payload") {
             let error =
                 format!("{path}: holds a NUL character (\\u0000), which PostgreSQL cannot store");

@@ -197,8 +197,8 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
                     to,
                 )
             }],
-            // Claimable at once when the sleep has already ended.
-            wake: true,
+            // Claimable at its wake time: nothing for an idle worker now.
+            wake: false,
         },
         Settlement::Failed { error, verdict } => Part {
             statement: sql::SETTLE_FAILED,

@@ -59,7 +59,7 @@ impl Store {
     ) -> Result<ParkedCompletion, StoreError> {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
-        let decided = answer_parked_step(&tx, job_id, step_name, answer, workflow).await?;
+        let decided = answer_parked_step(&tx, job_id, step_name, answer, workflow, false).await?;
         if matches!(decided, ParkedCompletion::Completed { .. }) {
             tx.commit().await?;
         }
@@ -69,13 +69,15 @@ impl Store {
 
 /// [`Store::complete_parked_step`] inside `tx` (the row locked there, kept until
 /// `tx` ends; nothing is written unless it answers `Completed`): `send-event`
-/// answers many jobs in one transaction.
+/// answers many jobs in one transaction. With `hold` an accepted answer keeps the job
+/// WAITING on its other steps (another answer in the same transaction follows).
 pub(super) async fn answer_parked_step(
     tx: &Transaction<'_>,
     job_id: Uuid,
     step_name: &str,
     answer: &ParkedAnswer,
     workflow: &workflow::CompiledWorkflow,
+    hold: bool,
 ) -> Result<ParkedCompletion, StoreError> {
     let Some(row) = tx.query_opt(sql::LOCK_JOB, &[&job_id]).await? else {
         return Ok(ParkedCompletion::NotFound);
@@ -112,9 +114,10 @@ pub(super) async fn answer_parked_step(
     // for can start with it done (its gate decided by the worker).
     let done = |name: &str| name == step_name || has_checkpoint(&checkpoints, name);
     let resumes = still_waiting.is_empty()
-        || workflow
-            .ready_steps(&done)
-            .any(|step| !still_waiting.contains(&step.name));
+        || (!hold
+            && workflow
+                .ready_steps(&done)
+                .any(|step| !still_waiting.contains(&step.name)));
     let workflow_name: String = row.get("workflow_name");
     let attempt: i32 = row.get("attempt");
     // The answered step's STEP_CHECKPOINT event, the job `status` after it.

@@ -2,11 +2,13 @@
 //! them from the outbox's events: a send answers every job waiting on its key, and a
 //! job that parks on a key takes the events sent before within its step's lookback.
 //!
-//! Both take the key's advisory lock before any job row ([`sql::LOCK_EVENT_KEY`]),
+//! Both take the key's advisory lock before any job row ([`sql::LOCK_EVENT_KEYS`]),
 //! so a send and a park on the same key are ordered: the send either finds the job
 //! WAITING, or the job's catch-up, run after its park committed, finds the kept
-//! event. Each job takes an event once: the checkpoint it answers carries the
-//! event's id (`eventId`), and a catch-up skips the ids a job's checkpoints name.
+//! event; the sweeper requeues a parked job that still missed one (its node died
+//! before the catch-up). Each step takes an event once: the checkpoint it answers
+//! carries the event's id (`eventId`), and both skip the ids a step's checkpoint
+//! names. A step's lookback counts back from when it first parked (`sinceMs`).
 
 use std::sync::Arc;
 
@@ -15,6 +17,12 @@ use super::*;
 
 /// Most kept events of one key: a send past it drops the oldest.
 pub const MAX_SIGNALS_PER_KEY: i64 = 1000;
+
+/// How long a job has been parked before the sweeper looks for an event it missed
+/// (its own catch-up runs right after the park).
+const MISSED_SIGNAL_PARK_AGE_MS: i64 = 5_000;
+/// How far back the sweeper looks for events a parked job missed.
+const MISSED_SIGNAL_WINDOW_MS: i64 = 120_000;
 
 /// What offering an event to one step of one job decided: the checkpoint that
 /// answers it (its workflow, to tell whether the job can run on), or why the event
@@ -36,31 +44,49 @@ pub struct SignalOutcome {
     pub refused: Vec<(Uuid, String, String)>,
 }
 
-/// The steps of a job's `waits` that wait for an event, with their key and lookback
-/// in milliseconds.
-fn event_waits(waits: Option<&Value>) -> Vec<(String, String, i64)> {
+/// An event wait of a job's `waits`: its step, key, lookback and when the step
+/// first parked (milliseconds since the epoch).
+struct EventWait {
+    step: String,
+    key: String,
+    lookback_ms: i64,
+    since_ms: i64,
+}
+
+/// The steps of a job's `waits` that wait for an event.
+fn event_waits(waits: Option<&Value>) -> Vec<EventWait> {
     waits
         .and_then(Value::as_array)
         .map(|all| {
             all.iter()
                 .filter(|w| w["kind"] == "event")
                 .filter_map(|w| {
-                    Some((
-                        w["step"].as_str()?.to_owned(),
-                        w["key"].as_str()?.to_owned(),
-                        w["lookbackMs"].as_i64().unwrap_or(0),
-                    ))
+                    Some(EventWait {
+                        step: w["step"].as_str()?.to_owned(),
+                        key: w["key"].as_str()?.to_owned(),
+                        lookback_ms: w["lookbackMs"].as_i64().unwrap_or(0),
+                        since_ms: w["sinceMs"].as_i64().unwrap_or(0),
+                    })
                 })
                 .collect()
         })
         .unwrap_or_default()
 }
 
+/// True when step `step`'s checkpoint among `checkpoints` names event `event_id`.
+fn took(checkpoints: &Value, step: &str, event_id: &str) -> bool {
+    checkpoints.as_array().is_some_and(|all| {
+        all.iter()
+            .any(|c| c["name"] == step && c["eventId"] == event_id)
+    })
+}
+
 impl Store {
     /// Sends an event: keeps it (for the jobs that park on its key later) and offers
     /// it to every step of every job WAITING on `key` (`offer` decides, from the
-    /// job's snapshot, the step and the payload), answering each in one transaction.
-    /// An `event_id` sent before answers `duplicate` and changes nothing.
+    /// job's snapshot, the step and the payload), answering each in one transaction;
+    /// a job with two steps waiting on the key takes it at both before it resumes.
+    /// An `event_id` sent before on `key` answers `duplicate` and changes nothing.
     pub async fn send_signal(
         &self,
         key: &str,
@@ -70,7 +96,8 @@ impl Store {
     ) -> Result<SignalOutcome, StoreError> {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
-        tx.execute(sql::LOCK_EVENT_KEY, &[&key]).await?;
+        tx.batch_execute(sql::SIGNAL_SETTINGS).await?;
+        tx.execute(sql::LOCK_EVENT_KEYS, &[&vec![key]]).await?;
         if tx
             .query_opt(sql::KEEP_SIGNAL, &[&event_id, &key, payload])
             .await?
@@ -88,37 +115,31 @@ impl Store {
             let job_id: Uuid = row.get("job_id");
             let definition: Value = row.get("workflow_definition");
             let waits: Option<Value> = row.get("waits");
-            for (step, _, _) in event_waits(waits.as_ref())
+            let checkpoints: Value = row.get("checkpoints");
+            let mut accepted = Vec::new();
+            for wait in event_waits(waits.as_ref())
                 .into_iter()
-                .filter(|(_, waited, _)| waited == key)
+                .filter(|w| w.key == key)
             {
-                match offer(definition.clone(), step.clone()).await {
-                    Ok((checkpoint, workflow)) => {
-                        let answer = ParkedAnswer::Accept { checkpoint };
-                        match answer_parked_step(&tx, job_id, &step, &answer, &workflow).await? {
-                            ParkedCompletion::Completed { status } => {
-                                outcome.resumed.push((job_id, step, status));
-                            }
-                            other => outcome.refused.push((
-                                job_id,
-                                step,
-                                format!("the job no longer waits on this step ({other:?})"),
-                            )),
-                        }
-                    }
-                    Err(reason) => outcome.refused.push((job_id, step, reason)),
+                if took(&checkpoints, &wait.step, event_id) {
+                    continue;
+                }
+                match offer(definition.clone(), wait.step.clone()).await {
+                    Ok(answer) => accepted.push((wait.step, answer)),
+                    Err(reason) => outcome.refused.push((job_id, wait.step, reason)),
                 }
             }
+            answer_all(&tx, job_id, accepted, &mut outcome).await?;
         }
         tx.commit().await?;
         Ok(outcome)
     }
 
     /// Offers a job that just parked on event steps the events kept for their keys
-    /// within each step's lookback that it has not taken, oldest first: the first
-    /// each step accepts (`offer` decides, from the snapshot, the step, the payload
-    /// and the event's id) answers it. Answers the steps answered, with the job's
-    /// status after. A job no longer WAITING is left alone.
+    /// since each step first parked less its lookback, that the step has not taken,
+    /// oldest first: the first each step accepts (`offer` decides, from the snapshot,
+    /// the step, the payload and the event's id) answers it. Answers the steps
+    /// answered, with the job's status after. A job no longer WAITING is left alone.
     pub async fn take_kept_signals(
         &self,
         job_id: Uuid,
@@ -126,56 +147,77 @@ impl Store {
     ) -> Result<Vec<(String, JobStatus)>, StoreError> {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
+        tx.batch_execute(sql::SIGNAL_SETTINGS).await?;
         let Some(row) = tx.query_opt(sql::JOB_WAITS, &[&job_id]).await? else {
             return Ok(Vec::new());
         };
         let waits: Option<Value> = row.get("waits");
         let definition: Value = row.get("workflow_definition");
-        let mut keys: Vec<String> = event_waits(waits.as_ref())
+        let keys: Vec<String> = event_waits(waits.as_ref())
             .into_iter()
-            .map(|(_, key, _)| key)
+            .map(|w| w.key)
             .collect();
-        keys.sort();
-        keys.dedup();
         if keys.is_empty() || row.get::<_, &str>("status") != JobStatus::Waiting.as_str() {
             return Ok(Vec::new());
         }
-        // The keys' locks first, in order, then the row (as a send takes them).
-        for key in &keys {
-            tx.execute(sql::LOCK_EVENT_KEY, &[key]).await?;
-        }
+        // The keys' locks first, then the row (as a send takes them).
+        tx.execute(sql::LOCK_EVENT_KEYS, &[&keys]).await?;
         let Some(row) = tx.query_opt(sql::LOCK_JOB, &[&job_id]).await? else {
             return Ok(Vec::new());
         };
         let waits: Option<Value> = row.get("waits");
-        let mut answered = Vec::new();
-        for (step, key, lookback_ms) in event_waits(waits.as_ref()) {
-            if !keys.contains(&key) {
+        let mut accepted = Vec::new();
+        for wait in event_waits(waits.as_ref()) {
+            if !keys.contains(&wait.key) {
                 // Parked again on another key meanwhile: its own catch-up takes it.
                 continue;
             }
+            let since = wait.since_ms.saturating_sub(wait.lookback_ms);
             let kept = tx
-                .query(sql::KEPT_SIGNALS_FOR_JOB, &[&key, &lookback_ms, &job_id])
+                .query(
+                    sql::KEPT_SIGNALS_FOR_JOB,
+                    &[&wait.key, &since, &job_id, &wait.step],
+                )
                 .await?;
             for event in kept {
                 let (event_id, payload): (String, Value) =
                     (event.get("event_id"), event.get("payload"));
-                let Ok((checkpoint, workflow)) =
-                    offer(definition.clone(), step.clone(), payload, event_id).await
-                else {
-                    continue;
-                };
-                let answer = ParkedAnswer::Accept { checkpoint };
-                if let ParkedCompletion::Completed { status } =
-                    answer_parked_step(&tx, job_id, &step, &answer, &workflow).await?
+                if let Ok(answer) =
+                    offer(definition.clone(), wait.step.clone(), payload, event_id).await
                 {
-                    answered.push((step.clone(), status));
+                    accepted.push((wait.step.clone(), answer));
+                    break;
                 }
-                break;
             }
         }
+        let mut outcome = SignalOutcome::default();
+        answer_all(&tx, job_id, accepted, &mut outcome).await?;
         tx.commit().await?;
-        Ok(answered)
+        Ok(outcome
+            .resumed
+            .into_iter()
+            .map(|(_, step, status)| (step, status))
+            .collect())
+    }
+
+    /// Requeues WAITING jobs that missed an event kept for their key (see
+    /// [`sql::REQUEUE_MISSED_SIGNALS`]); answers how many.
+    pub async fn requeue_missed_signals(&self, batch: i64) -> Result<usize, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx
+            .query(
+                sql::REQUEUE_MISSED_SIGNALS,
+                &[&batch, &MISSED_SIGNAL_PARK_AGE_MS, &MISSED_SIGNAL_WINDOW_MS],
+            )
+            .await?;
+        for row in &rows {
+            let job_id: Uuid = row.get("job_id");
+            tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(rows.len())
     }
 
     /// Deletes up to `batch` kept events older than `older_than`; answers how many.
@@ -185,4 +227,27 @@ impl Store {
             .execute(sql::PRUNE_SIGNALS, &[&millis(older_than), &batch])
             .await?)
     }
+}
+
+/// Answers `accepted` (step, offer) of job `job_id` in order inside `tx`, the job
+/// held WAITING until the last, recording each in `outcome`.
+async fn answer_all(
+    tx: &Transaction<'_>,
+    job_id: Uuid,
+    accepted: Vec<(String, (Value, Arc<workflow::CompiledWorkflow>))>,
+    outcome: &mut SignalOutcome,
+) -> Result<(), StoreError> {
+    let last = accepted.len().saturating_sub(1);
+    for (at, (step, (checkpoint, workflow))) in accepted.into_iter().enumerate() {
+        let answer = ParkedAnswer::Accept { checkpoint };
+        match answer_parked_step(tx, job_id, &step, &answer, &workflow, at < last).await? {
+            ParkedCompletion::Completed { status } => outcome.resumed.push((job_id, step, status)),
+            other => outcome.refused.push((
+                job_id,
+                step,
+                format!("the job no longer waits on this step ({other:?})"),
+            )),
+        }
+    }
+    Ok(())
 }

@@ -276,7 +276,7 @@ impl Worker {
                     progressed,
                 } => {
                     let held = held.map(|checkpoint| (checkpoint, held_timing));
-                    self.settle(flusher, &job, &compiled, outcome, held, progressed)
+                    self.settle(flusher, &job, &compiled, *outcome, held, progressed)
                         .await
                 }
                 Ran::Drifted(error) => self.fail_loud(flusher, claim, error).await,
@@ -388,7 +388,7 @@ impl Worker {
             .await;
         Ran::Segment {
             compiled,
-            outcome,
+            outcome: Box::new(outcome),
             progressed: sink.stored_items > 0,
             held: sink.held,
             held_timing: sink.held_timing,
@@ -522,7 +522,8 @@ enum Ran {
     /// The segment ran (or failed) against the compiled workflow.
     Segment {
         compiled: Arc<CompiledWorkflow>,
-        outcome: Result<SegmentOutcome, SegmentError>,
+        /// Boxed: a park carries what it waits on, far larger than the other variants.
+        outcome: Box<Result<SegmentOutcome, SegmentError>>,
         /// The final step's checkpoint, held back for the settlement.
         held: Option<StepCheckpoint>,
         /// Its timing, for its event.

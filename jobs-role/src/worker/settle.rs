@@ -54,25 +54,33 @@ impl Worker {
     /// Offers a job that just parked on event steps the events sent on their keys
     /// before it parked (within each step's lookback): run once the park committed,
     /// under the keys' locks, so an event sent meanwhile is either delivered by its
-    /// send or found here. A failure is logged; the job waits for the next event.
+    /// send or found here.
     async fn catch_up_on_events(&self, job_id: uuid::Uuid) {
-        let compiled = self.compiled.clone();
-        let taken = self
-            .store
-            .take_kept_signals(job_id, |definition, step, payload, event_id| {
-                let compiled = compiled.clone();
-                Box::pin(async move {
-                    crate::signals::offer(&compiled, &definition, &step, &payload, &event_id).await
+        // A few tries through a blip; past them the sweeper requeues a job that
+        // still missed an event kept for its key, and the next park catches up.
+        for pause_ms in [0u64, 200, 1_000] {
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+            let compiled = self.compiled.clone();
+            let taken = self
+                .store
+                .take_kept_signals(job_id, |definition, step, payload, event_id| {
+                    let compiled = compiled.clone();
+                    Box::pin(async move {
+                        crate::signals::offer(&compiled, &definition, &step, &payload, &event_id)
+                            .await
+                    })
                 })
-            })
-            .await;
-        match taken {
-            Ok(answered) if !answered.is_empty() => {
-                tracing::info!(%job_id, steps = ?answered, "answered by events sent before the job parked");
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%job_id, %error, "catching up on events sent before the job parked failed; it waits for the next event on its keys");
+                .await;
+            match taken {
+                Ok(answered) => {
+                    if !answered.is_empty() {
+                        tracing::info!(%job_id, steps = ?answered, "answered by events sent before the job parked");
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%job_id, %error, "catching up on events sent before the job parked failed; trying again");
+                }
             }
         }
     }

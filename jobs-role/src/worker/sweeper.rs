@@ -48,13 +48,32 @@ pub async fn sweep_loop(
         }
         // Events sent to jobs are kept for the longest lookback a step may ask, on
         // every fleet (the per-key bound alone leaves one row per key for ever).
-        match store.prune_signals(KEPT_SIGNALS_FOR, SWEEP_BATCH).await {
-            Ok(pruned) if pruned > 0 => {
-                tracing::info!(pruned, "deleted events kept past the longest lookback")
+        loop {
+            match store.prune_signals(KEPT_SIGNALS_FOR, SWEEP_BATCH).await {
+                Ok(pruned) if pruned > 0 => {
+                    tracing::info!(pruned, "deleted events kept past the longest lookback");
+                    if pruned < SWEEP_BATCH as u64 || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "deleting old kept events failed; retrying at the next interval");
+                    break;
+                }
+            }
+        }
+        // A parked job whose catch-up never ran (its node died after the park).
+        match store.requeue_missed_signals(SWEEP_BATCH).await {
+            Ok(requeued) if requeued > 0 => {
+                tracing::info!(
+                    requeued,
+                    "requeued parked jobs that missed an event kept for their key"
+                )
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "deleting old kept events failed; retrying at the next interval")
+                tracing::warn!(error = %e, "looking for missed events failed; retrying at the next interval")
             }
         }
         // Sleeps beside other waits, before those waits' timeouts: a job whose

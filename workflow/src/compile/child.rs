@@ -105,15 +105,14 @@ fn compare(
     for (mine, theirs) in here.fields().zip(there.fields()) {
         match (mine.kind(), theirs.kind()) {
             (Kind::Message(a), Kind::Message(b)) => compare(&a, &b, seen)?,
-            (Kind::Enum(a), Kind::Enum(b)) => {
+            (Kind::Enum(a), Kind::Enum(b))
                 if seen.insert(a.full_name().to_owned())
-                    && a.enum_descriptor_proto() != b.enum_descriptor_proto()
-                {
-                    return Err(format!(
-                        "{} is defined differently in this workflow's schema than in the child's",
-                        a.full_name()
-                    ));
-                }
+                    && a.enum_descriptor_proto() != b.enum_descriptor_proto() =>
+            {
+                return Err(format!(
+                    "{} is defined differently in this workflow's schema than in the child's",
+                    a.full_name()
+                ));
             }
             _ => {}
         }

@@ -15,6 +15,9 @@ use crate::outbound::OutboundPolicy;
 use crate::rules::apply_rule;
 use crate::scope::Scope;
 
+/// The longest event key, in characters (what `send-event` accepts).
+pub const MAX_EVENT_KEY_CHARS: usize = 1000;
+
 /// gRPC metadata the caller attaches to each step call (the jobs worker sends the job
 /// id, the step, the attempt and an idempotency key; the synchronous verb sends none).
 pub trait CallMetadata: Send + Sync {
@@ -93,7 +96,8 @@ impl Caller<'_> {
         segment_end: Instant,
     ) -> Result<String, StepFailure> {
         let remaining = time_left(workflow, &step.name, segment_end)?;
-        key.evaluate_string_within(scope, GATE_TIME_LIMIT.min(remaining))
+        let key = key
+            .evaluate_string_within(scope, GATE_TIME_LIMIT.min(remaining))
             .await
             .map_err(|e| {
                 let bound = Bounded {
@@ -103,7 +107,24 @@ impl Caller<'_> {
                     doing: "its `eventKey` ran",
                 };
                 bound.failure(workflow, &step.name, FailureKind::Mapping, e)
-            })
+            })?;
+        // What send-event accepts: a key no sender can name would wait for ever.
+        if key.is_empty() || key.chars().count() > MAX_EVENT_KEY_CHARS || key.contains('\0') {
+            return Err(StepFailure::at(
+                &step.name,
+                FailureKind::Mapping,
+                format!(
+                    "its `eventKey` computed a key of {} characters{}: a key is 1 to {MAX_EVENT_KEY_CHARS} characters without NUL",
+                    key.chars().count(),
+                    if key.contains('\0') {
+                        " with a NUL"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        Ok(key)
     }
 
     /// Runs one called step; `None` when its gate skipped it.

@@ -701,7 +701,7 @@ SELECT COALESCE(waits -> 0 ->> 'kind', 'external') AS kind, count(*) FROM workfl
  GROUP BY 1
 UNION ALL
 SELECT 'sleep', count(*) FROM workflow_run
- WHERE status = 'QUEUED' AND run_after > now() AND jsonb_typeof(waits) = 'array'";
+ WHERE status = 'QUEUED' AND run_after > now() AND jsonb_typeof(waits) = 'array' AND error IS NULL";
 
 /// Seconds since the oldest QUEUED job claimable now became claimable (0 without
 /// one): the first entry of each priority's range of the claim index.

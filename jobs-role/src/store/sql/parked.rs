@@ -89,7 +89,8 @@ UPDATE workflow_run SET status = 'FAILED', error = $2, verdict = $3, outstanding
 /// sleep's `forMs` or `wakeMs`) ends at the `untilMs` the step had when the job last
 /// parked on it (an answer to another step let a branch run in between; a sleep
 /// never moves), else at `wakeMs`, else now plus its `forMs` or `timeoutMs`, by the
-/// database's clock. `c.waits` and `c.steps` put the first wait to end first (those
+/// database's clock. An event wait keeps the time it first parked (`sinceMs`): its
+/// lookback counts back from there, however often the job resumes in between. `c.waits` and `c.steps` put the first wait to end first (those
 /// that wait for ever last, ties in the order given); `c.wake_ms` is the earliest
 /// sleep's end.
 macro_rules! parked_waits {
@@ -98,7 +99,7 @@ macro_rules! parked_waits {
   FROM (SELECT jsonb_agg(x.e ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS waits,
                array_agg(x.e ->> 'step' ORDER BY (x.e ->> 'untilMs')::bigint NULLS LAST, x.o) AS steps,
                min((x.e ->> 'untilMs')::bigint) FILTER (WHERE x.e ->> 'kind' = 'sleep') AS wake_ms
-          FROM (SELECT CASE WHEN n ? 'timeoutMs' OR n ? 'forMs' OR n ? 'wakeMs'
+          FROM (SELECT (CASE WHEN n ? 'timeoutMs' OR n ? 'forMs' OR n ? 'wakeMs'
                        THEN n || jsonb_build_object('untilMs', COALESCE(
                            (SELECT (p ->> 'untilMs')::bigint
                               FROM workflow_run old, jsonb_array_elements(COALESCE(old.waits, '[]'::jsonb)) AS p
@@ -106,7 +107,14 @@ macro_rules! parked_waits {
                            (n ->> 'wakeMs')::bigint,
                            floor(extract(epoch FROM now()) * 1000)::bigint
                              + COALESCE((n ->> 'forMs')::bigint, (n ->> 'timeoutMs')::bigint)))
-                       ELSE n END AS e, o
+                       ELSE n END)
+                    || (CASE WHEN n ->> 'kind' = 'event'
+                        THEN jsonb_build_object('sinceMs', COALESCE(
+                           (SELECT (p ->> 'sinceMs')::bigint
+                              FROM workflow_run old, jsonb_array_elements(COALESCE(old.waits, '[]'::jsonb)) AS p
+                             WHERE old.job_id = $1 AND p ->> 'step' = n ->> 'step' AND p ? 'sinceMs'),
+                           floor(extract(epoch FROM now()) * 1000)::bigint))
+                        ELSE '{}'::jsonb END) AS e, o
                   FROM jsonb_array_elements($4::jsonb) WITH ORDINALITY AS t(n, o)) x) c"
     };
 }

@@ -263,9 +263,9 @@ fn sleep_breaches(by_id: &BTreeMap<&str, &JobSpec>, outbox: &[Event]) -> Vec<Bre
     let mut parked: BTreeMap<&str, i64> = BTreeMap::new();
     let mut woke: BTreeMap<&str, i64> = BTreeMap::new();
     for event in outbox.iter().filter(|e| e.step == "nap") {
-        if !by_id
+        if by_id
             .get(event.job_id.as_str())
-            .is_some_and(|s| s.kind == Kind::Sleep)
+            .is_none_or(|s| s.kind != Kind::Sleep)
         {
             continue;
         }
