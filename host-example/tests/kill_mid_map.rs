@@ -101,3 +101,95 @@ async fn a_map_resumes_after_kill_9_calling_only_the_missing_elements() {
     }
     idle.stop().await;
 }
+
+/// Children started by a parent survive `kill -9` of the node starting them: a
+/// `protomolt-node` process starts some of a 100-element map's children (16 alive at
+/// once) and is killed with SIGKILL; a second process finishes the parent, and
+/// exactly one child exists per element.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_started_across_a_kill_9_exist_once_per_element() {
+    let db = TestDatabase::create().await;
+    let server = workflow::testkit::FixtureServer::start_with(workflow::testkit::FixtureOptions {
+        embed_echo_ids: true,
+        embed_delay: Some(Duration::from_millis(20)),
+        ..Default::default()
+    })
+    .await;
+    // A node in this process that runs nothing: it migrates, stores, submits, watches.
+    let idle =
+        protomolt_e2e::jobs::JobsNode::start(protomolt_e2e::jobs::test_config(&db.url, "idle", 0))
+            .await;
+    let mut child = workflow::testkit::workflow(
+        "embed-one",
+        vec![workflow::testkit::step(
+            "embed",
+            &server.target(),
+            "jobs.test.Embedder/Embed",
+            &["ids = input.ids"],
+        )],
+        None,
+    );
+    child["inputType"] = json!("jobs.test.Tokens");
+    idle.ok("put-workflow", json!({ "workflow": child })).await;
+    let parent = workflow::testkit::workflow(
+        "embed-all",
+        vec![
+            workflow::testkit::step(
+                "a",
+                &server.target(),
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({ "name": "each", "workflow": "embed-one", "forEach": "a.ids",
+                    "maxParallel": 16, "rules": ["ids += item"] }),
+        ],
+        Some(json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each"] })),
+    );
+    let job_id = idle
+        .submit(
+            &parent,
+            json!({ "text": workflow::testkit::distinct_text(100) }),
+        )
+        .await;
+    let client = db.connect().await;
+    let children = async || -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM workflow_run WHERE parent_job_id = $1::text::uuid",
+                &[&job_id],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let dir = tempfile::tempdir().expect("a directory");
+    let first = Running(node_process(dir.path(), &db.url, "first"));
+    let deadline = Instant::now() + WAIT;
+    while children().await < 40 {
+        assert!(
+            Instant::now() < deadline,
+            "the first node never started 40 children: {}",
+            std::fs::read_to_string(dir.path().join("first.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(first);
+    let _second = Running(node_process(dir.path(), &db.url, "second"));
+    let job = idle.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(children().await, 100, "exactly one child per element");
+    let slots: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT parent_item) FROM workflow_run WHERE parent_job_id = $1::text::uuid",
+            &[&job_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 100);
+    let vectors = job["result"]["vectors"].as_array().expect("the list");
+    assert_eq!(vectors.len(), 100);
+    for (i, vector) in vectors.iter().enumerate() {
+        assert_eq!(vector["values"], json!([map_element_id(i)]), "{i}");
+    }
+    idle.stop().await;
+}

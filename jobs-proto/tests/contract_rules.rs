@@ -383,6 +383,7 @@ fn contract_descriptors_decode() {
     for name in [
         "protomolt.jobs.v1.WorkflowRunEvent",
         "protomolt.jobs.v1.WorkflowRunRequest",
+        "protomolt.jobs.v1.SendEvent",
     ] {
         assert!(
             DESCRIPTOR_POOL.get_message_by_name(name).is_some(),
@@ -396,8 +397,8 @@ fn contract_descriptors_decode() {
         .collect();
     assert_eq!(
         messages,
-        ["WorkflowRunEvent", "WorkflowRunRequest"],
-        "exactly two messages"
+        ["WorkflowRunEvent", "WorkflowRunRequest", "SendEvent"],
+        "exactly three messages"
     );
 }
 
@@ -427,6 +428,7 @@ fn the_registry_schema_needs_no_reference_and_describes_the_same_wire_format() {
     for name in [
         "protomolt.jobs.v1.WorkflowRunEvent",
         "protomolt.jobs.v1.WorkflowRunRequest",
+        "protomolt.jobs.v1.SendEvent",
     ] {
         let full = DESCRIPTOR_POOL.get_message_by_name(name).unwrap();
         let copy = registered.get_message_by_name(name).unwrap();
@@ -495,4 +497,49 @@ fn the_shipped_protos_compile_on_their_own_and_match_the_validators_schema() {
         fields(&validator),
         "proto/buf/validate/validate.proto is the validator's version"
     );
+}
+
+#[test]
+fn signal_records_are_read_and_hostile_ones_refused_with_why() {
+    use jobs_proto::v1::SendEvent;
+    use jobs_proto::wire::read_signal_record;
+    use prost::Message as _;
+    let payload = prost_types::Struct {
+        fields: [(
+            "score".to_owned(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::NumberValue(3.0)),
+            },
+        )]
+        .into(),
+    };
+    let event = |key: &str, id: &str| {
+        SendEvent {
+            key: key.into(),
+            payload: Some(payload.clone()),
+            event_id: id.into(),
+        }
+        .encode_to_vec()
+    };
+    let read = read_signal_record(Some(b"k"), Some(&event("", "e1"))).unwrap();
+    assert_eq!((read.key.as_str(), read.event_id.as_str()), ("k", "e1"));
+    assert_eq!(read.payload["score"], 3.0);
+    let refused =
+        |key: Option<&[u8]>, value: Option<&[u8]>| read_signal_record(key, value).unwrap_err();
+    assert!(refused(None, None).contains("no value"));
+    assert!(refused(None, Some(br#"{"key": "k"}"#)).contains("JSON"));
+    assert!(refused(None, Some(&[0xde, 0xad, 0xbe, 0xef])).starts_with("not a SendEvent"));
+    assert!(refused(None, Some(&event("", "e"))).contains("no key"));
+    assert!(refused(Some(b"b"), Some(&event("a", "e"))).contains("differ"));
+    assert!(refused(None, Some(&event(&"k".repeat(1001), "e"))).contains("rules"));
+    assert!(refused(None, Some(&event("k", &"e".repeat(201)))).contains("rules"));
+    let no_payload = SendEvent {
+        key: "k".into(),
+        payload: None,
+        event_id: String::new(),
+    }
+    .encode_to_vec();
+    assert!(refused(None, Some(&no_payload)).contains("rules"));
+    // A record key with NUL stands in for an empty key only if it is a usable key.
+    assert!(refused(Some(b"a\0b"), Some(&event("", "e"))).contains("NUL"));
 }

@@ -411,3 +411,71 @@ async fn missing_unverifiable_and_self_starting_children_are_refused() {
     assert_eq!(grandchild, 1, "relay-a's own child, leaf");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_retry_from_a_child_step_starts_new_children_and_detaches_the_old() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        embed_echo_ids: true,
+        ..Default::default()
+    })
+    .await;
+    let node = JobsNode::start(test_config(&db.url, "rerun", 2)).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": child_workflow(&server.target()) }),
+    )
+    .await;
+    let parent = node
+        .submit(
+            &parent_workflow(&server.target(), 4),
+            json!({ "text": distinct_text(3) }),
+        )
+        .await;
+    node.wait_for_status(&parent, "COMPLETED", WAIT).await;
+    let first: Vec<String> = children(&db, &parent)
+        .await
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(first.len(), 3);
+    let retried = node
+        .ok(
+            "retry-job",
+            json!({ "jobId": parent, "fromStep": "each", "reason": "again" }),
+        )
+        .await;
+    assert_eq!(retried["outcome"], "RETRIED", "{retried}");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let job = node.job(&parent).await;
+        if job["status"] == "COMPLETED" && children(&db, &parent).await.len() == 3 {
+            let now: Vec<String> = children(&db, &parent)
+                .await
+                .into_iter()
+                .map(|c| c.0)
+                .collect();
+            if now.iter().all(|id| !first.contains(id)) {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the re-run never ended: {job:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The old children are detached: they answer nothing any more.
+    let detached: i64 = db
+        .connect()
+        .await
+        .query_one(
+            "SELECT count(*) FROM workflow_run WHERE root_job_id = $1::text::uuid AND parent_job_id IS NULL",
+            &[&parent],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(detached, 3);
+    node.stop().await;
+}

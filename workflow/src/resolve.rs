@@ -13,6 +13,11 @@ use crate::compile::MAX_CHILD_DEPTH;
 use crate::finding::{Finding, Findings};
 use crate::suggest::did_you_mean;
 
+/// Most child workflows one workflow's tree may file, all levels counted: each is a
+/// copy of a stored envelope inside the job's snapshot (and is verified at every
+/// submission), so a few steps naming workflows that name others cannot multiply it.
+pub const MAX_CHILD_WORKFLOWS: usize = 64;
+
 /// True when some step of `envelope` names a child workflow.
 pub fn has_child_steps(envelope: &Value) -> bool {
     envelope["steps"]
@@ -34,6 +39,7 @@ pub fn resolve_children(
 ) -> Result<Value, Findings> {
     let mut findings = Vec::new();
     let own = envelope["name"].as_str().unwrap_or_default().to_owned();
+    let mut filed = 0;
     let resolved = resolve_in(
         envelope,
         lookup,
@@ -41,6 +47,7 @@ pub fn resolve_children(
         max_depth.min(MAX_CHILD_DEPTH),
         &mut vec![own],
         &mut findings,
+        &mut filed,
     );
     if findings.is_empty() {
         Ok(resolved)
@@ -57,6 +64,7 @@ fn resolve_in(
     max_depth: usize,
     chain: &mut Vec<String>,
     findings: &mut Vec<Finding>,
+    filed: &mut usize,
 ) -> Value {
     let mut resolved = envelope.clone();
     let Some(steps) = resolved.get_mut("steps").and_then(Value::as_array_mut) else {
@@ -100,6 +108,13 @@ fn resolve_in(
             ));
             continue;
         }
+        *filed += 1;
+        if *filed > MAX_CHILD_WORKFLOWS {
+            find(format!(
+                "the workflow's tree names more than {MAX_CHILD_WORKFLOWS} child workflows in all (each is filed into the job's snapshot): start fewer, or map one over a list"
+            ));
+            continue;
+        }
         let Some(child) = lookup(&name) else {
             let hint = did_you_mean(&name, names.iter().map(String::as_str))
                 .map(|close| format!(" (did you mean '{close}'?)"))
@@ -111,7 +126,7 @@ fn resolve_in(
         };
         chain.push(name.clone());
         let mut inner = Vec::new();
-        let child = resolve_in(&child, lookup, names, max_depth, chain, &mut inner);
+        let child = resolve_in(&child, lookup, names, max_depth, chain, &mut inner, filed);
         chain.pop();
         if inner.is_empty()
             && let Err(problems) = crate::CompiledWorkflow::compile_new(&child)

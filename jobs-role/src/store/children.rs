@@ -35,7 +35,8 @@ impl Store {
     /// claim holds (a lost claim, or one an operator asked to cancel, starts none:
     /// [`StoreError::LostClaim`]). A child whose id exists already is left as it is,
     /// so a claim that starts the same children again (a resend, a crash before the
-    /// park) makes none twice.
+    /// park) makes none twice; an id taken by a job that is not this parent's child
+    /// (a client chose it) is [`StoreError::Conflict`].
     pub async fn start_children(
         &self,
         claim: &Claim,
@@ -58,10 +59,28 @@ impl Store {
             return Err(claim.lost());
         };
         let root: Uuid = held.get("root_job_id");
-        let jobs: Vec<NewJob> = children.iter().map(|c| c.job.clone()).collect();
-        insert_children(&tx, &jobs).await?;
+        // Children started before are left alone (a resume names the running ones
+        // again); an id taken by a job that is not this parent's child is refused.
         let ids: Vec<Uuid> = children.iter().map(|c| c.job.job_id).collect();
-        let items: Vec<i32> = children.iter().map(|c| c.item).collect();
+        let mut started = std::collections::HashSet::new();
+        for row in tx.query(sql::EXISTING_CHILDREN, &[&ids]).await? {
+            let (id, parent): (Uuid, Option<Uuid>) = (row.get(0), row.get(1));
+            if parent != Some(claim.job_id) {
+                return Err(StoreError::Conflict(id));
+            }
+            started.insert(id);
+        }
+        let new: Vec<&NewChild> = children
+            .iter()
+            .filter(|c| !started.contains(&c.job.job_id))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let jobs: Vec<NewJob> = new.iter().map(|c| c.job.clone()).collect();
+        insert_children(&tx, &jobs).await?;
+        let ids: Vec<Uuid> = new.iter().map(|c| c.job.job_id).collect();
+        let items: Vec<i32> = new.iter().map(|c| c.item).collect();
         tx.execute(
             sql::LINK_CHILDREN,
             &[&ids, &items, &claim.job_id, &root, &step],

@@ -118,6 +118,17 @@ impl Act for RetryAct {
                 .collect()
         });
         let ids: Vec<Uuid> = retried.iter().map(|(id, _, _)| *id).collect();
+        // A retried parent re-runs only the children that did not complete: their
+        // slots are forgotten and they are re-queued too (from their checkpoints).
+        let children: Vec<(Uuid, JobStatus, String)> = tx
+            .query(sql::FORGET_FAILED_CHILDREN, &[&ids])
+            .await?
+            .iter()
+            .map(|row| {
+                let status: JobStatus = row.get::<_, String>("status").parse()?;
+                Ok((row.get("job_id"), status, row.get("workflow_name")))
+            })
+            .collect::<Result<_, StoreError>>()?;
         let kept: std::collections::HashMap<Uuid, Option<i32>> = tx
             .query(
                 sql::RETRY_JOBS,
@@ -131,18 +142,10 @@ impl Act for RetryAct {
         // next claim calls every element again.
         if let Some(dropped) = &dropped {
             tx.execute(sql::DROP_ITEMS, &[&ids, dropped]).await?;
+            // Their children too: the re-run starts new ones (new ids: their steps'
+            // re-runs counted), and an old one's end must not answer the new run.
+            tx.execute(sql::DETACH_CHILDREN, &[&ids, dropped]).await?;
         }
-        // A retried parent re-runs only the children that did not complete: their
-        // slots are forgotten and they are re-queued too (from their checkpoints).
-        let children: Vec<(Uuid, JobStatus, String)> = tx
-            .query(sql::FORGET_FAILED_CHILDREN, &[&ids])
-            .await?
-            .iter()
-            .map(|row| {
-                let status: JobStatus = row.get::<_, String>("status").parse()?;
-                Ok((row.get("job_id"), status, row.get("workflow_name")))
-            })
-            .collect::<Result<_, StoreError>>()?;
         if !children.is_empty() {
             let child_ids: Vec<Uuid> = children.iter().map(|(id, _, _)| *id).collect();
             let none: Option<Vec<&str>> = None;

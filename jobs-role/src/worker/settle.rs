@@ -226,6 +226,12 @@ impl Worker {
                 let error = format!("WORKFLOW: the job's children cannot be stored: {refused}");
                 return self.fail_loud(flusher, claim, error).await;
             }
+            Err(StoreError::Conflict(id)) => {
+                let error = format!(
+                    "WORKFLOW: child job id {id} is taken by a job that is not this job's child"
+                );
+                return self.fail_loud(flusher, claim, error).await;
+            }
             Err(e) => {
                 let delay = self.config.backoff(claim.attempt);
                 return self

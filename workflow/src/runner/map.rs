@@ -155,7 +155,6 @@ impl<'w> Mapping<'w> {
         None
     }
 
-    /// True when the next call would be one of several of this segment in flight.
     /// The elements not ended yet (no stored outcome), in order, with their values:
     /// a child step keeps a child started for the first `maxParallel` of them.
     pub(super) fn unended(&self) -> impl Iterator<Item = (usize, &Value)> {
@@ -180,6 +179,7 @@ impl<'w> Mapping<'w> {
             })
     }
 
+    /// True when the next call would be one of several of this segment in flight.
     pub(super) fn has_more(&self) -> bool {
         let limit = self.step.map.as_ref().map_or(1, |m| m.max_parallel.max(1));
         self.failure.is_none()

@@ -46,11 +46,26 @@ pub const PARENTS_AMONG: &str =
     "SELECT DISTINCT parent_job_id FROM workflow_run WHERE parent_job_id = ANY($1)";
 
 /// Forgets, for the parents `$1` an operator retries, the slots their children did
-/// not complete (so the parents wait on them again), answering those children (which
-/// the retry re-queues as well: a retried parent re-runs only its failed children).
+/// not complete in steps the parents have not finished (so the parents wait on them
+/// again), answering those children (which the retry re-queues as well: a retried
+/// parent re-runs only its failed children). Run before the parents are re-queued.
 pub const FORGET_FAILED_CHILDREN: &str = "\
-DELETE FROM workflow_run_items i USING workflow_run c
+DELETE FROM workflow_run_items i USING workflow_run c, workflow_run p
  WHERE i.job_id = ANY($1) AND i.error IS NOT NULL
+   AND p.job_id = i.job_id
+   AND NOT COALESCE(p.checkpoints @> jsonb_build_array(jsonb_build_object('name', i.step)), false)
    AND c.parent_job_id = i.job_id AND c.parent_step = i.step AND c.parent_item = i.item
-   AND c.status IN ('FAILED', 'DEAD', 'CANCELLED')
+   AND c.status <> 'COMPLETED'
 RETURNING c.job_id, c.workflow_name, c.status";
+
+/// Detaches the children of the parents `$1`'s steps `$2` (a retry from a step
+/// re-runs them with new children): a detached child runs on, but its end no longer
+/// answers the parent.
+pub const DETACH_CHILDREN: &str = "\
+UPDATE workflow_run SET parent_job_id = NULL, updated_at = now()
+ WHERE parent_job_id = ANY($1) AND parent_step = ANY($2::text[])";
+
+/// Of the children ids `$1`, those that exist, with their parent (NULL for a job not
+/// started as a child).
+pub const EXISTING_CHILDREN: &str =
+    "SELECT job_id, parent_job_id FROM workflow_run WHERE job_id = ANY($1)";

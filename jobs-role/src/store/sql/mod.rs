@@ -536,7 +536,9 @@ UPDATE workflow_run
                                                                     WHERE d.at = i
                                                                       AND (checkpoints @> jsonb_build_array(jsonb_build_object('name', d.name))
                                                                            OR EXISTS (SELECT 1 FROM workflow_run_items it
-                                                                                       WHERE it.job_id = workflow_run.job_id AND it.step = d.name)))
+                                                                                       WHERE it.job_id = workflow_run.job_id AND it.step = d.name)
+                                                                           OR EXISTS (SELECT 1 FROM workflow_run ch
+                                                                                       WHERE ch.parent_job_id = workflow_run.job_id AND ch.parent_step = d.name)))
                                                                  THEN 1 ELSE 0 END
                                                           ORDER BY i), '{}')
                                   FROM generate_series(1, GREATEST(COALESCE(array_length(step_reruns, 1), 0),
