@@ -235,8 +235,11 @@ pub fn read_signal_record(
         }
         (key, _) => key.to_owned(),
     };
-    if key.chars().count() > 1000 || key.contains('\0') {
-        return Err("the key must be at most 1000 characters without NUL".into());
+    if key.chars().count() > 1000 || key.chars().any(char::is_control) {
+        return Err(
+            "the key must be at most 1000 characters, none a control character (NUL included)"
+                .into(),
+        );
     }
     let payload = event
         .payload

@@ -39,6 +39,7 @@ fn base(verb: &str) -> Value {
         "get-workflow" => json!({ "name": "no-such-workflow" }),
         "run-workflow" => json!({ "workflowName": "no-such-workflow", "input": {} }),
         "put-workflow" => json!({ "workflow": {} }),
+        "send-event" => json!({ "key": "order-1", "payload": { "score": 1 } }),
         _ => json!({}),
     }
 }

@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 use super::{JobsState, store_error};
 #[cfg(doc)]
 use crate::store::MAX_SIGNALS_PER_KEY;
+use workflow::runner::event_key_problem;
+
 use crate::store::nul_path;
 
 /// The longest event key, in characters (the column's bound).
@@ -35,9 +37,9 @@ pub const MAX_EVENT_ID_CHARS: usize = 200;
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
     let key = request.str("key");
-    if key.is_empty() || key.chars().count() > MAX_KEY_CHARS || key.contains('\0') {
+    if let Some(problem) = event_key_problem(key) {
         return Err(ActionError::invalid(format!(
-            "key: must be 1 to {MAX_KEY_CHARS} characters without NUL: the key the waiting jobs' eventKey computed"
+            "key: the key {problem} (the key the waiting jobs' eventKey computed)"
         )));
     }
     let Some(payload) = request.get("payload").filter(|p| p.is_object()).cloned() else {
@@ -54,12 +56,17 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     }
     let event_id = match request.str("eventId") {
         "" => uuid::Uuid::now_v7().to_string(),
-        id if id.chars().count() > MAX_EVENT_ID_CHARS || id.contains('\0') => {
+        id if id.chars().count() > MAX_EVENT_ID_CHARS => {
             return Err(ActionError::invalid(format!(
-                "eventId: at most {MAX_EVENT_ID_CHARS} characters without NUL"
+                "eventId: at most {MAX_EVENT_ID_CHARS} characters"
             )));
         }
-        id => id.to_owned(),
+        id => match event_key_problem(id) {
+            Some(problem) => {
+                return Err(ActionError::invalid(format!("eventId: the id {problem}")));
+            }
+            None => id.to_owned(),
+        },
     };
     let compiled = state.submitter.compiled();
     let outcome = state

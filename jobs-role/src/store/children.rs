@@ -126,7 +126,7 @@ impl Store {
         if descendants.is_empty() {
             return Ok(0);
         }
-        let reason = format!("its parent job {job} was cancelled: {reason}");
+        let reason = format!("its parent job {job} was cancelled or ended: {reason}");
         let reason: String = reason.chars().take(500).collect();
         let acted = self
             .cancel_jobs(&descendants, &reason, super::Recheck::default())

@@ -85,6 +85,22 @@ impl Worker {
         }
     }
 
+    /// Cancels the live descendants of a parent that ended FAILED or DEAD (a failed
+    /// child, a failed step beside its children): nothing waits on them any more. A
+    /// failure is logged; an operator's cancel of the parent does it again.
+    async fn cancel_orphans(&self, job_id: uuid::Uuid) {
+        let reason = "it ended without completing";
+        match self.store.cancel_descendants(job_id, reason).await {
+            Ok(0) => {}
+            Ok(cancelled) => {
+                tracing::info!(%job_id, cancelled, "cancelled the live children of a parent that failed")
+            }
+            Err(error) => {
+                tracing::warn!(%job_id, %error, "cancelling the live children of a parent that failed did not finish")
+            }
+        }
+    }
+
     /// Commits a settlement's write, sending it again (with backoff) while it fails
     /// for a reason that may pass: the caller runs this beside the lease renewal,
     /// which ends it if the claim is lost. Safe to send twice: a settlement moves the
@@ -244,6 +260,11 @@ impl Worker {
             }
         };
         let waits_on_events = settlement.waits_on_events();
+        // A parent that ends without completing takes its live children with it.
+        let orphans = matches!(
+            settlement,
+            Settlement::Failed { .. } | Settlement::Dead { .. }
+        ) && compiled.steps.iter().any(|s| s.child.is_some());
         let refused = match self
             .commit_settlement(flusher, claim, held.clone(), settlement.clone())
             .await
@@ -251,6 +272,10 @@ impl Worker {
             Err(refused) if refused.is_data_error() => refused,
             Ok(()) if waits_on_events => {
                 self.catch_up_on_events(claim.job_id).await;
+                return Ok(());
+            }
+            Ok(()) if orphans => {
+                self.cancel_orphans(claim.job_id).await;
                 return Ok(());
             }
             settled => return settled,

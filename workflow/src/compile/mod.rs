@@ -93,8 +93,9 @@ pub use limits::{
 };
 use messages::judged;
 pub use messages::{EncodeError, MessageError, decode_json, encode_json};
+pub(crate) use names::is_invisible_format;
 pub(crate) use names::{ends_in_a_number, ipv6_with_zone};
-use names::{is_invisible_format, valid_name, valid_target};
+use names::{valid_name, valid_target};
 pub use parking::{DEFAULT_EVENT_LOOKBACK, EventStep, SleepStep, empty_type};
 use pool::{resolve_message, schema_pool};
 use steps::{output_spec, step_specs};

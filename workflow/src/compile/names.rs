@@ -16,7 +16,7 @@ pub(super) fn valid_name(name: &str) -> Result<(), String> {
 
 /// Unicode's invisible formatting characters (general category Cf): bidirectional
 /// overrides and isolates, zero-width characters, the byte-order mark, tags.
-pub(super) fn is_invisible_format(c: char) -> bool {
+pub(crate) fn is_invisible_format(c: char) -> bool {
     matches!(c,
         '\u{AD}' | '\u{600}'..='\u{605}' | '\u{61C}' | '\u{6DD}' | '\u{70F}' | '\u{890}'..='\u{891}'
         | '\u{8E2}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'

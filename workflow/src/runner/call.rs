@@ -18,6 +18,27 @@ use crate::scope::Scope;
 /// The longest event key, in characters (what `send-event` accepts).
 pub const MAX_EVENT_KEY_CHARS: usize = 1000;
 
+/// Why `key` cannot be an event key (or an event's id), or `None`: it must be 1 to
+/// [`MAX_EVENT_KEY_CHARS`] characters, none of them a control character or an
+/// invisible formatting one (which would make one key display as another). The same
+/// rule for the keys jobs wait on and the keys senders name.
+pub fn event_key_problem(key: &str) -> Option<String> {
+    let length = key.chars().count();
+    if length == 0 || length > MAX_EVENT_KEY_CHARS {
+        return Some(format!(
+            "is {length} characters long: a key is 1 to {MAX_EVENT_KEY_CHARS} characters"
+        ));
+    }
+    key.chars()
+        .find(|c| c.is_control() || crate::compile::is_invisible_format(*c))
+        .map(|c| {
+            format!(
+                "holds U+{:04X}, a control or invisible formatting character: remove it",
+                u32::from(c)
+            )
+        })
+}
+
 /// gRPC metadata the caller attaches to each step call (the jobs worker sends the job
 /// id, the step, the attempt and an idempotency key; the synchronous verb sends none).
 pub trait CallMetadata: Send + Sync {
@@ -109,19 +130,11 @@ impl Caller<'_> {
                 bound.failure(workflow, &step.name, FailureKind::Mapping, e)
             })?;
         // What send-event accepts: a key no sender can name would wait for ever.
-        if key.is_empty() || key.chars().count() > MAX_EVENT_KEY_CHARS || key.contains('\0') {
+        if let Some(problem) = event_key_problem(&key) {
             return Err(StepFailure::at(
                 &step.name,
                 FailureKind::Mapping,
-                format!(
-                    "its `eventKey` computed a key of {} characters{}: a key is 1 to {MAX_EVENT_KEY_CHARS} characters without NUL",
-                    key.chars().count(),
-                    if key.contains('\0') {
-                        " with a NUL"
-                    } else {
-                        ""
-                    }
-                ),
+                format!("its `eventKey` computed a key that {problem}"),
             ));
         }
         Ok(key)

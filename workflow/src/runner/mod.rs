@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use call::Caller;
-pub use call::{CallMetadata, MAX_EVENT_KEY_CHARS, NoMetadata, code_name};
+pub use call::{CallMetadata, MAX_EVENT_KEY_CHARS, NoMetadata, code_name, event_key_problem};
 use ended::{Ended, build_output, end_map};
 use map::Mapping;
 pub use map::{DEFAULT_MAX_MAP_ITEMS, list_length};

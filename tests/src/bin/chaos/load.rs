@@ -39,7 +39,12 @@ pub enum Kind {
     Sleep,
     /// tokenize → paid (waits for an event on `chaos-<text>`) → embed.
     Event,
+    /// tokenize, then `each`: a child job of `chaos-child` per id, 4 alive at once.
+    Child,
 }
+
+/// The workflow a `Child` job starts per element: embeds its ids.
+pub const CHILD_WORKFLOW: &str = "chaos-child";
 
 /// How long a `Sleep` job naps.
 pub const NAP_MS: i64 = 400;
@@ -56,6 +61,7 @@ impl Kind {
             Kind::Map => "chaos-map",
             Kind::Sleep => "chaos-sleep",
             Kind::Event => "chaos-event",
+            Kind::Child => "chaos-children",
         }
     }
 
@@ -66,6 +72,7 @@ impl Kind {
             .iter()
             .copied()
             .filter(|s| !matches!(*s, "review" | "nap" | "paid"))
+            .filter(|s| !(self == Kind::Child && *s == "each"))
             .collect()
     }
 
@@ -79,6 +86,7 @@ impl Kind {
             Kind::Map => &["tokenize", "each"],
             Kind::Sleep => &["tokenize", "nap", "embed"],
             Kind::Event => &["tokenize", "paid", "embed"],
+            Kind::Child => &["tokenize", "each"],
         }
     }
 
@@ -87,7 +95,7 @@ impl Kind {
         format!("chaos-{text}")
     }
 
-    const ALL: [Kind; 8] = [
+    const ALL: [Kind; 9] = [
         Kind::Two,
         Kind::Review,
         Kind::Checked,
@@ -96,6 +104,7 @@ impl Kind {
         Kind::Map,
         Kind::Sleep,
         Kind::Event,
+        Kind::Child,
     ];
 
     /// The workflow's envelope over the targets at `target`.
@@ -156,6 +165,15 @@ impl Kind {
                         "outputType": "jobs.test.Review" }),
                 embed("embed", "tokenize"),
             ],
+            Kind::Child => {
+                let each = json!({ "name": "each", "workflow": CHILD_WORKFLOW, "forEach": "tokenize.ids",
+                                   "maxParallel": 4, "rules": ["ids += item"] });
+                let mut parent =
+                    workflow(self.workflow_name(), vec![tokenize("tokenize"), each], None);
+                parent["output"] =
+                    json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each"] });
+                return parent;
+            }
             Kind::Map => {
                 let mut each = call("each", "jobs.test.Embedder/Embed", &["ids += item"]);
                 each["forEach"] = json!("tokenize.ids");
@@ -178,6 +196,21 @@ pub fn write_workflows(dir: &Path, target: &str) {
         let path = dir.join(format!("{}.json", kind.workflow_name()));
         std::fs::write(&path, kind.envelope(target).to_string()).expect("a workflow file");
     }
+    // What a `Child` job starts: the nodes load it before its parent.
+    let mut embed = step(
+        "embed",
+        target,
+        "jobs.test.Embedder/Embed",
+        &["ids = input.ids"],
+    );
+    embed["deadlineMs"] = json!(2_000);
+    let mut child = workflow(CHILD_WORKFLOW, vec![embed], None);
+    child["inputType"] = json!("jobs.test.Tokens");
+    std::fs::write(
+        dir.join(format!("{CHILD_WORKFLOW}.json")),
+        child.to_string(),
+    )
+    .expect("a workflow file");
 }
 
 /// How a job is submitted.
@@ -222,7 +255,8 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
                 36..=53 => Kind::Review,
                 54..=67 => Kind::Checked,
                 68..=79 => Kind::Graph,
-                80..=89 => Kind::Map,
+                80..=85 => Kind::Map,
+                86..=89 => Kind::Child,
                 90..=94 => Kind::Sleep,
                 _ => Kind::Event,
             };

@@ -275,6 +275,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         drained,
         requests: verdict::read_request_keys(&broker.bootstrap(), &topics.requests, 3).await,
         map: items::read(&client).await,
+        children_twice: database_state.children_twice,
     };
 
     let calls = targets.calls();

@@ -37,6 +37,8 @@ pub const AFTER_CHECKPOINT: &str = "no call after a checkpoint but by fromStep";
 /// The topic holds every outbox row, each job's in commit order, ACCEPTED first and a
 /// terminal event last.
 pub const TOPIC: &str = "every event on the topic, in order";
+/// A parent's step started one child per element, never two.
+pub const CHILDREN: &str = "one child per slot";
 /// A job that slept took its next step no earlier than its sleep's end.
 pub const SLEEPS: &str = "no job woken before its sleep ends";
 /// No node logged a constraint violation or a panic.
@@ -47,10 +49,11 @@ pub const LOGS: &str = "no constraint error, no panic";
 pub const DRAINED: &str = "the fleet drains after the faults";
 
 /// Every invariant of this module, in the summary's order.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     DRAINED,
     WAITING,
     SLEEPS,
+    CHILDREN,
     SUBMISSIONS,
     CANCELS,
     SIDE_EFFECTS,
@@ -126,6 +129,8 @@ pub struct Evidence {
     pub requests: BTreeMap<String, String>,
     /// The map steps' stored elements and outputs.
     pub map: MapEvidence,
+    /// Parents' slots with more than one child.
+    pub children_twice: Vec<String>,
 }
 
 /// What the database holds: each job's status, the decoded outbox (in `seq` order),
@@ -139,12 +144,18 @@ pub struct Database {
     pub undecodable: usize,
     /// Rejected requests.
     pub rejects: i64,
+    /// Parents' slots (`parent/step/element`) with more than one child linked.
+    pub children_twice: Vec<String>,
 }
 
 /// Reads the jobs, the outbox and the rejected requests.
 pub async fn read_database(client: &Client) -> Database {
+    // The jobs the load submitted: children are checked as their parents' slots.
     let statuses = client
-        .query("SELECT job_id::text, status FROM workflow_run", &[])
+        .query(
+            "SELECT job_id::text, status FROM workflow_run WHERE root_job_id IS NULL",
+            &[],
+        )
         .await
         .expect("the jobs")
         .into_iter()
@@ -166,11 +177,24 @@ pub async fn read_database(client: &Client) -> Database {
         .await
         .expect("the rejects")
         .get(0);
+    let children_twice = client
+        .query(
+            "SELECT parent_job_id::text || '/' || parent_step || '/' || parent_item || ': ' || count(*)
+               FROM workflow_run WHERE parent_job_id IS NOT NULL
+              GROUP BY parent_job_id, parent_step, parent_item HAVING count(*) > 1",
+            &[],
+        )
+        .await
+        .expect("the children")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
     Database {
         statuses,
         undecodable: rows.len() - outbox.len(),
         outbox,
         rejects,
+        children_twice,
     }
 }
 
@@ -636,6 +660,11 @@ pub fn check(
     findings
         .breaches
         .extend(sleep_breaches(&by_id, &evidence.outbox));
+    for slot in &evidence.children_twice {
+        findings
+            .breaches
+            .push(breach(CHILDREN, format!("slot {slot} children")));
+    }
 
     // The topic against the outbox, job by job.
     let mut committed: BTreeMap<&str, Vec<(String, Type)>> = BTreeMap::new();
