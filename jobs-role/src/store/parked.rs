@@ -210,9 +210,21 @@ impl Store {
     /// sleep beside other waits: a job whose every wait is a sleep is QUEUED with
     /// `run_after` instead); answers how many. See [`sql::WAKE_PARKED_SLEEPS`].
     pub async fn wake_parked_sleeps(&self, batch: i64) -> Result<usize, StoreError> {
+        self.requeue_parked(sql::WAKE_PARKED_SLEEPS, &[&batch])
+            .await
+    }
+
+    /// Runs `statement` (an UPDATE that requeues parked jobs, answering their
+    /// `job_id`s) and wakes the workers for each, in one transaction; answers how
+    /// many it requeued.
+    pub(super) async fn requeue_parked(
+        &self,
+        statement: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<usize, StoreError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let rows = tx.query(sql::WAKE_PARKED_SLEEPS, &[&batch]).await?;
+        let rows = tx.query(statement, params).await?;
         for row in &rows {
             let job_id: Uuid = row.get("job_id");
             tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])

@@ -158,19 +158,8 @@ impl Act for RetryAct {
         }
         let mut events = EventBatch::default();
         for (job_id, was, name) in &children {
-            events.push(&EventFacts {
-                job_id: *job_id,
-                workflow_name: name,
-                kind: Type::Retried,
-                step: None,
-                attempt: 0,
-                verdict: None,
-                error: None,
-                status: JobStatus::Queued,
-                detail: &[("from", was.as_str()), ("reason", "its parent was retried")],
-                data: None,
-                waiting_on: None,
-            })?;
+            let detail = [("from", was.as_str()), ("reason", "its parent was retried")];
+            events.push(&retried_event(*job_id, name, &detail))?;
         }
         for (job_id, was, name) in &retried {
             let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];
@@ -180,19 +169,7 @@ impl Act for RetryAct {
             if let Some(reason) = &self.reason {
                 detail.push(("reason", reason));
             }
-            events.push(&EventFacts {
-                job_id: *job_id,
-                workflow_name: name,
-                kind: Type::Retried,
-                step: None,
-                attempt: 0,
-                verdict: None,
-                error: None,
-                status: JobStatus::Queued,
-                detail: &detail,
-                data: None,
-                waiting_on: None,
-            })?;
+            events.push(&retried_event(*job_id, name, &detail))?;
             outcomes.push((
                 *job_id,
                 RetryOutcome::Retried {
@@ -206,6 +183,27 @@ impl Act for RetryAct {
         tx.execute(sql::NOTIFY_QUEUED, &[&ids[0].to_string()])
             .await?;
         Ok(outcomes)
+    }
+}
+
+/// The RETRIED event of a job an operator's retry re-queued.
+fn retried_event<'a>(
+    job_id: Uuid,
+    workflow_name: &'a str,
+    detail: &'a [(&'a str, &'a str)],
+) -> EventFacts<'a> {
+    EventFacts {
+        job_id,
+        workflow_name,
+        kind: Type::Retried,
+        step: None,
+        attempt: 0,
+        verdict: None,
+        error: None,
+        status: JobStatus::Queued,
+        detail,
+        data: None,
+        waiting_on: None,
     }
 }
 

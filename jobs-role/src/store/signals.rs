@@ -203,21 +203,11 @@ impl Store {
     /// Requeues WAITING jobs that missed an event kept for their key (see
     /// [`sql::REQUEUE_MISSED_SIGNALS`]); answers how many.
     pub async fn requeue_missed_signals(&self, batch: i64) -> Result<usize, StoreError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let rows = tx
-            .query(
-                sql::REQUEUE_MISSED_SIGNALS,
-                &[&batch, &MISSED_SIGNAL_PARK_AGE_MS, &MISSED_SIGNAL_WINDOW_MS],
-            )
-            .await?;
-        for row in &rows {
-            let job_id: Uuid = row.get("job_id");
-            tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(rows.len())
+        self.requeue_parked(
+            sql::REQUEUE_MISSED_SIGNALS,
+            &[&batch, &MISSED_SIGNAL_PARK_AGE_MS, &MISSED_SIGNAL_WINDOW_MS],
+        )
+        .await
     }
 
     /// Deletes up to `batch` kept events older than `older_than`; answers how many.

@@ -49,9 +49,11 @@
 //! | `map`      | map steps: `forEach`, their `maxParallel` and `onItemFailure`         |
 //! | `parking`  | sleep steps (`sleep`) and event steps (`eventKey`, `eventLookbackMs`)  |
 //! | `child`    | child steps (`workflow`): the child's snapshot and its types           |
+//! | `declared` | the `buf.validate` rules of the types read: bounded, runnable         |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
 mod child;
+mod declared;
 mod draft;
 pub(crate) mod graph;
 mod limits;
@@ -78,13 +80,13 @@ pub use crate::finding::{Finding, Findings};
 use crate::gate::Gate;
 use crate::offload::{self, OffloadError};
 use crate::rules::Rule;
-use crate::ruleset::{self, TypeRoot};
 use crate::scope::INPUT;
 pub use crate::spec::{Completion, OnItemFailure, OnTimeout};
 use crate::spec::{SleepSpec, StepSpec};
 use crate::typecheck::Ty;
 use crate::verify;
 pub use child::MAX_CHILD_DEPTH;
+use declared::check_declared_rules;
 pub use graph::{DEFAULT_MAX_PARALLEL, MAX_PARALLEL_CEILING};
 use graph::{StepGraph, read_max_parallel};
 pub use limits::{
@@ -758,55 +760,4 @@ fn compile_children(
         compiled.push(ok.then(|| Arc::new(built)));
     }
     compiled
-}
-
-/// The `buf.validate` rules of every type the workflow reads stay within the CEL
-/// bounds, and those the engine runs (the input's, and the responses of `validate`
-/// steps) can run at all (see [`crate::ruleset`]).
-fn check_declared_rules(
-    findings: &mut Vec<Finding>,
-    validator: &Validator,
-    input_type: Option<&MessageDescriptor>,
-    steps: &[StepSpec],
-) {
-    let mut read = Vec::new();
-    let mut validated = Vec::new();
-    if let Some(input_type) = input_type {
-        let root = || TypeRoot {
-            message: input_type.clone(),
-            step: None,
-            path: "$.inputType".into(),
-        };
-        read.push(root());
-        validated.push(root());
-    }
-    for (i, spec) in steps.iter().enumerate() {
-        let Some(response_type) = &spec.response_type else {
-            continue;
-        };
-        let path = if spec.method.is_some() {
-            format!("$.steps[{i}].method")
-        } else {
-            format!("$.steps[{i}].outputType")
-        };
-        let root = |message: MessageDescriptor| TypeRoot {
-            message,
-            step: Some(spec.name.clone()),
-            path: path.clone(),
-        };
-        read.push(root(response_type.clone()));
-        if let Some(request_type) = &spec.request_type {
-            read.push(root(request_type.clone()));
-        }
-        if spec.validate {
-            validated.push(root(response_type.clone()));
-        }
-    }
-    // The validator recurses over the types: a chain too deep for it is refused
-    // before it is built.
-    if !ruleset::check_nesting(findings, &read) {
-        return;
-    }
-    let unrunnable = ruleset::check_bounds(findings, &read);
-    ruleset::check_usable(findings, validator, &validated, &unrunnable);
 }
