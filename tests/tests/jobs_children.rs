@@ -88,7 +88,8 @@ async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
     let answer = node
         .ok(
             "submit-workflow",
-            json!({ "workflowName": "embed-all", "input": { "text": distinct_text(100) } }),
+            json!({ "workflowName": "embed-all", "input": { "text": distinct_text(100) },
+                    "priority": 7, "maxAttempts": 5 }),
         )
         .await;
     let parent = answer["jobId"].as_str().unwrap().to_owned();
@@ -130,6 +131,11 @@ async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
     assert_eq!(child["parent_job_id"], parent.as_str());
     assert_eq!(child["root_job_id"], parent.as_str());
     assert_eq!(child["parent_step"], "each");
+    // A child runs with its parent's priority and retry budget.
+    assert_eq!(
+        (&child["priority"], &child["max_attempts"]),
+        (&json!(7), &json!(5))
+    );
     node.stop().await;
 }
 

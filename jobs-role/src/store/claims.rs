@@ -46,6 +46,8 @@ pub struct ClaimedJob {
     pub checkpoints: Value,
     /// Attempts allowed.
     pub max_attempts: i32,
+    /// Its claim order, 0 to 9 (its children inherit it).
+    pub priority: i16,
     /// Claims given back in a row without progress before this one.
     pub releases: i32,
     /// Per step (by index): operator retries that dropped its checkpoint, part of
@@ -135,6 +137,7 @@ impl Store {
                 input: row.get("input"),
                 checkpoints: row.get("checkpoints"),
                 max_attempts: row.get("max_attempts"),
+                priority: row.get("priority"),
                 releases: row.get("releases"),
                 step_reruns: row.get("step_reruns"),
                 trace_context: row.get("trace_context"),

@@ -12,7 +12,7 @@ use workflow::runner::WaitKind;
 
 use super::Worker;
 use crate::compiled::snapshot_digest;
-use crate::store::{ClaimedJob, DEFAULT_PRIORITY, NewChild, NewJob, Settlement, StoreError};
+use crate::store::{ClaimedJob, NewChild, NewJob, Settlement, StoreError};
 
 /// The namespace of children's ids (UUID v5 of `<parent>/<step>/<element>/<re-runs>`).
 const CHILD_IDS: Uuid = Uuid::from_u128(0x6d1c_33a0_5a8e_4c3f_9b1e_70c4_1d2f_0b33);
@@ -82,8 +82,9 @@ impl Worker {
                         definition: envelope.clone(),
                         definition_digest: Some(digest.clone()),
                         input: input.clone(),
-                        max_attempts: self.config.max_attempts_default,
-                        priority: DEFAULT_PRIORITY,
+                        // As the parent: a child is part of its parent's work.
+                        max_attempts: job.max_attempts,
+                        priority: job.priority,
                         run_after: None,
                         trace_context: job.trace_context.clone(),
                         by_name: false,

@@ -227,7 +227,7 @@ UPDATE workflow_run
                                             FOR UPDATE SKIP LOCKED) AS eligible
                             LIMIT $3))
    AND status = 'QUEUED'
-RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, releases, step_reruns, checkpoints, trace_context,
+RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, priority, releases, step_reruns, checkpoints, trace_context,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
               AS definition_digest,
           CASE WHEN jsonb_typeof(waits) = 'array' THEN
