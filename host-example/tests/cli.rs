@@ -562,20 +562,7 @@ async fn send_event_resumes_the_job_get_shows_its_key_and_a_resend_says_so() {
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "events", 1)).await;
     let url = serve(&node).await;
-    let envelope = workflow::testkit::workflow(
-        "paid",
-        vec![
-            workflow::testkit::step(
-                "tokenize",
-                &server.target(),
-                "jobs.test.Tokenizer/Tokenize",
-                &["text = input.text"],
-            ),
-            json!({ "name": "paid", "completion": "event", "eventKey": "'order-' + input.text",
-                    "outputType": "jobs.test.Review" }),
-        ],
-        None,
-    );
+    let envelope = workflow::testkit::event_workflow(&server.target(), json!({}));
     let job_id = node.submit(&envelope, json!({ "text": "9" })).await;
     node.wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
         .await;

@@ -119,32 +119,9 @@ async fn children_started_across_a_kill_9_exist_once_per_element() {
     let idle =
         protomolt_e2e::jobs::JobsNode::start(protomolt_e2e::jobs::test_config(&db.url, "idle", 0))
             .await;
-    let mut child = workflow::testkit::workflow(
-        "embed-one",
-        vec![workflow::testkit::step(
-            "embed",
-            &server.target(),
-            "jobs.test.Embedder/Embed",
-            &["ids = input.ids"],
-        )],
-        None,
-    );
-    child["inputType"] = json!("jobs.test.Tokens");
+    let child = workflow::testkit::embed_one_workflow(&server.target());
     idle.ok("put-workflow", json!({ "workflow": child })).await;
-    let parent = workflow::testkit::workflow(
-        "embed-all",
-        vec![
-            workflow::testkit::step(
-                "a",
-                &server.target(),
-                "jobs.test.Tokenizer/Tokenize",
-                &["text = input.text"],
-            ),
-            json!({ "name": "each", "workflow": "embed-one", "forEach": "a.ids",
-                    "maxParallel": 16, "rules": ["ids += item"] }),
-        ],
-        Some(json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each"] })),
-    );
+    let parent = workflow::testkit::embed_all_workflow(&server.target(), 16);
     let job_id = idle
         .submit(
             &parent,

@@ -175,20 +175,7 @@ async fn a_job_waiting_for_an_event_shows_its_key_and_a_send_event_form() {
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "event-node", 1)).await;
     let base = serve(node.router.clone()).await;
-    let envelope = workflow::testkit::workflow(
-        "paid",
-        vec![
-            workflow::testkit::step(
-                "tokenize",
-                &server.target(),
-                "jobs.test.Tokenizer/Tokenize",
-                &["text = input.text"],
-            ),
-            json!({ "name": "paid", "completion": "event", "eventKey": "'order-' + input.text",
-                    "outputType": "jobs.test.Review", "validate": true }),
-        ],
-        None,
-    );
+    let envelope = workflow::testkit::event_workflow(&server.target(), json!({ "validate": true }));
     let job_id = node.submit(&envelope, json!({ "text": "77" })).await;
     node.wait_for_status(&job_id, "WAITING", WAIT).await;
     let browser = Browser::start().await;
@@ -230,16 +217,7 @@ async fn a_parents_page_lists_its_children_and_a_child_links_back() {
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "tree-node", 2)).await;
     let base = serve(node.router.clone()).await;
-    let leaf = workflow::testkit::workflow(
-        "leaf",
-        vec![workflow::testkit::step(
-            "tokenize",
-            &server.target(),
-            "jobs.test.Tokenizer/Tokenize",
-            &["text = input.text"],
-        )],
-        None,
-    );
+    let leaf = workflow::testkit::leaf_workflow(&server.target());
     node.ok("put-workflow", json!({ "workflow": leaf })).await;
     let parent = workflow::testkit::workflow(
         "tree",

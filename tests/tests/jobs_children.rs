@@ -11,46 +11,11 @@ use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, test_config};
 use serde_json::{Value, json};
 use workflow::testkit::{
-    FixtureOptions, FixtureServer, distinct_text, map_element_id, step, workflow,
+    FixtureOptions, FixtureServer, distinct_text, embed_all_workflow, embed_one_workflow,
+    leaf_workflow, map_element_id, workflow,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
-
-/// `embed-one`: embeds the ids of its input (a `jobs.test.Tokens`).
-fn child_workflow(target: &str) -> Value {
-    let mut child = workflow(
-        "embed-one",
-        vec![step(
-            "embed",
-            target,
-            "jobs.test.Embedder/Embed",
-            &["ids = input.ids"],
-        )],
-        None,
-    );
-    child["inputType"] = json!("jobs.test.Tokens");
-    child
-}
-
-/// Tokenizes, then starts an `embed-one` child per id (`max_parallel` at once).
-fn parent_workflow(target: &str, max_parallel: u64) -> Value {
-    workflow(
-        "embed-all",
-        vec![
-            step(
-                "a",
-                target,
-                "jobs.test.Tokenizer/Tokenize",
-                &["text = input.text"],
-            ),
-            json!({ "name": "each", "workflow": "embed-one", "forEach": "a.ids",
-                    "maxParallel": max_parallel, "rules": ["ids += item"] }),
-        ],
-        Some(
-            json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each", "source_text = input.text"] }),
-        ),
-    )
-}
 
 async fn children(db: &TestDatabase, parent: &str) -> Vec<(String, String, i32)> {
     db.connect()
@@ -77,12 +42,12 @@ async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
     let node = JobsNode::start(test_config(&db.url, "parent", 4)).await;
     node.ok(
         "put-workflow",
-        json!({ "workflow": child_workflow(&server.target()) }),
+        json!({ "workflow": embed_one_workflow(&server.target()) }),
     )
     .await;
     node.ok(
         "put-workflow",
-        json!({ "workflow": parent_workflow(&server.target(), 16) }),
+        json!({ "workflow": embed_all_workflow(&server.target(), 16) }),
     )
     .await;
     let answer = node
@@ -150,12 +115,12 @@ async fn a_failing_child_fails_the_parents_step_naming_the_child() {
     let node = JobsNode::start(test_config(&db.url, "failing", 2)).await;
     node.ok(
         "put-workflow",
-        json!({ "workflow": child_workflow(&server.target()) }),
+        json!({ "workflow": embed_one_workflow(&server.target()) }),
     )
     .await;
     let parent = node
         .submit(
-            &parent_workflow(&server.target(), 2),
+            &embed_all_workflow(&server.target(), 2),
             json!({ "text": distinct_text(4) }),
         )
         .await;
@@ -306,7 +271,7 @@ async fn missing_unverifiable_and_self_starting_children_are_refused() {
     };
 
     // No such child, at submission and when stored.
-    let parent = parent_workflow(&server.target(), 2);
+    let parent = embed_all_workflow(&server.target(), 2);
     refused(
         "submit-workflow",
         json!({ "workflow": parent.clone(), "input": { "text": "ab" } }),
@@ -323,7 +288,7 @@ async fn missing_unverifiable_and_self_starting_children_are_refused() {
     // A child whose input type the parent's schema defines differently.
     node.ok(
         "put-workflow",
-        json!({ "workflow": child_workflow(&server.target()) }),
+        json!({ "workflow": embed_one_workflow(&server.target()) }),
     )
     .await;
     let other_schema = workflow::schema::compile_proto_source(
@@ -349,16 +314,7 @@ async fn missing_unverifiable_and_self_starting_children_are_refused() {
     .await;
 
     // A workflow that starts itself: inline, stored, and through another.
-    let leaf = workflow(
-        "leaf",
-        vec![step(
-            "tokenize",
-            &server.target(),
-            "jobs.test.Tokenizer/Tokenize",
-            &["text = input.text"],
-        )],
-        None,
-    );
+    let leaf = leaf_workflow(&server.target());
     node.ok("put-workflow", json!({ "workflow": leaf })).await;
     refused(
         "submit-workflow",
@@ -423,12 +379,12 @@ async fn a_retry_from_a_child_step_starts_new_children_and_detaches_the_old() {
     let node = JobsNode::start(test_config(&db.url, "rerun", 2)).await;
     node.ok(
         "put-workflow",
-        json!({ "workflow": child_workflow(&server.target()) }),
+        json!({ "workflow": embed_one_workflow(&server.target()) }),
     )
     .await;
     let parent = node
         .submit(
-            &parent_workflow(&server.target(), 4),
+            &embed_all_workflow(&server.target(), 4),
             json!({ "text": distinct_text(3) }),
         )
         .await;
@@ -490,7 +446,7 @@ async fn a_parent_that_fails_cancels_its_children_still_running() {
     .await;
     let node = JobsNode::start(test_config(&db.url, "orphans", 2)).await;
     // Embeds, then sleeps an hour: element 0's child stays live, element 1's fails.
-    let mut child = child_workflow(&server.target());
+    let mut child = embed_one_workflow(&server.target());
     child["steps"]
         .as_array_mut()
         .unwrap()
@@ -499,7 +455,7 @@ async fn a_parent_that_fails_cancels_its_children_still_running() {
     node.ok("put-workflow", json!({ "workflow": child })).await;
     let parent = node
         .submit(
-            &parent_workflow(&server.target(), 2),
+            &embed_all_workflow(&server.target(), 2),
             json!({ "text": distinct_text(2) }),
         )
         .await;

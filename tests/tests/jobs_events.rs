@@ -10,29 +10,9 @@ use jobs_role::JobStatus;
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, test_config};
 use serde_json::{Value, json};
-use workflow::testkit::{FixtureServer, step, workflow};
+use workflow::testkit::{FixtureServer, event_workflow, tokenize_step, workflow};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn tokenize(target: &str) -> Value {
-    step(
-        "tokenize",
-        target,
-        "jobs.test.Tokenizer/Tokenize",
-        &["text = input.text"],
-    )
-}
-
-/// tokenize, then wait for a `jobs.test.Review` on `'order-' + input.text`.
-fn paid_workflow(target: &str, extra: Value) -> Value {
-    let mut paid = json!({ "name": "paid", "completion": "event",
-                           "eventKey": "'order-' + input.text",
-                           "outputType": "jobs.test.Review" });
-    for (key, value) in extra.as_object().unwrap() {
-        paid[key] = value.clone();
-    }
-    workflow("paid", vec![tokenize(target), paid], None)
-}
 
 async fn kept_events(db: &TestDatabase) -> i64 {
     db.connect()
@@ -50,7 +30,7 @@ async fn an_event_resumes_the_job_waiting_on_its_key_once_and_a_resend_resumes_n
     let node = JobsNode::start(test_config(&db.url, "events", 2)).await;
     let job_id = node
         .submit(
-            &paid_workflow(&server.target(), json!({})),
+            &event_workflow(&server.target(), json!({})),
             json!({ "text": "42" }),
         )
         .await;
@@ -127,7 +107,7 @@ async fn an_event_sent_before_the_job_parks_is_delivered_when_it_parks() {
     let event_id = sent["eventId"].as_str().expect("an id made up").to_owned();
     let job_id = node
         .submit(
-            &paid_workflow(&server.target(), json!({})),
+            &event_workflow(&server.target(), json!({})),
             json!({ "text": "7" }),
         )
         .await;
@@ -144,7 +124,7 @@ async fn an_event_sent_before_the_job_parks_is_delivered_when_it_parks() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let short = node
         .submit(
-            &paid_workflow(&server.target(), json!({ "eventLookbackMs": 100 })),
+            &event_workflow(&server.target(), json!({ "eventLookbackMs": 100 })),
             json!({ "text": "8" }),
         )
         .await;
@@ -171,20 +151,20 @@ async fn one_event_resumes_five_hundred_jobs_and_refuses_the_one_it_does_not_fit
     let answer = node
         .ok(
             "submit-workflows",
-            json!({ "workflow": paid_workflow(&server.target(), json!({})),
+            json!({ "workflow": event_workflow(&server.target(), json!({})),
                     "submissions": submissions }),
         )
         .await;
     assert_eq!(answer["created"], 500, "refused: {}", answer["refused"]);
     // One job whose step waits for another type on the same key, one whose step
     // checks the payload's rules, which this payload breaks.
-    let mut other = paid_workflow(
+    let mut other = event_workflow(
         &server.target(),
         json!({ "outputType": "jobs.test.Tokens" }),
     );
     other["name"] = json!("other");
     let other_id = node.submit(&other, json!({ "text": "batch" })).await;
-    let mut strict = paid_workflow(&server.target(), json!({ "validate": true }));
+    let mut strict = event_workflow(&server.target(), json!({ "validate": true }));
     strict["name"] = json!("strict");
     let strict_id = node.submit(&strict, json!({ "text": "batch" })).await;
     node.wait_for_count(JobStatus::Waiting, 502, WAIT).await;
@@ -264,7 +244,7 @@ async fn an_event_step_may_bound_its_wait() {
     let node = JobsNode::start(test_config(&db.url, "timeout", 1)).await;
     let job_id = node
         .submit(
-            &paid_workflow(&server.target(), json!({ "waitTimeoutMs": 200 })),
+            &event_workflow(&server.target(), json!({ "waitTimeoutMs": 200 })),
             json!({ "text": "slow" }),
         )
         .await;
@@ -288,7 +268,7 @@ async fn two_steps_waiting_on_one_key_both_take_one_send_and_a_kept_event() {
         json!({ "name": name, "after": [], "completion": "event",
                 "eventKey": "'twin-' + input.text", "outputType": "jobs.test.Review" })
     };
-    let mut last = tokenize(&server.target());
+    let mut last = tokenize_step(&server.target());
     last["after"] = json!(["left", "right"]);
     let envelope = workflow("twins", vec![wait("left"), wait("right"), last], None);
     // Sent while both wait.
@@ -346,7 +326,7 @@ async fn an_event_id_is_idempotent_per_key_a_key_no_sender_can_name_fails_and_pa
     assert_eq!(status, 400, "payload too large");
     assert!(refused["message"].as_str().unwrap().contains("payload:"));
     // An input that makes the key empty fails the step when it parks.
-    let mut empty_key = paid_workflow(&server.target(), json!({}));
+    let mut empty_key = event_workflow(&server.target(), json!({}));
     empty_key["steps"][1]["eventKey"] = json!("input.text");
     let job = node.submit(&empty_key, json!({ "text": "" })).await;
     let failed = node.wait_for_status(&job, "FAILED", WAIT).await;
@@ -367,7 +347,7 @@ async fn the_sweeper_requeues_a_parked_job_that_missed_a_kept_event() {
     let node = JobsNode::start(test_config(&db.url, "missed", 1)).await;
     let job_id = node
         .submit(
-            &paid_workflow(&server.target(), json!({})),
+            &event_workflow(&server.target(), json!({})),
             json!({ "text": "m" }),
         )
         .await;

@@ -8,22 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::jobs::{JobsNode, test_config};
 use serde_json::{Value, json};
-use workflow::testkit::{FixtureServer, review_step, step, workflow};
+use workflow::testkit::{FixtureServer, review_step, sleep_step, tokenize_step, workflow};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn tokenize(target: &str) -> Value {
-    step(
-        "tokenize",
-        target,
-        "jobs.test.Tokenizer/Tokenize",
-        &["text = input.text"],
-    )
-}
-
-fn sleep_step(sleep: Value) -> Value {
-    json!({ "name": "cool_off", "sleep": sleep })
-}
 
 /// The wake time the row holds for the sleep step, in milliseconds since the epoch.
 fn wake_ms(job: &Value) -> i64 {
@@ -55,7 +42,7 @@ async fn a_two_second_sleep_survives_a_restart_and_wakes_on_time_not_before() {
         "sleepy",
         vec![
             sleep_step(json!({ "forMs": 2000 })),
-            tokenize(&server.target()),
+            tokenize_step(&server.target()),
         ],
         None,
     );
@@ -123,7 +110,7 @@ async fn a_sleep_until_a_past_time_does_not_park_and_one_in_the_future_can_be_ca
         "until",
         vec![
             sleep_step(json!({ "until": "input.send_at" })),
-            tokenize(&server.target()),
+            tokenize_step(&server.target()),
         ],
         None,
     );
@@ -180,7 +167,7 @@ async fn a_sleep_beside_an_external_step_wakes_and_the_review_keeps_its_deadline
     review["waitTimeoutMs"] = json!(3_600_000);
     let mut sleep = sleep_step(json!({ "forMs": 300 }));
     sleep["after"] = json!([]);
-    let mut last = tokenize(&server.target());
+    let mut last = tokenize_step(&server.target());
     last["after"] = json!(["review", "cool_off"]);
     let envelope = workflow("beside", vec![review, sleep, last], None);
     let job_id = node.submit(&envelope, json!({ "text": "a b" })).await;

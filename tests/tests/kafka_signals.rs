@@ -10,7 +10,7 @@ use protomolt_e2e::jobs::{JobsNode, test_config};
 use protomolt_e2e::kafka::{produce, producer, with_lanes};
 use protomolt_e2e::{TestDatabase, create_topic, unique_topic};
 use serde_json::json;
-use workflow::testkit::{FixtureServer, step, workflow};
+use workflow::testkit::{FixtureServer, event_workflow};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -42,20 +42,7 @@ async fn a_send_event_record_resumes_the_job_and_poison_records_are_dead_lettere
     create_topic(&signals, 1).await;
     config.signals_topic = Some(signals.clone());
     let node = JobsNode::start(config).await;
-    let envelope = workflow(
-        "paid",
-        vec![
-            step(
-                "tokenize",
-                &server.target(),
-                "jobs.test.Tokenizer/Tokenize",
-                &["text = input.text"],
-            ),
-            json!({ "name": "paid", "completion": "event", "eventKey": "'order-' + input.text",
-                    "outputType": "jobs.test.Review" }),
-        ],
-        None,
-    );
+    let envelope = event_workflow(&server.target(), json!({}));
     let first = node.submit(&envelope, json!({ "text": "1" })).await;
     let second = node.submit(&envelope, json!({ "text": "2" })).await;
     node.wait_for_status(&first, "WAITING", WAIT).await;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use workflow::runner::{WaitKind, Wake};
 use workflow::testkit::{
-    FixtureServer, assert_finding, compile_new as compile, new_findings as findings, step, workflow,
+    FixtureServer, assert_finding, compile_new as compile, new_findings as findings, sleep_step,
+    step, tokenize_step, workflow,
 };
 use workflow::{
     Checkpoint, CheckpointSink, CompiledStep, NoMetadata, RunError, Runner, SegmentOutcome,
@@ -15,19 +16,6 @@ use workflow::{
 };
 
 const TARGET: &str = "127.0.0.1:1";
-
-fn tokenize(target: &str) -> Value {
-    step(
-        "tokenize",
-        target,
-        "jobs.test.Tokenizer/Tokenize",
-        &["text = input.text"],
-    )
-}
-
-fn sleep_step(sleep: Value) -> Value {
-    json!({ "name": "cool_off", "sleep": sleep })
-}
 
 fn event_step(key: &str) -> Value {
     json!({ "name": "paid", "completion": "event", "eventKey": key,
@@ -65,7 +53,7 @@ fn sleep_and_event_steps_compile_with_their_kinds() {
     let wf = compile(&workflow(
         "parks",
         vec![
-            tokenize(TARGET),
+            tokenize_step(TARGET),
             sleep_step(json!({ "forMs": 2000 })),
             event_step("'order-' + input.text"),
         ],
@@ -87,7 +75,7 @@ fn a_sleep_step_that_is_called_or_sleeps_badly_is_refused_naming_the_field() {
     let mut called = sleep_step(json!({ "forMs": 10 }));
     called["target"] = json!(TARGET);
     called["rules"] = json!(["text = input.text"]);
-    let all = findings(&workflow("bad", vec![tokenize(TARGET), called], None));
+    let all = findings(&workflow("bad", vec![tokenize_step(TARGET), called], None));
     assert_finding(
         &all,
         Some("cool_off"),
@@ -139,7 +127,7 @@ fn a_sleep_step_that_is_called_or_sleeps_badly_is_refused_naming_the_field() {
     ] {
         let all = findings(&workflow(
             "bad",
-            vec![tokenize(TARGET), sleep_step(sleep.clone())],
+            vec![tokenize_step(TARGET), sleep_step(sleep.clone())],
             None,
         ));
         assert_finding(&all, Some("cool_off"), path, &[needle]);
@@ -204,7 +192,7 @@ fn an_event_step_needs_a_string_key_over_its_scope_and_an_output_type() {
                 value => step[key] = value.clone(),
             }
         }
-        let all = findings(&workflow("bad", vec![tokenize(TARGET), step], None));
+        let all = findings(&workflow("bad", vec![tokenize_step(TARGET), step], None));
         assert_finding(&all, Some("paid"), path, &[needle]);
     }
     let mut stray = step("t", TARGET, "jobs.test.Tokenizer/Tokenize", &[]);
@@ -225,7 +213,7 @@ async fn a_sleep_parks_with_its_duration_and_a_sleep_that_is_over_goes_on() {
         "sleepy",
         vec![
             sleep_step(json!({ "forMs": 2000 })),
-            tokenize(&server.target()),
+            tokenize_step(&server.target()),
         ],
         None,
     ));
@@ -303,7 +291,7 @@ async fn an_event_step_parks_on_the_key_its_expression_computes() {
     let wf = compile(&workflow(
         "eventful",
         vec![
-            tokenize(&server.target()),
+            tokenize_step(&server.target()),
             event_step("'order-' + input.text + '-' + string(size(tokenize.ids))"),
         ],
         None,

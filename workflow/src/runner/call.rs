@@ -92,18 +92,15 @@ impl Caller<'_> {
         let Some(gate) = &step.when else {
             return Ok(true);
         };
-        let remaining = time_left(workflow, &step.name, segment_end)?;
-        gate.evaluate_within(scope, GATE_TIME_LIMIT.min(remaining))
-            .await
-            .map_err(|e| {
-                let bound = Bounded {
-                    own_limit: GATE_TIME_LIMIT,
-                    remaining,
-                    segment_end,
-                    doing: "the `when` gate ran",
-                };
-                bound.failure(workflow, &step.name, FailureKind::Gate, e)
-            })
+        bounded_cel(
+            workflow,
+            step,
+            segment_end,
+            "the `when` gate ran",
+            FailureKind::Gate,
+            |limit| gate.evaluate_within(scope, limit),
+        )
+        .await
     }
 
     /// The key event step `step` waits on: its `eventKey` evaluated over `scope`
@@ -116,19 +113,15 @@ impl Caller<'_> {
         scope: &Scope,
         segment_end: Instant,
     ) -> Result<String, StepFailure> {
-        let remaining = time_left(workflow, &step.name, segment_end)?;
-        let key = key
-            .evaluate_string_within(scope, GATE_TIME_LIMIT.min(remaining))
-            .await
-            .map_err(|e| {
-                let bound = Bounded {
-                    own_limit: GATE_TIME_LIMIT,
-                    remaining,
-                    segment_end,
-                    doing: "its `eventKey` ran",
-                };
-                bound.failure(workflow, &step.name, FailureKind::Mapping, e)
-            })?;
+        let key = bounded_cel(
+            workflow,
+            step,
+            segment_end,
+            "its `eventKey` ran",
+            FailureKind::Mapping,
+            |limit| key.evaluate_string_within(scope, limit),
+        )
+        .await?;
         // What send-event accepts: a key no sender can name would wait for ever.
         if let Some(problem) = event_key_problem(&key) {
             return Err(StepFailure::at(
@@ -354,6 +347,32 @@ impl Bounded {
             StepFailure::at(step, kind, error)
         }
     }
+}
+
+/// A bounded CEL evaluation of `step` (a gate, an event key): run within the smaller
+/// of [`GATE_TIME_LIMIT`] and what is left of the segment; an error is a failure of
+/// `kind`, or `DEADLINE` when the segment's time ran out (`doing` says what ran).
+async fn bounded_cel<T, F>(
+    workflow: &CompiledWorkflow,
+    step: &CompiledStep,
+    segment_end: Instant,
+    doing: &'static str,
+    kind: FailureKind,
+    evaluate: impl FnOnce(Duration) -> F,
+) -> Result<T, StepFailure>
+where
+    F: std::future::Future<Output = Result<T, String>>,
+{
+    let remaining = time_left(workflow, &step.name, segment_end)?;
+    evaluate(GATE_TIME_LIMIT.min(remaining)).await.map_err(|e| {
+        let bound = Bounded {
+            own_limit: GATE_TIME_LIMIT,
+            remaining,
+            segment_end,
+            doing,
+        };
+        bound.failure(workflow, &step.name, kind, e)
+    })
 }
 
 /// What is left of the segment; a `DEADLINE` failure of `step` when nothing is.

@@ -99,6 +99,28 @@ impl Runner {
         }
     }
 
+    /// Evaluates `step`'s `when` gate; a closed gate records the step as skipped
+    /// (its checkpoint, its default in scope) and answers true.
+    async fn skipped_by_gate<S: CheckpointSink>(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &mut Scope,
+        steps: &mut Vec<Checkpoint>,
+        sink: &mut S,
+        segment_end: Instant,
+    ) -> Result<bool, SegmentError> {
+        if self
+            .caller()
+            .gate_opens(workflow, step, scope, segment_end)
+            .await?
+        {
+            return Ok(false);
+        }
+        Ended::new(step, None)?.record(sink, scope, steps).await?;
+        Ok(true)
+    }
+
     /// A runner with an empty channel cache.
     pub fn new() -> Self {
         Self::default()
@@ -305,13 +327,10 @@ impl Runner {
                     break;
                 };
                 if step.completion == Completion::Child {
-                    if !self
-                        .caller()
-                        .gate_opens(workflow, step, &scope, segment_end)
+                    if self
+                        .skipped_by_gate(workflow, step, &mut scope, &mut steps, sink, segment_end)
                         .await?
                     {
-                        let done = Ended::new(step, None)?;
-                        done.record(sink, &mut scope, &mut steps).await?;
                         state[step.index] = StepState::Done;
                         continue;
                     }
@@ -334,13 +353,10 @@ impl Runner {
                     continue;
                 }
                 if step.map.is_some() {
-                    if !self
-                        .caller()
-                        .gate_opens(workflow, step, &scope, segment_end)
+                    if self
+                        .skipped_by_gate(workflow, step, &mut scope, &mut steps, sink, segment_end)
                         .await?
                     {
-                        let done = Ended::new(step, None)?;
-                        done.record(sink, &mut scope, &mut steps).await?;
                         state[step.index] = StepState::Done;
                         continue;
                     }
@@ -378,13 +394,10 @@ impl Runner {
                 // A step that parks the job waits only when its gate (if any) is open; a
                 // closed gate skips it like any other step. A sleep whose time has come
                 // is done, answering `google.protobuf.Empty`.
-                if !self
-                    .caller()
-                    .gate_opens(workflow, step, &scope, segment_end)
+                if self
+                    .skipped_by_gate(workflow, step, &mut scope, &mut steps, sink, segment_end)
                     .await?
                 {
-                    let done = Ended::new(step, None)?;
-                    done.record(sink, &mut scope, &mut steps).await?;
                     state[step.index] = StepState::Done;
                     continue;
                 }

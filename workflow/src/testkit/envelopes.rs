@@ -198,3 +198,75 @@ pub fn unencodable_response_workflow(target: &str) -> Value {
         "steps": [step("tokenize", target, "jobs.test.Tokenizer/Tokenize", &["text = input.text"])],
     })
 }
+
+/// `tokenize`: the fixture tokenizer over the input's text.
+pub fn tokenize_step(target: &str) -> Value {
+    step(
+        "tokenize",
+        target,
+        "jobs.test.Tokenizer/Tokenize",
+        &["text = input.text"],
+    )
+}
+
+/// A sleep step `cool_off` with `sleep` as written (`{"forMs": n}` or `{"until": …}`).
+pub fn sleep_step(sleep: Value) -> Value {
+    json!({ "name": "cool_off", "sleep": sleep })
+}
+
+/// `paid`: tokenize, then wait for a `jobs.test.Review` on `'order-' + input.text`;
+/// `extra`'s keys (`eventLookbackMs`, `validate`, ...) are set on the event step.
+pub fn event_workflow(target: &str, extra: Value) -> Value {
+    let mut paid = json!({ "name": "paid", "completion": "event",
+                           "eventKey": "'order-' + input.text",
+                           "outputType": "jobs.test.Review" });
+    if let Some(extra) = extra.as_object() {
+        for (key, value) in extra {
+            paid[key] = value.clone();
+        }
+    }
+    workflow("paid", vec![tokenize_step(target), paid], None)
+}
+
+/// `leaf`: a stored workflow that tokenizes its input (a child of the tests' relays).
+pub fn leaf_workflow(target: &str) -> Value {
+    workflow("leaf", vec![tokenize_step(target)], None)
+}
+
+/// `embed-one`: embeds the ids of its input (a `jobs.test.Tokens`): the child the
+/// tests' parents start per element.
+pub fn embed_one_workflow(target: &str) -> Value {
+    let mut child = workflow(
+        "embed-one",
+        vec![step(
+            "embed",
+            target,
+            "jobs.test.Embedder/Embed",
+            &["ids = input.ids"],
+        )],
+        None,
+    );
+    child["inputType"] = json!("jobs.test.Tokens");
+    child
+}
+
+/// `embed-all`: tokenizes, then starts an `embed-one` child per id, `max_parallel`
+/// at once; output the children's vectors in order.
+pub fn embed_all_workflow(target: &str, max_parallel: u64) -> Value {
+    workflow(
+        "embed-all",
+        vec![
+            step(
+                "a",
+                target,
+                "jobs.test.Tokenizer/Tokenize",
+                &["text = input.text"],
+            ),
+            json!({ "name": "each", "workflow": "embed-one", "forEach": "a.ids",
+                    "maxParallel": max_parallel, "rules": ["ids += item"] }),
+        ],
+        Some(
+            json!({ "type": "jobs.test.Vectors", "rules": ["vectors = each", "source_text = input.text"] }),
+        ),
+    )
+}

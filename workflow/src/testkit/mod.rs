@@ -21,8 +21,9 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 
 pub use envelopes::{
-    UNENCODABLE_TEXT, diamond_workflow, distinct_text, map_element_id, map_workflow, review_step,
-    step, three_step_workflow, two_step_workflow, unencodable_response_workflow, workflow,
+    UNENCODABLE_TEXT, diamond_workflow, distinct_text, embed_all_workflow, embed_one_workflow,
+    event_workflow, leaf_workflow, map_element_id, map_workflow, review_step, sleep_step, step,
+    three_step_workflow, tokenize_step, two_step_workflow, unencodable_response_workflow, workflow,
 };
 pub use findings::{assert_finding, compile_new, findings, new_findings};
 pub use servers::{FixtureOptions, FixtureServer, FixtureStats, RecordedCall};
