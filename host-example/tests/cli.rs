@@ -598,3 +598,64 @@ async fn send_event_resumes_the_job_get_shows_its_key_and_a_resend_says_so() {
     let bad = cli(&url, &["send-event", "order-9", "--payload", "not json"]).await;
     assert_ne!(bad.status.code(), Some(0), "{}", text(&bad));
 }
+
+#[tokio::test]
+async fn pause_resume_and_drain_act_on_the_fleet_and_get_says_what_holds_a_job() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "flow", 2)).await;
+    let url = serve(&node).await;
+    let mut envelope = workflow::testkit::leaf_workflow(&server.target());
+    envelope["concurrency"] = json!([{ "key": "input.text", "limit": 1 }]);
+    let first = node.submit(&envelope, json!({ "text": "k" })).await;
+    node.wait_for_status(&first, "COMPLETED", Duration::from_secs(30))
+        .await;
+
+    let paused = cli(&url, &["pause", "--workflow", "leaf", "--reason", "a test"]).await;
+    assert_eq!(paused.status.code(), Some(0), "{}", text(&paused));
+    assert!(
+        text(&paused).contains("workflow leaf paused"),
+        "{}",
+        text(&paused)
+    );
+    let again = cli(&url, &["pause", "--workflow", "leaf"]).await;
+    assert!(text(&again).contains("already paused"), "{}", text(&again));
+    let held = node.submit(&envelope, json!({ "text": "k" })).await;
+    let shown = cli(&url, &["get", &held]).await;
+    assert!(
+        text(&shown).contains("key       leaf:input.text=k")
+            && text(&shown).contains("held      its workflow is paused"),
+        "{}",
+        text(&shown)
+    );
+    let unknown = cli(&url, &["pause", "--workflow", "no-such"]).await;
+    assert_eq!(unknown.status.code(), Some(3), "{}", text(&unknown));
+
+    let drained = cli(&url, &["--json", "node", "drain"]).await;
+    assert_eq!(drained.status.code(), Some(0), "{}", text(&drained));
+    assert_eq!(json_lines(&drained)[0]["draining"], true);
+    let resumed = cli(&url, &["resume", "--workflow", "leaf"]).await;
+    assert!(
+        text(&resumed).contains("workflow leaf resumed"),
+        "{}",
+        text(&resumed)
+    );
+    // Draining: resumed, but this node still claims nothing.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(node.job(&held).await["status"], "QUEUED");
+    let claiming = cli(&url, &["node", "drain", "--off"]).await;
+    assert!(
+        text(&claiming).contains("claiming again"),
+        "{}",
+        text(&claiming)
+    );
+    node.wait_for_status(&held, "COMPLETED", Duration::from_secs(30))
+        .await;
+    let by_key = cli(&url, &["pause", "--key", "leaf:input.text=k"]).await;
+    assert!(
+        text(&by_key).contains("key leaf:input.text=k paused"),
+        "{}",
+        text(&by_key)
+    );
+    node.stop().await;
+}

@@ -20,6 +20,7 @@
 //! | [`submit`]  | submission: resolve, verify, validate, snapshot, insert              |
 //! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
 //! | [`worker`]  | batched claims, segments with lease renewal, group commit, the sweeper |
+//! | [`drain`]   | drain mode: a node that stops claiming and finishes what it runs     |
 //! | [`pruner`]  | retention: deleting finished jobs and published events, when set    |
 //! | [`snapshot_mover`] | moving the snapshots of rows written before V21 out, once   |
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
@@ -46,6 +47,7 @@ pub mod compiled;
 pub mod config;
 pub mod console;
 pub mod consumer;
+pub mod drain;
 pub mod event_json;
 pub mod metrics;
 pub mod module;

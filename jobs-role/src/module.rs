@@ -224,6 +224,7 @@ impl Role for JobsModule {
             ),
         );
         let shutdown = ctx.shutdown_token();
+        ctx.add_scoped_routes("node:admin", crate::drain::router(worker.drain()));
         if self.config.max_in_flight > 0 {
             let hearing = worker.clone();
             ctx.spawn_task(

@@ -167,6 +167,10 @@ pub enum SubmitError {
     /// The input does not fit the workflow's input type.
     #[error("{}", .0.located("input"))]
     Input(#[from] MessageError),
+    /// A concurrency key could not be computed from the input (the entry, its
+    /// expression, and why).
+    #[error("{0}: the job's concurrency key cannot be computed from this input")]
+    ConcurrencyKey(String),
     /// A value PostgreSQL cannot store (a NUL character) at this path.
     #[error("{0}: holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it")]
     Unstorable(String),
@@ -446,6 +450,11 @@ impl Submitter {
         if let Some(path) = nul_path(&submission.input, "input") {
             return Err(SubmitError::Unstorable(path));
         }
+        let concurrency = compiled
+            .workflow
+            .concurrency_keys_within(&input, RULES_TIME_LIMIT)
+            .await
+            .map_err(SubmitError::ConcurrencyKey)?;
         // The canonical proto3 JSON of the parsed input: what the worker will parse.
         let canonical = encode_json(&input).map_err(|e| MessageError::Unparsable {
             type_name: e.type_name.clone(),
@@ -467,6 +476,7 @@ impl Submitter {
                 .max_attempts
                 .filter(|n| *n > 0)
                 .unwrap_or(self.max_attempts_default),
+            concurrency,
         })
     }
 

@@ -478,6 +478,15 @@ impl RunningNode {
         served
     }
 
+    /// Aborts every task at once, with no shutdown path: what a crash does to the
+    /// node's work (tests use it for `kill -9` without a process of its own).
+    pub fn abort(self) {
+        for (name, handle) in self.handles {
+            tracing::debug!(task = %name, "aborted");
+            handle.abort();
+        }
+    }
+
     /// Cancels every task and waits up to `grace` for each to finish.
     pub async fn shutdown(self, grace: Duration) {
         self.shutdown_by(tokio::time::Instant::now() + grace).await;

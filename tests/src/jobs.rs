@@ -213,6 +213,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             max_attempts: 3,
             trace_context: None,
             by_name: false,
+            concurrency: Vec::new(),
         };
         store.insert_job(&job).await.expect("insert");
     }

@@ -165,6 +165,7 @@ pub async fn hand_driven_lanes_node(
         max_attempts: 3,
         trace_context: None,
         by_name: false,
+        concurrency: Vec::new(),
     };
     node.store.insert_job(&job).await.expect("insert");
     (node, config, job)

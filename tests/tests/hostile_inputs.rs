@@ -40,6 +40,7 @@ fn base(verb: &str) -> Value {
         "run-workflow" => json!({ "workflowName": "no-such-workflow", "input": {} }),
         "put-workflow" => json!({ "workflow": {} }),
         "send-event" => json!({ "key": "order-1", "payload": { "score": 1 } }),
+        "pause-workflow" | "resume-workflow" => json!({ "workflowName": "no-such-workflow" }),
         _ => json!({}),
     }
 }

@@ -326,6 +326,7 @@ async fn a_retry_with_hostile_values_is_refused_and_changes_nothing() {
         max_attempts: 1,
         trace_context: None,
         by_name: true,
+        concurrency: Vec::new(),
     };
     idle.store
         .insert_failed_job(&refused, "INPUT: text: a string is expected")

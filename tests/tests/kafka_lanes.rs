@@ -113,6 +113,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         max_attempts: 1,
         trace_context: None,
         by_name: false,
+        concurrency: Vec::new(),
     };
     let client = db.connect().await;
     client

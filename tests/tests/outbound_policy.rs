@@ -313,6 +313,7 @@ async fn a_zone_smuggling_another_host_is_refused_and_never_connects() {
             max_attempts: 1,
             trace_context: None,
             by_name: false,
+            concurrency: Vec::new(),
         })
         .await
         .unwrap();

@@ -142,6 +142,30 @@ pub(crate) enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Stop new claims of a workflow's jobs (or of one concurrency key's) on every node.
+    Pause {
+        /// The workflow.
+        #[arg(long, conflicts_with = "key", required_unless_present = "key")]
+        workflow: Option<String>,
+        /// One concurrency key, as `get` shows it (<workflow>:<expression>=<value>).
+        #[arg(long)]
+        key: Option<String>,
+        /// Why (kept with the pause).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Let claims take a paused workflow's (or key's) jobs again.
+    Resume {
+        /// The workflow.
+        #[arg(long, conflicts_with = "key", required_unless_present = "key")]
+        workflow: Option<String>,
+        /// One concurrency key.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// This node (the one at --url).
+    #[command(subcommand)]
+    Node(Node),
     /// Stored workflows.
     #[command(subcommand, visible_alias = "workflow")]
     Workflows(Workflows),
@@ -213,6 +237,17 @@ pub(crate) enum Workflows {
         /// Set (or replace) the skeleton's inputType.
         #[arg(long)]
         input_type: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Node {
+    /// Drain mode: the node claims nothing new and finishes what it runs (the token
+    /// needs scope node:admin).
+    Drain {
+        /// Turn drain mode off: the node claims again.
+        #[arg(long)]
+        off: bool,
     },
 }
 

@@ -137,6 +137,28 @@ impl Client {
         Ok(answer)
     }
 
+    /// `POST path` with `body` and the token (an admin route): the answer, or why it
+    /// was refused.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        let request = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .timeout(Duration::from_secs(10));
+        let response = self
+            .authorized(request)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        let answer = self.json_body(response).await?;
+        if !status.is_success() {
+            let message = answer["message"].as_str().unwrap_or("no message");
+            return Err(CliError::Refused(format!("{path}: {message} ({status})")));
+        }
+        Ok(answer)
+    }
+
     /// `GET path` without a token: the status and the JSON answer.
     pub async fn get(&self, path: &str) -> Result<(u16, Value), CliError> {
         let response = self

@@ -32,7 +32,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use serde_json::{Value, json};
 
-use args::{Cli, Command, Proto, Token, Workflows};
+use args::{Cli, Command, Node, Proto, Token, Workflows};
 use client::{CliError, Client, ok};
 use exit::{UNREACHABLE_OR_REFUSED, USAGE, exit_for};
 use follow::{follow, wait_for_result};
@@ -265,6 +265,45 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             }
             outcome(out, ok(client.call("retry-job", &body).await?)?)
         }
+        Command::Pause {
+            workflow,
+            key,
+            reason,
+        } => {
+            let mut body = paused_target(workflow, key);
+            if let Some(reason) = reason {
+                body["reason"] = json!(reason);
+            }
+            paused(
+                out,
+                ok(client.call("pause-workflow", &body).await?)?,
+                "paused",
+            )
+        }
+        Command::Resume { workflow, key } => {
+            let body = paused_target(workflow, key);
+            paused(
+                out,
+                ok(client.call("resume-workflow", &body).await?)?,
+                "resumed",
+            )
+        }
+        Command::Node(Node::Drain { off }) => {
+            let answer = client
+                .post("/admin/drain", &json!({ "drain": !off }))
+                .await?;
+            if out.json {
+                out.json_line(&answer);
+            } else if answer["draining"] == true {
+                say!(
+                    "draining: claims nothing new; {} jobs still running",
+                    answer["running"]
+                );
+            } else {
+                say!("claiming again");
+            }
+            Ok(0)
+        }
         Command::Workflows(Workflows::List) => {
             let answer = client.call("list-workflows", &json!({})).await?;
             let workflows = answer["workflows"].as_array().cloned().unwrap_or_default();
@@ -466,6 +505,35 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
 }
 
 /// Prints a verb's outcome answer; exit 0 when it says ok, 3 otherwise.
+/// The body naming what `pause` or `resume` acts on.
+fn paused_target(workflow: Option<String>, key: Option<String>) -> Value {
+    match (workflow, key) {
+        (Some(name), _) => json!({ "workflowName": name }),
+        (None, key) => json!({ "concurrencyKey": key.unwrap_or_default() }),
+    }
+}
+
+/// Prints what `pause` or `resume` did (`done`: the word for a change).
+fn paused(out: Output, answer: Value, done: &str) -> Result<u8, CliError> {
+    if out.json {
+        out.json_line(&answer);
+    } else {
+        let what = match answer["workflowName"].as_str() {
+            Some(name) if !name.is_empty() => format!("workflow {}", output::printable(name)),
+            _ => format!(
+                "key {}",
+                output::printable(answer["concurrencyKey"].as_str().unwrap_or_default())
+            ),
+        };
+        if answer["changed"] == true {
+            say!("{what} {done}");
+        } else {
+            say!("{what}: already {done}");
+        }
+    }
+    Ok(0)
+}
+
 fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
     if out.json {
         out.json_line(&answer);

@@ -109,6 +109,16 @@ impl Output {
                 say!("event     step {step} waits on key {}", printable(key));
             }
         }
+        for key in job["concurrencyKeys"].as_array().into_iter().flatten() {
+            say!("key       {}", printable(key.as_str().unwrap_or_default()));
+        }
+        // Why a QUEUED job is not running: a key at its limit, a pause, its start.
+        for held in job["heldBy"].as_array().into_iter().flatten() {
+            say!(
+                "held      {}",
+                printable(held["detail"].as_str().unwrap_or_default())
+            );
+        }
         if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
             // What the parked step asks a person to approve.
             say!("request   {request}");

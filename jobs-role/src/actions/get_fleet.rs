@@ -1,6 +1,7 @@
 //! `get-fleet {}` → the fleet at a glance, for the console's fleet page: live jobs by
 //! status, jobs finished in the last hour by status, the age of the oldest claimable
-//! QUEUED job, the outbox's depth, and WAITING jobs by step.
+//! QUEUED job, the outbox's depth, WAITING jobs by step, the paused workflows and
+//! keys, and the busiest concurrency keys.
 //!
 //! The counts are index scans (the partial indexes of live rows, the finished index,
 //! the outbox's partial indexes): cheap for thousands of rows, but linear in them, so
@@ -46,6 +47,12 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
     let backlog = store.fleet_backlog().await.map_err(store_error)?;
     let (live_jobs, waiting) = store.fleet_live().await.map_err(store_error)?;
     let finished = store.finished_last_hour().await.map_err(store_error)?;
+    let paused = store.paused_workflows().await.map_err(store_error)?;
+    let paused_keys = store.paused_keys().await.map_err(store_error)?;
+    let keys = store
+        .busiest_keys(BUSIEST_KEYS)
+        .await
+        .map_err(store_error)?;
     let mut live: BTreeMap<String, i64> = ["QUEUED", "RUNNING", "WAITING"]
         .into_iter()
         .map(|status| (status.to_owned(), 0))
@@ -76,8 +83,27 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
             "oldestPendingSeconds": backlog.oldest_pending_seconds,
         },
         "waitingBySteps": waiting_by_steps,
+        "pausedWorkflows": paused.iter().map(|p| json!({
+            "workflowName": p.workflow_name,
+            "pausedAt": rfc3339_millis(p.paused_at_ms),
+            "reason": p.reason.clone().unwrap_or_default(),
+        })).collect::<Vec<_>>(),
+        "pausedKeys": paused_keys,
+        "keys": keys.iter().map(|k| json!({
+            "key": k.key, "workflowName": k.workflow_name, "limit": k.limit,
+            "running": k.running, "queued": k.queued, "paused": k.paused,
+        })).collect::<Vec<_>>(),
         "readAt": now_rfc3339_millis(),
     }))
+}
+
+/// The most concurrency keys the answer lists.
+const BUSIEST_KEYS: i64 = 20;
+
+/// A time in milliseconds since the Unix epoch as RFC 3339 in UTC.
+fn rfc3339_millis(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    prost_types::Timestamp::from(at).to_string()
 }
 
 /// Now, as RFC 3339 in UTC to the millisecond (prost's Timestamp prints itself so, with

@@ -83,6 +83,12 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .collect();
     }
     job["events"] = Value::Array(events);
+    // Why a QUEUED job is not running yet: its start, a pause, its keys' limits.
+    if job["status"] == "QUEUED"
+        && let Some(hold_ups) = state.store.hold_ups(job_id).await.map_err(store_error)?
+    {
+        job["heldBy"] = held_by(&hold_ups);
+    }
     Ok(json!({ "ok": true, "job": job }))
 }
 
@@ -172,4 +178,35 @@ async fn settled_row(
             Ok(false) | Err(_) => return Ok(row),
         }
     }
+}
+
+/// What holds a QUEUED job back, in words a reader acts on: each is `{reason,
+/// detail}` with reason `RUN_AFTER`, `WORKFLOW_PAUSED`, `KEY_PAUSED` or `KEY_AT_LIMIT`
+/// (empty: nothing; the next claim takes it).
+fn held_by(hold_ups: &crate::store::HoldUps) -> Value {
+    let mut reasons = Vec::new();
+    if let Some(at) = hold_ups.run_after_ms {
+        reasons.push(json!({ "reason": "RUN_AFTER", "runAfterMs": at,
+            "detail": "its start (runAfter: a delay, a backoff, a sleep or a throttle) is still ahead" }));
+    }
+    if hold_ups.workflow_paused {
+        reasons.push(json!({ "reason": "WORKFLOW_PAUSED",
+            "detail": "its workflow is paused (resume-workflow)" }));
+    }
+    for key in hold_ups.keys.as_array().into_iter().flatten() {
+        let name = key["key"].as_str().unwrap_or_default();
+        if key["paused"] == true {
+            reasons.push(json!({ "reason": "KEY_PAUSED", "key": name,
+                "detail": format!("concurrency key '{name}' is paused (resume-workflow)") }));
+        }
+        let (running, limit) = (
+            key["running"].as_i64().unwrap_or(0),
+            key["limit"].as_i64().unwrap_or(0),
+        );
+        if running >= limit {
+            reasons.push(json!({ "reason": "KEY_AT_LIMIT", "key": name, "running": running, "limit": limit,
+                "detail": format!("concurrency key '{name}' has {running} running jobs, its limit of {limit}") }));
+        }
+    }
+    Value::from(reasons)
 }

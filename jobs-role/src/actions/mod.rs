@@ -18,6 +18,8 @@
 //! | `get-fleet`       | `jobs:read`     | [`get_fleet`]     |
 //! | `list-rejects`    | `jobs:read`     | [`list_rejects`]  |
 //! | `redrive-events`  | `jobs:operate`  | [`redrive_events`]|
+//! | `pause-workflow`  | `jobs:operate`  | [`pause`]         |
+//! | `resume-workflow` | `jobs:operate`  | [`pause`]         |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
 
@@ -32,6 +34,7 @@ mod job_steps;
 pub mod list_jobs;
 pub mod list_rejects;
 pub mod many_jobs;
+pub mod pause;
 pub mod redrive_events;
 pub mod reject_step;
 pub mod retry_job;
@@ -216,6 +219,24 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:operate",
             "RedriveEvents",
             redrive_events::handle,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "pause-workflow",
+            "Pause a workflow (workflowName) or one concurrency key (concurrencyKey) across the fleet: no new claims of its jobs; running segments finish, queued jobs stay queued.",
+            "jobs:operate",
+            "PauseWorkflow",
+            pause::pause,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "resume-workflow",
+            "Resume a paused workflow (workflowName) or concurrency key (concurrencyKey): claims take its queued jobs again.",
+            "jobs:operate",
+            "ResumeWorkflow",
+            pause::resume,
         )?,
     ])
 }

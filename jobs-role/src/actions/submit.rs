@@ -63,6 +63,7 @@ pub fn submit_error(error: SubmitError) -> ActionError {
         SubmitError::Findings(findings) => findings_error(&findings),
         SubmitError::Input(e) => ActionError::invalid(e.located("input")),
         unstorable @ SubmitError::Unstorable(_) => ActionError::invalid(unstorable.to_string()),
+        key @ SubmitError::ConcurrencyKey(_) => ActionError::invalid(key.to_string()),
         SubmitError::Store(StoreError::Conflict(id)) => ActionError::invalid(format!(
             "jobId: job {id} already exists with a different workflow or input; use a new jobId"
         )),

@@ -579,6 +579,15 @@ impl RequestHandler {
                 self.failed_row(job_id, &request.workflow_name, definition, input, error)
                     .await
             }
+            Err(key @ SubmitError::ConcurrencyKey(_)) => {
+                let definition = self
+                    .submitter
+                    .stored_envelope(&request.workflow_name)
+                    .unwrap_or(Value::Null);
+                let error = format!("VALIDATION: {key} ({where_from})");
+                self.failed_row(job_id, &request.workflow_name, definition, input, error)
+                    .await
+            }
             Err(SubmitError::Unstorable(path)) => {
                 let error = format!(
                     "{path}: holds a NUL character (\\u0000), which PostgreSQL cannot store ({where_from})"
@@ -613,6 +622,7 @@ impl RequestHandler {
             max_attempts: 1,
             trace_context: registry_stub::telemetry::current_traceparent(),
             by_name: true,
+            concurrency: Vec::new(),
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })

@@ -63,13 +63,14 @@ impl CancelOutcome {
     }
 }
 
-/// `cancel-job` and `cancel-jobs`: see [`operator_acts`](super::operator_acts).
-struct CancelAct {
+/// `cancel-job` and `cancel-jobs`: see [`operator_acts`](super::operator_acts); also a
+/// concurrency key's cancel strategy ([`flow`](super::flow)).
+pub(super) struct CancelAct {
     reason: String,
 }
 
 impl CancelAct {
-    fn new(reason: &str) -> CancelAct {
+    pub(super) fn new(reason: &str) -> CancelAct {
         // NULs written out (PostgreSQL cannot store them) may lengthen the reason
         // past what the row keeps: cut it there.
         CancelAct {

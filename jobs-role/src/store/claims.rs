@@ -116,7 +116,7 @@ impl Store {
         limit: usize,
         nonce: Uuid,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(sql::CLAIM_JOBS).await?;
         let asked_at = std::time::Instant::now();

@@ -27,6 +27,7 @@ mod claims;
 mod completions;
 pub mod events;
 mod filed_snapshots;
+mod flow;
 mod group_commit;
 mod items;
 mod operator_acts;
@@ -47,6 +48,7 @@ mod writes;
 pub use cancels::CancelOutcome;
 pub use children::{ChildRow, NewChild};
 pub use claims::{Claim, ClaimedJob, SweepReport};
+pub use flow::{HoldUps, KeyState, PausedWorkflow};
 pub use items::StoredItem;
 pub use operator_acts::{
     ActedOn, ByJob, JOBS_PER_TRANSACTION, JobSelection, LOCK_WAIT, Recheck, Selected,

@@ -35,6 +35,9 @@ pub struct NewJob {
     /// on the name and the input only, since the stored workflow may have been edited
     /// since (an inline submission matches on its definition too).
     pub by_name: bool,
+    /// The concurrency keys it holds while RUNNING (computed from the workflow's
+    /// `concurrency` at submission; empty: none).
+    pub concurrency: Vec<workflow::compile::ConcurrencyKey>,
 }
 
 /// What an insert did.
@@ -51,6 +54,17 @@ impl Store {
     /// job (same id, same workflow and input: `created: false`); the same id with a
     /// different submission is [`StoreError::Conflict`].
     pub async fn insert_job(&self, job: &NewJob) -> Result<Inserted, StoreError> {
+        if !job.concurrency.is_empty() {
+            // Its keys are filed, and their strategies applied, by the batch insert.
+            let answer = match self.try_insert_jobs_filed(std::slice::from_ref(job)).await {
+                Ok(mut answers) => answers.pop(),
+                Err(BatchFailure::Rolledback(refused)) => Some(Err(refused)),
+                Err(failure) => failure.answers(1).pop(),
+            };
+            return answer.unwrap_or_else(|| {
+                Err(StoreError::GroupCommit("the insert got no answer".into()))
+            });
+        }
         let first = FirstState {
             statement: sql::SUBMIT_JOB,
             last_param: &job.max_attempts,
@@ -175,15 +189,7 @@ impl Store {
         if jobs.is_empty() {
             return Vec::new();
         }
-        let mut attempt = self.try_insert_jobs(jobs, false).await;
-        if matches!(&attempt, Err(BatchFailure::Rolledback(refused))
-                if filed_snapshots::is_missing_snapshot(refused))
-        {
-            // A snapshot the node saw filed was pruned since: send them all.
-            self.filed.forget_all();
-            attempt = self.try_insert_jobs(jobs, true).await;
-        }
-        match attempt {
+        match self.try_insert_jobs_filed(jobs).await {
             Ok(answers) => answers,
             Err(BatchFailure::Rolledback(refused))
                 if jobs.len() > 1 && (refused.is_data_error() || refused.is_lock_timeout()) =>
@@ -197,6 +203,23 @@ impl Store {
             }
             Err(failure) => failure.answers(jobs.len()),
         }
+    }
+
+    /// [`Store::try_insert_jobs`], sending the snapshots the node saw filed as their
+    /// digests, and once more with every snapshot when one of those was pruned since.
+    async fn try_insert_jobs_filed(
+        &self,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Result<Inserted, StoreError>>, BatchFailure> {
+        let attempt = self.try_insert_jobs(jobs, false).await;
+        if matches!(&attempt, Err(BatchFailure::Rolledback(refused))
+                if filed_snapshots::is_missing_snapshot(refused))
+        {
+            // A snapshot the node saw filed was pruned since: send them all.
+            self.filed.forget_all();
+            return self.try_insert_jobs(jobs, true).await;
+        }
+        attempt
     }
 
     /// One try of [`Store::insert_jobs`]: the snapshots the node saw filed are sent as
@@ -259,6 +282,7 @@ async fn insert_batch(
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by_key(|&i| jobs[i].job_id);
     let rows = SnapshotRows::of(jobs, &order, filed);
+    flow::file_keys(tx, jobs).await?;
     let inserted: std::collections::HashSet<Uuid> = tx
         .query(
             sql::INSERT_JOBS,
@@ -273,6 +297,7 @@ async fn insert_batch(
                 &rows.priorities,
                 &rows.run_afters,
                 &rows.trace_contexts,
+                &rows.concurrency_keys,
             ],
         )
         .await?
@@ -335,6 +360,26 @@ async fn insert_batch(
         tx.execute(sql::NOTIFY_QUEUED, &[&first.to_string()])
             .await?;
     }
+    // After the ACCEPTED events, so a job a strategy cancels reads ACCEPTED, CANCELLED.
+    let created: std::collections::HashSet<Uuid> = order
+        .iter()
+        .zip(&sorted)
+        .filter(|(_, answer)| matches!(answer, Ok(Inserted { created: true, .. })))
+        .map(|(&i, _)| jobs[i].job_id)
+        .collect();
+    let cancelled = flow::apply_strategies(tx, jobs, &created).await?;
+    let sorted = sorted
+        .into_iter()
+        .zip(&order)
+        .map(|(answer, &i)| match answer {
+            Ok(Inserted { created: true, .. }) if cancelled.contains(&jobs[i].job_id) => {
+                Ok(Inserted {
+                    created: true,
+                    status: JobStatus::Cancelled,
+                })
+            }
+            other => other,
+        });
 
     let mut answers: Vec<Option<Result<Inserted, StoreError>>> =
         (0..jobs.len()).map(|_| None).collect();
@@ -364,6 +409,8 @@ struct SnapshotRows<'a> {
     priorities: Vec<i16>,
     run_afters: Vec<Option<std::time::SystemTime>>,
     trace_contexts: Vec<Option<&'a str>>,
+    /// Each job's keys as a JSON list (NULL: none).
+    concurrency_keys: Vec<Option<Value>>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -383,6 +430,7 @@ impl<'a> SnapshotRows<'a> {
             priorities: Vec::with_capacity(order.len()),
             run_afters: Vec::with_capacity(order.len()),
             trace_contexts: Vec::with_capacity(order.len()),
+            concurrency_keys: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -409,6 +457,10 @@ impl<'a> SnapshotRows<'a> {
             rows.priorities.push(job.priority);
             rows.run_afters.push(job.run_after);
             rows.trace_contexts.push(job.trace_context.as_deref());
+            rows.concurrency_keys
+                .push((!job.concurrency.is_empty()).then(|| {
+                    Value::from_iter(job.concurrency.iter().map(|held| held.key.clone()))
+                }));
         }
         rows
     }

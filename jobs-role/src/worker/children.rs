@@ -60,21 +60,42 @@ impl Worker {
             let (digest, _) = snapshot_digest(&envelope);
             let mut children = Vec::with_capacity(starts.len());
             for (item, input) in starts {
-                if let Err(refused) = child
+                let parsed = match child
                     .compiled
                     .parse_input_within(input, RULES_TIME_LIMIT)
                     .await
                 {
-                    let error = format!(
-                        "VALIDATION: step '{name}': the input built for child workflow '{}' (element {item}): {}",
-                        child.workflow,
-                        refused.located("input")
-                    );
-                    return Ok(Err(Settlement::Failed {
-                        error,
-                        verdict: None,
-                    }));
-                }
+                    Ok(parsed) => parsed,
+                    Err(refused) => {
+                        let error = format!(
+                            "VALIDATION: step '{name}': the input built for child workflow '{}' (element {item}): {}",
+                            child.workflow,
+                            refused.located("input")
+                        );
+                        return Ok(Err(Settlement::Failed {
+                            error,
+                            verdict: None,
+                        }));
+                    }
+                };
+                // A child holds its own workflow's concurrency keys, as any job does.
+                let concurrency = match child
+                    .compiled
+                    .concurrency_keys_within(&parsed, RULES_TIME_LIMIT)
+                    .await
+                {
+                    Ok(keys) => keys,
+                    Err(why) => {
+                        let error = format!(
+                            "VALIDATION: step '{name}': child workflow '{}' (element {item}): {why}",
+                            child.workflow
+                        );
+                        return Ok(Err(Settlement::Failed {
+                            error,
+                            verdict: None,
+                        }));
+                    }
+                };
                 children.push(NewChild {
                     job: NewJob {
                         job_id: child_job_id(job.claim.job_id, name, *item, reruns),
@@ -88,6 +109,7 @@ impl Worker {
                         run_after: None,
                         trace_context: job.trace_context.clone(),
                         by_name: false,
+                        concurrency,
                     },
                     item: i32::try_from(*item).unwrap_or(i32::MAX),
                 });

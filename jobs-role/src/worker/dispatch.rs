@@ -49,6 +49,17 @@ impl Worker {
                 held.remove(&task);
                 report_panic(done.map(|_| ()));
             }
+            self.drain.set_running(held.len());
+            if self.drain.is_draining() {
+                // Claim nothing; look again when the mode changes or a job ends.
+                drop(first_slot);
+                tokio::select! {
+                    () = self.drain.changed() => {}
+                    () = tokio::time::sleep(self.config.poll_interval()) => {}
+                    () = shutdown.cancelled() => {}
+                }
+                continue;
+            }
             if unheard.iter().any(UnheardClaim::due) {
                 let mine: Vec<Uuid> = held.values().copied().collect();
                 let nonces: Vec<Uuid> = unheard.iter().map(|claim| claim.nonce).collect();
@@ -101,6 +112,7 @@ impl Worker {
                         });
                         held.insert(task.id(), job_id);
                     }
+                    self.drain.set_running(held.len());
                     if queue_has_more {
                         continue;
                     }

@@ -90,6 +90,8 @@ pub struct Worker {
     compile_turn: tokio::sync::Mutex<()>,
     /// The jobs this node runs, each with how its task hears of an operator's cancel.
     cancels: std::sync::Mutex<Cancels>,
+    /// Drain mode: while on, the dispatcher claims nothing.
+    drain: Arc<crate::drain::Drain>,
 }
 
 impl Worker {
@@ -132,7 +134,13 @@ impl Worker {
             compiled,
             compile_turn: tokio::sync::Mutex::new(()),
             cancels: std::sync::Mutex::default(),
+            drain: Arc::default(),
         })
+    }
+
+    /// The node's drain switch (its admin route turns it on and off).
+    pub fn drain(&self) -> Arc<crate::drain::Drain> {
+        self.drain.clone()
     }
 
     /// The node's per-target permits (for the metrics).

@@ -3,8 +3,9 @@
 //! job whose last attempt's lease passed lands DEAD; one an operator asked to cancel,
 //! CANCELLED. It also ends the WAITING jobs whose wait for their external step ran out
 //! (FAILED or DEAD, per the step's `onTimeout`), wakes the WAITING jobs whose sleep
-//! (beside other waits) ended, and deletes the events sent to jobs kept past the
-//! longest lookback.
+//! (beside other waits) ended, deletes the events sent to jobs kept past the longest
+//! lookback, and sets ready again the concurrency keys a claim found empty while a
+//! job was being queued in their lane (see migration V26).
 
 use std::time::Duration;
 
@@ -74,6 +75,18 @@ pub async fn sweep_loop(
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "looking for missed events failed; retrying at the next interval")
+            }
+        }
+        match store.reready_keys().await {
+            Ok(fixed) if fixed > 0 => {
+                tracing::info!(
+                    fixed,
+                    "set ready again concurrency keys cleared while a job was being queued"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for concurrency keys cleared too soon failed; retrying at the next interval")
             }
         }
         // Sleeps beside other waits, before those waits' timeouts: a job whose

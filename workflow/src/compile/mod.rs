@@ -16,6 +16,9 @@
 //! external steps `waitTimeoutMs` (how long a parked step may wait for its answer, 1 ms
 //! to 366 days) and `onTimeout` (`"fail"`, the default, or `"dead"`).
 //!
+//! `concurrency` (optional) bounds how many of the workflow's jobs run at once across
+//! the fleet, per key computed from the input: see [`flow`].
+//!
 //! Steps form a graph ([`graph`]): `after` lists the steps a step waits for; without
 //! it a step waits for the one declared before it (so a list of steps is a chain),
 //! and `"after": []` starts with the job. Steps whose dependencies are done run at
@@ -49,12 +52,14 @@
 //! | `map`      | map steps: `forEach`, their `maxParallel` and `onItemFailure`         |
 //! | `parking`  | sleep steps (`sleep`) and event steps (`eventKey`, `eventLookbackMs`)  |
 //! | `child`    | child steps (`workflow`): the child's snapshot and its types           |
+//! | `flow`     | `concurrency`: the keys bounding how many jobs run at once, fleet-wide |
 //! | `declared` | the `buf.validate` rules of the types read: bounded, runnable         |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
 mod child;
 mod declared;
 mod draft;
+mod flow;
 pub(crate) mod graph;
 mod limits;
 mod map;
@@ -87,6 +92,10 @@ use crate::typecheck::Ty;
 use crate::verify;
 pub use child::MAX_CHILD_DEPTH;
 use declared::check_declared_rules;
+pub use flow::{
+    ConcurrencyKey, ConcurrencyRule, ConcurrencyStrategy, MAX_CONCURRENCY_KEYS,
+    MAX_KEY_VALUE_CHARS, hidden_character, key_value_problem,
+};
 pub use graph::{DEFAULT_MAX_PARALLEL, MAX_PARALLEL_CEILING};
 use graph::{StepGraph, read_max_parallel};
 pub use limits::{
@@ -236,6 +245,8 @@ pub struct CompiledWorkflow {
     pub output: Option<OutputMapping>,
     /// Bound of one segment of a run.
     pub deadline: Duration,
+    /// `concurrency`: the keys its jobs hold while they run (see [`flow`]).
+    pub concurrency: Vec<ConcurrencyRule>,
     envelope: Arc<Value>,
     validator: Arc<Validator>,
 }
@@ -327,6 +338,7 @@ impl CompiledWorkflow {
                 ),
             });
         }
+        findings.extend(self.concurrency_findings());
         for (index, step) in self.steps.iter().enumerate() {
             let finding = |path: &str, message: String| Finding {
                 step: Some(step.name.clone()),
@@ -525,6 +537,7 @@ const ROOT_KEYS: &[&str] = &[
     "inputType",
     "deadlineMs",
     "maxParallel",
+    "concurrency",
     "steps",
     "output",
 ];
@@ -554,6 +567,7 @@ fn compile_envelope(
     }
     let deadline = draft.deadline(root, None, "$").unwrap_or(DEFAULT_DEADLINE);
     let max_parallel = read_max_parallel(&mut draft, root, None, "$");
+    let concurrency = flow::read_concurrency(&mut draft, root);
     let pool = schema_pool(&mut draft, root);
     let input_type_name = draft.string(root, "inputType", true, None, "$");
     let input_type = match (&pool, &input_type_name) {
@@ -658,6 +672,7 @@ fn compile_envelope(
         max_parallel,
         output,
         deadline,
+        concurrency,
         envelope: Arc::new(envelope.clone()),
         validator: Arc::new(validator),
     })

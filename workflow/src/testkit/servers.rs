@@ -52,6 +52,10 @@ pub struct FixtureStats {
     probe_at_embed: Mutex<Vec<usize>>,
     calls: Mutex<Vec<RecordedCall>>,
     last_call_at: Mutex<Option<std::time::Instant>>,
+    /// Tokenize calls by their text: in flight now, and the most at once.
+    by_text: Mutex<std::collections::HashMap<String, (usize, usize)>>,
+    /// When each Tokenize call arrived, by text.
+    tokenize_arrivals: Mutex<Vec<(String, std::time::Instant)>>,
 }
 
 impl FixtureStats {
@@ -76,6 +80,22 @@ impl FixtureStats {
     /// Every call, in arrival order.
     pub fn calls(&self) -> Vec<RecordedCall> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// Per Tokenize text (a concurrency key in the flow tests): the most calls with
+    /// that text that were in flight at once.
+    pub fn max_in_flight_by_text(&self) -> std::collections::HashMap<String, usize> {
+        self.by_text
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(text, (_, max))| (text.clone(), *max))
+            .collect()
+    }
+
+    /// Every Tokenize call's text and arrival, in arrival order.
+    pub fn tokenize_arrivals(&self) -> Vec<(String, std::time::Instant)> {
+        self.tokenize_arrivals.lock().unwrap().clone()
     }
 
     /// When the latest call (of either method) arrived (the bench's pickup clock).
@@ -123,6 +143,33 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// One Tokenize call in flight, counted under its text.
+struct TextInFlight<'a>(&'a FixtureStats, String);
+
+impl<'a> TextInFlight<'a> {
+    fn enter(stats: &'a FixtureStats, text: &str) -> TextInFlight<'a> {
+        let now = std::time::Instant::now();
+        stats
+            .tokenize_arrivals
+            .lock()
+            .unwrap()
+            .push((text.to_owned(), now));
+        let mut by_text = stats.by_text.lock().unwrap();
+        let entry = by_text.entry(text.to_owned()).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(entry.0);
+        TextInFlight(stats, text.to_owned())
+    }
+}
+
+impl Drop for TextInFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(entry) = self.0.by_text.lock().unwrap().get_mut(&self.1) {
+            entry.0 -= 1;
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Fixtures {
     options: FixtureOptions,
@@ -134,6 +181,7 @@ impl Tokenizer for Fixtures {
     async fn tokenize(&self, request: Request<Text>) -> Result<Response<Tokens>, Status> {
         let _in_flight = self.stats.enter("Tokenize", &request);
         self.stats.tokenize_calls.fetch_add(1, Ordering::SeqCst);
+        let _by_text = TextInFlight::enter(&self.stats, &request.get_ref().text);
         if let Some(delay) = self.options.tokenize_delay {
             tokio::time::sleep(delay).await;
         }

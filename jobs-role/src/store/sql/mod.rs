@@ -19,6 +19,7 @@
 #[macro_use]
 mod fences;
 pub mod children;
+pub mod flow;
 pub mod items;
 pub mod lanes;
 pub mod parked;
@@ -27,6 +28,7 @@ pub mod signals;
 pub mod snapshots;
 
 pub use children::*;
+pub use flow::*;
 pub use items::*;
 pub use lanes::*;
 pub use parked::*;
@@ -119,7 +121,8 @@ pub const SUBMIT_JOB: &str = submission!(
 ///
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
-/// (NULL: now), `$10` trace contexts (or NULL). Per distinct snapshot: `$6`
+/// (NULL: now), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
+/// or NULL). Per distinct snapshot: `$6`
 /// definitions (NULL: filed, as in [`SUBMIT_JOB`]), `$7` digests (NULL: the row
 /// carries the definition and V21's trigger files it). Each snapshot is filed once (see [`SUBMIT_JOB`]), in digest order (two
 /// batches filing the same new snapshots never deadlock).
@@ -131,13 +134,15 @@ WITH filed AS (
      ORDER BY d.digest
     ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
-                          priority, run_after, trace_context)
+                          priority, run_after, trace_context, concurrency_keys)
 SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
-       j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context
+       j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context,
+       CASE WHEN j.keys IS NOT NULL
+            THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
-              $10::text[])
+              $10::text[], $11::jsonb[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
-                                trace_context, at)
+                                trace_context, keys, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
@@ -198,17 +203,17 @@ SELECT e.event_id, e.job_id, e.event_type, e.payload,
 ON CONFLICT (event_id) DO NOTHING";
 
 /// The whole claim of a batch in one statement (answering the snapshot's digest, not
-/// the snapshot: see [`JOB_DEFINITION`]): the sub-select finds `$3` eligible QUEUED
-/// rows, highest priority first and within one priority those eligible the longest
-/// (by `run_after`, then `created_at`): one range scan of the
-/// `workflow_run_eligible_by_priority` index per priority, never walking rows still
-/// backing off or scheduled for later, stopping once it has `$3` (the lateral join is
-/// lazy, so no row beyond those is locked). It locks them, skipping rows other
-/// workers hold; the update flips them to RUNNING under that
-/// lock, stamps the lease, takes a new fencing token (`claims`) per row and counts the
-/// attempt. `ARRAY(...)` makes the sub-select run once. A QUEUED row always has an
-/// attempt left (a CHECK constraint says so), so nothing claimable is ever skipped for
-/// its budget.
+/// the snapshot: see [`JOB_DEFINITION`]): `protomolt_claimable` (migration V26)
+/// picks and locks up to `$3` QUEUED rows, skipping rows other workers hold: jobs
+/// without concurrency keys by priority, 9 first, then those eligible the longest
+/// (one range scan of `workflow_run_eligible_unkeyed` per priority, never walking
+/// rows still backing off or scheduled for later), and keyed jobs key by key in turn
+/// order, each key giving at most the room its limit leaves, counted under the key's
+/// row lock; jobs of paused workflows and keys are left out. `ARRAY(...)` makes it
+/// run once. The update flips the rows to RUNNING under that lock, stamps the lease,
+/// takes a new fencing token (`claims`) per row and counts the attempt. A QUEUED row
+/// always has an attempt left (a CHECK constraint says so), so nothing
+/// claimable is ever skipped for its budget.
 ///
 /// Parameters: `$1` lease owner, `$2` lease length in milliseconds, `$3` most rows,
 /// `$4` the claim's nonce (see [`RELEASE_UNHEARD_CLAIMS`]).
@@ -217,15 +222,7 @@ UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
        claims = claims + 1, attempt = attempt + 1, claim_nonce = $4, updated_at = now()
- WHERE job_id = ANY(ARRAY(SELECT eligible.job_id
-                             FROM generate_series(9, 0, -1) AS level(priority),
-                                  LATERAL (SELECT job_id FROM workflow_run
-                                            WHERE status = 'QUEUED' AND priority = level.priority
-                                              AND run_after <= now()
-                                            ORDER BY run_after, created_at
-                                            LIMIT $3
-                                            FOR UPDATE SKIP LOCKED) AS eligible
-                            LIMIT $3))
+ WHERE job_id = ANY(ARRAY(SELECT unnest(protomolt_claimable($3::integer))))
    AND status = 'QUEUED'
 RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, priority, releases, step_reruns, checkpoints, trace_context,
           COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex'))
