@@ -33,6 +33,7 @@ fn valid_request() -> WorkflowRunRequest {
         job_id: uuid(),
         workflow_name: "embed-text".into(),
         input: None,
+        ..Default::default()
     }
 }
 

@@ -37,6 +37,12 @@ pub struct JobsConfig {
     pub max_attempts_default: i32,
     /// How deep child workflows may nest (a child's child's ...), from 1 to 8.
     pub max_child_depth: usize,
+    /// Fleet-wide limits on the calls to targets (`[[jobs.target_limits]]`): held in
+    /// PostgreSQL, so they are true across every node.
+    pub target_limits: Vec<TargetLimitConfig>,
+    /// The longest a call over a fleet-wide limit waits in process for room; a longer
+    /// wait gives the job back (attempt kept, `throttled` saying why) until then.
+    pub throttle_wait_ms: u64,
     /// Retry backoff: base × 2^(attempt − 1).
     pub backoff_base_ms: u64,
     /// Segments in flight per target, per node.
@@ -231,6 +237,8 @@ impl Default for JobsConfig {
             sweep_interval_ms: 10_000,
             max_attempts_default: 3,
             max_child_depth: 8,
+            target_limits: Vec::new(),
+            throttle_wait_ms: 1_000,
             backoff_base_ms: 5_000,
             max_concurrent_per_target: 8,
             shutdown_grace_ms: 20_000,
@@ -269,6 +277,7 @@ impl std::fmt::Debug for JobsConfig {
             .field("poll_interval_ms", &self.poll_interval_ms)
             .field("max_attempts_default", &self.max_attempts_default)
             .field("max_child_depth", &self.max_child_depth)
+            .field("target_limits", &self.target_limits)
             .field("backoff_base_ms", &self.backoff_base_ms)
             .field("max_concurrent_per_target", &self.max_concurrent_per_target)
             .field("max_releases", &self.max_releases)
@@ -334,6 +343,14 @@ impl JobsConfig {
                 "jobs.max_child_depth must be from 1 to {}",
                 workflow::compile::MAX_CHILD_DEPTH
             ));
+        }
+        for (i, limit) in self.target_limits.iter().enumerate() {
+            limit
+                .check()
+                .map_err(|why| format!("jobs.target_limits[{i}]: {why}"))?;
+        }
+        if self.throttle_wait_ms > 60_000 {
+            return Err("jobs.throttle_wait_ms must be at most 60000 (a minute)".into());
         }
         if !(1..=100).contains(&self.max_attempts_default) {
             return Err("jobs.max_attempts_default must be from 1 to 100".into());
@@ -494,5 +511,70 @@ mod tests {
             serde_json::from_value::<JobsConfig>(typo).is_err(),
             "unknown keys are refused"
         );
+    }
+}
+
+/// One `[[jobs.target_limits]]` entry: a fleet-wide cap on calls in flight and a rate,
+/// for every target `targets` matches (`*` matches any run of characters).
+///
+/// ```toml
+/// [[jobs.target_limits]]
+/// targets = "api.openai.com:443"
+/// max_concurrent = 50
+/// rate = "600/min"
+/// burst = 10
+/// ```
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TargetLimitConfig {
+    /// The targets (`host:port`, `*` a wildcard) the limit holds for, together.
+    pub targets: String,
+    /// The most calls to them in flight at once, across the fleet.
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+    /// `<count>/<unit>`: `600/min`, `10/s`, `5000/hour`.
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// How many calls may come together when the bucket is full (default 1).
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+impl TargetLimitConfig {
+    /// The rate, parsed (`None` without one).
+    pub fn parsed_rate(&self) -> Option<workflow::compile::Rate> {
+        self.rate
+            .as_deref()
+            .and_then(|text| workflow::compile::Rate::parse(text).ok())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.targets.trim().is_empty() {
+            return Err(
+                "targets must name a target (host:port) or a pattern (*.example.com:443)".into(),
+            );
+        }
+        if let Some(rate) = &self.rate {
+            workflow::compile::Rate::parse(rate).map_err(|why| format!("rate {why}"))?;
+        }
+        if self.max_concurrent == Some(0) {
+            return Err("max_concurrent must be at least 1".into());
+        }
+        if self
+            .burst
+            .is_some_and(|b| b == 0 || u64::from(b) > workflow::compile::MAX_BURST)
+        {
+            return Err(format!(
+                "burst must be from 1 to {}",
+                workflow::compile::MAX_BURST
+            ));
+        }
+        if self.burst.is_some() && self.rate.is_none() {
+            return Err("burst needs a rate".into());
+        }
+        if self.rate.is_none() && self.max_concurrent.is_none() {
+            return Err("give max_concurrent, rate, or both".into());
+        }
+        Ok(())
     }
 }

@@ -122,6 +122,17 @@ pub struct JobsMetrics {
     /// When the fleet-wide gauges were last read whole (Unix seconds): alert when it
     /// stops moving.
     pub fleet_read_at: SecondsGauge,
+    /// Calls a fleet-wide limit had no room for (each try), by `workflow` and `step`.
+    pub throttled_calls: Family<Labels, Counter>,
+    /// Tokens left in each fleet-wide limit's bucket, by `limit` (negative in debt).
+    pub limit_tokens: Family<Labels, SecondsGauge>,
+    /// Calls in flight under each capped fleet-wide limit, by `limit`.
+    pub limit_in_flight: Family<Labels, Gauge>,
+    /// Paused workflows.
+    pub paused_workflows: Gauge,
+    /// Concurrency keys by `state`: `with_work` (their lane has queued jobs),
+    /// `at_limit` (of those, the ones running their limit: their jobs wait), `paused`.
+    pub keys: Family<Labels, Gauge>,
     workflows: Admitted,
     steps: Admitted,
 }
@@ -154,6 +165,11 @@ impl Default for JobsMetrics {
             pool: Family::default(),
             permits: Family::default(),
             fleet_read_at: SecondsGauge::default(),
+            throttled_calls: Family::default(),
+            limit_tokens: Family::default(),
+            limit_in_flight: Family::default(),
+            paused_workflows: Gauge::default(),
+            keys: Family::default(),
             workflows: Admitted::default(),
             steps: Admitted::default(),
         }
@@ -191,6 +207,31 @@ impl JobsMetrics {
             "map_items",
             "Elements of map steps stored, by workflow, step and outcome (answered, failed)",
             m.map_items,
+        );
+        jobs.register(
+            "throttled_calls",
+            "Calls a fleet-wide limit had no room for, by workflow and step",
+            m.throttled_calls,
+        );
+        jobs.register(
+            "limit_tokens",
+            "Tokens left in each fleet-wide limit's bucket (negative in debt)",
+            m.limit_tokens,
+        );
+        jobs.register(
+            "limit_in_flight",
+            "Calls in flight under each capped fleet-wide limit",
+            m.limit_in_flight,
+        );
+        jobs.register(
+            "paused_workflows",
+            "Workflows paused fleet-wide",
+            m.paused_workflows,
+        );
+        jobs.register(
+            "concurrency_keys",
+            "Concurrency keys by state: with_work, at_limit (their queued jobs wait), paused",
+            m.keys,
         );
         jobs.register("lease_renewals", "Lease renewals written", m.lease_renewals);
         jobs.register(
@@ -333,6 +374,13 @@ impl JobsMetrics {
             .observe(seconds(took));
     }
 
+    /// Counts a call a fleet-wide limit had no room for.
+    pub fn throttled(&self, workflow: &str, step: &str) {
+        self.throttled_calls
+            .get_or_create(&self.step_labels(workflow, step))
+            .inc();
+    }
+
     /// Counts a failed step (`code`: one of a fixed set).
     pub fn step_failed(&self, workflow: &str, step: &str, code: &str) {
         let mut labels = self.step_labels(workflow, step);
@@ -470,12 +518,52 @@ async fn read_state(
             .get_or_create(&vec![("kind", kind)])
             .inc_by(count);
     }
+    read_flow(store, metrics).await?;
     metrics.waiting.clear();
     for (workflow, step, count) in waiting {
         metrics
             .waiting
             .get_or_create(&metrics.step_labels(&workflow, &step))
             .inc_by(count);
+    }
+    Ok(())
+}
+
+/// The most fleet-wide limits the gauges show.
+const LIMITS_SHOWN: i64 = 50;
+
+/// Flow control's gauges: the limits' tokens and calls in flight, paused workflows,
+/// concurrency keys by state.
+async fn read_flow(store: &Store, metrics: &JobsMetrics) -> Result<(), crate::store::StoreError> {
+    let limits = store.limits_state(LIMITS_SHOWN).await?;
+    metrics.limit_tokens.clear();
+    metrics.limit_in_flight.clear();
+    for limit in limits {
+        let labels = vec![("limit", label_value(&limit.name))];
+        if let Some(tokens) = limit.tokens {
+            metrics.limit_tokens.get_or_create(&labels).set(tokens);
+        }
+        if limit.max_concurrent.is_some() {
+            metrics
+                .limit_in_flight
+                .get_or_create(&labels)
+                .set(limit.in_flight);
+        }
+    }
+    let paused = store.paused_workflows().await?;
+    metrics
+        .paused_workflows
+        .set(i64::try_from(paused.len()).unwrap_or(i64::MAX));
+    let summary = store.keys_summary().await?;
+    for (state, count) in [
+        ("with_work", summary.with_work),
+        ("at_limit", summary.at_limit),
+        ("paused", summary.paused),
+    ] {
+        metrics
+            .keys
+            .get_or_create(&vec![("state", state.to_owned())])
+            .set(count);
     }
     Ok(())
 }

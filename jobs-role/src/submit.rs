@@ -23,7 +23,9 @@ use workflow::{CompiledWorkflow, Findings};
 use crate::batch::{BatchQueue, batch_loop};
 use crate::compiled::{Compiled, CompiledCache};
 use crate::status::JobStatus;
-use crate::store::{DEFAULT_PRIORITY, Inserted, NewJob, Store, StoreError, nul_path};
+use crate::store::{
+    DEFAULT_PRIORITY, Dedupe, DedupeMode, Inserted, NewJob, Store, StoreError, nul_path,
+};
 
 /// Submissions of one `submit_many` call prepared at once.
 const PREPARING_AT_ONCE: usize = 8;
@@ -52,6 +54,83 @@ pub struct Submission {
     pub start: Start,
     /// Claim order 0..=9, higher first; [`DEFAULT_PRIORITY`] when absent.
     pub priority: Option<i16>,
+    /// Its dedupe key (as given: the submitter scopes it to the workflow), mode and
+    /// window ([`dedupe_of`]).
+    pub dedupe: Option<Dedupe>,
+}
+
+/// The longest dedupe key a submission may give, in characters.
+pub const MAX_DEDUPE_KEY_CHARS: usize = 200;
+
+/// A submission's `dedupeKey`, `dedupeMode` (default `singleton`) and
+/// `dedupeWindowMs` (required by `debounce` and `throttle`, refused by `singleton`),
+/// or the error naming the field. A debounced job starts the window after the last
+/// submission, so it takes no `runAt` or `delayMs`.
+pub fn dedupe_of(
+    key: &str,
+    mode: &str,
+    window_ms: i64,
+    start: Start,
+) -> Result<Option<Dedupe>, String> {
+    if key.is_empty() {
+        if !mode.is_empty() || window_ms != 0 {
+            return Err(
+                "dedupeKey: required with dedupeMode or dedupeWindowMs (the key submissions deduplicate on)"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    }
+    if key.chars().count() > MAX_DEDUPE_KEY_CHARS {
+        return Err(format!(
+            "dedupeKey: at most {MAX_DEDUPE_KEY_CHARS} characters"
+        ));
+    }
+    if let Some(c) = workflow::compile::hidden_character(key) {
+        return Err(format!(
+            "dedupeKey: holds U+{:04X}, a control or invisible formatting character: remove it",
+            u32::from(c)
+        ));
+    }
+    let mode = match mode {
+        "" => DedupeMode::Singleton,
+        text => DedupeMode::parse(text).ok_or_else(|| {
+            format!("dedupeMode: '{text}' is not singleton, debounce or throttle")
+        })?,
+    };
+    let window = u64::try_from(window_ms)
+        .ok()
+        .filter(|ms| *ms <= MAX_START_DELAY.as_millis() as u64)
+        .map(std::time::Duration::from_millis)
+        .ok_or_else(|| {
+            format!(
+                "dedupeWindowMs: {window_ms} must be from 0 to {} (366 days)",
+                MAX_START_DELAY.as_millis()
+            )
+        })?;
+    match mode {
+        DedupeMode::Singleton if !window.is_zero() => {
+            return Err("dedupeWindowMs: a singleton has no window; leave it out".into());
+        }
+        DedupeMode::Debounce | DedupeMode::Throttle if window.is_zero() => {
+            return Err(format!(
+                "dedupeWindowMs: required by dedupeMode {}: the window in milliseconds",
+                mode.as_str()
+            ));
+        }
+        DedupeMode::Debounce if start != Start::Now => {
+            return Err(
+                "dedupeWindowMs: a debounced job starts dedupeWindowMs after the last submission; give no runAt or delayMs"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    Ok(Some(Dedupe {
+        key: key.to_owned(),
+        mode,
+        window,
+    }))
 }
 
 /// When a submitted job becomes claimable.
@@ -153,6 +232,10 @@ pub struct Submitted {
     pub status: JobStatus,
     /// False when the same submission was made before.
     pub created: bool,
+    /// Another job of the submission's dedupe key stands for it (nothing was made).
+    pub stands_for: Option<Uuid>,
+    /// The submission's dedupe mode, when it gave a key.
+    pub dedupe_mode: Option<&'static str>,
 }
 
 /// Why a submission was refused (nothing was written).
@@ -271,6 +354,7 @@ impl Submitter {
     pub async fn submit(&self, submission: Submission) -> Result<Submitted, SubmitError> {
         let (job, _) = self.prepare(submission).await?;
         let job_id = job.job_id;
+        let dedupe_mode = job.dedupe.as_ref().map(|d| d.mode.as_str());
         let inserted = match &self.inserts {
             Some(queue) => match queue.commit_or_return(job).await {
                 Ok(answer) => answer?,
@@ -285,6 +369,8 @@ impl Submitter {
             job_id,
             status: inserted.status,
             created: inserted.created,
+            stands_for: inserted.stands_for,
+            dedupe_mode,
         })
     }
 
@@ -363,6 +449,8 @@ impl Submitter {
                     job_id: job.job_id,
                     status: inserted.status,
                     created: inserted.created,
+                    stands_for: inserted.stands_for,
+                    dedupe_mode: job.dedupe.as_ref().map(|d| d.mode.as_str()),
                 })
             })
             .collect()
@@ -461,6 +549,20 @@ impl Submitter {
             path: String::new(),
             reason: e.reason,
         })?;
+        let name = &compiled.workflow.name;
+        let dedupe = submission.dedupe.map(|dedupe| Dedupe {
+            key: format!("{name}:{}", dedupe.key),
+            ..dedupe
+        });
+        // A debounced job starts the window after its (last) submission.
+        let run_after = match &dedupe {
+            Some(Dedupe {
+                mode: DedupeMode::Debounce,
+                window,
+                ..
+            }) => Start::After(*window).run_after(),
+            _ => submission.start.run_after(),
+        };
         Ok(NewJob {
             job_id: submission.job_id.unwrap_or_else(Uuid::now_v7),
             workflow_name: compiled.workflow.name.clone(),
@@ -468,7 +570,7 @@ impl Submitter {
             definition_digest: Some(compiled.digest.clone()),
             input: canonical,
             priority: submission.priority.unwrap_or(DEFAULT_PRIORITY),
-            run_after: submission.start.run_after(),
+            run_after,
             // The submitting request's trace (its verb span, or a request record's).
             trace_context: registry_stub::telemetry::current_traceparent(),
             by_name,
@@ -477,6 +579,7 @@ impl Submitter {
                 .filter(|n| *n > 0)
                 .unwrap_or(self.max_attempts_default),
             concurrency,
+            dedupe,
         })
     }
 

@@ -214,6 +214,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             trace_context: None,
             by_name: false,
             concurrency: Vec::new(),
+            dedupe: None,
         };
         store.insert_job(&job).await.expect("insert");
     }

@@ -75,6 +75,7 @@ pub fn request_record(job_id: &str, workflow_name: &str, text: &str) -> Vec<u8> 
         job_id: job_id.into(),
         workflow_name: workflow_name.into(),
         input: Some(input),
+        ..Default::default()
     }
     .encode_to_vec()
 }
@@ -166,6 +167,7 @@ pub async fn hand_driven_lanes_node(
         trace_context: None,
         by_name: false,
         concurrency: Vec::new(),
+        dedupe: None,
     };
     node.store.insert_job(&job).await.expect("insert");
     (node, config, job)

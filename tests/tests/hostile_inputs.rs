@@ -200,6 +200,13 @@ async fn every_verb_answers_hostile_values_with_a_400_naming_the_field_and_write
     for action in catalog["actions"].as_array().unwrap() {
         let verb = action["name"].as_str().unwrap();
         let properties = action["request"]["properties"].as_object().unwrap();
+        // What the base request alone is answered: a printable value taken as data
+        // may meet the base's own refusal (a workflow that does not exist).
+        let (_, base_answer) = call_raw(&node, verb, base(verb).to_string()).await;
+        let base_message = base_answer["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         for (field, schema) in properties {
             // Proto-name aliases take the same values as their JSON names.
             if schema["description"]
@@ -233,8 +240,9 @@ async fn every_verb_answers_hostile_values_with_a_400_naming_the_field_and_write
                         | "a right-to-left override"
                         | "a uuid with a zero-width space"
                 );
+                let base_refusal = !base_message.is_empty() && message == base_message;
                 let fine = match status {
-                    400 => named,
+                    400 => named || (printable && base_refusal),
                     200 => free_text(field) || printable,
                     _ => false,
                 };

@@ -365,6 +365,7 @@ async fn a_submission_still_in_flight_when_the_commit_loop_stops_is_committed_al
             max_attempts: None,
             start: jobs_role::submit::Start::Now,
             priority: None,
+            dedupe: None,
         })
         .await
         .expect("committed on its own");

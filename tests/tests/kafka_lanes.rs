@@ -114,6 +114,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         trace_context: None,
         by_name: false,
         concurrency: Vec::new(),
+        dedupe: None,
     };
     let client = db.connect().await;
     client

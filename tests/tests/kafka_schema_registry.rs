@@ -130,6 +130,7 @@ async fn records_use_the_confluent_wire_format_with_the_registered_schema() {
         job_id: job_id.clone(),
         workflow_name: "embed-text".into(),
         input: None,
+        ..Default::default()
     };
     let framed_request = jobs_proto::wire::frame(SCHEMA_ID, &request.encode_to_vec());
     produce(&producer(), &requests, &job_id, &framed_request).await;

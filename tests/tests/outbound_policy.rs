@@ -314,6 +314,7 @@ async fn a_zone_smuggling_another_host_is_refused_and_never_connects() {
             trace_context: None,
             by_name: false,
             concurrency: Vec::new(),
+            dedupe: None,
         })
         .await
         .unwrap();

@@ -1,6 +1,12 @@
 //! The target globs of the outbound policy and of TLS settings: `*` matches any run
 //! of bytes.
 
+/// True when `target` (`host:port`) matches `pattern`, where `*` matches any run of
+/// characters (a fleet's `[[jobs.target_limits]]` use the policy's globs).
+pub fn target_matches(pattern: &str, target: &str) -> bool {
+    glob_matches(pattern.as_bytes(), target.as_bytes())
+}
+
 /// `*` matches any run of bytes; everything else matches itself. Greedy with one
 /// backtrack point (the last `*`), so the cost is at most pattern × text, never
 /// exponential in the number of stars: targets come from workflow authors.

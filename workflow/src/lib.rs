@@ -31,6 +31,7 @@
 //! | [`grpc`]       | dynamic unary calls over tonic; a bounded LRU cache of channels        |
 //! | [`outbound`]   | the outbound call policy: allowed targets, TLS, DNS answers, ceilings |
 //! | `glob`         | the target globs of the policy and of TLS settings (`*`)               |
+//! | [`rate`]       | rate limits: `600/min` and a step's compiled `rateLimit`               |
 //! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`resolve`]    | child workflows: their stored envelopes filed into the steps naming them |
@@ -48,9 +49,11 @@ pub mod failure;
 pub mod finding;
 pub mod gate;
 mod glob;
+pub use glob::target_matches;
 pub mod grpc;
 pub mod offload;
 pub mod outbound;
+pub mod rate;
 pub mod resolve;
 pub mod rules;
 pub mod ruleset;

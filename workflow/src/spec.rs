@@ -149,6 +149,8 @@ pub(crate) struct StepSpec {
     pub event: Option<EventSpec>,
     /// `Some` on a child step.
     pub child: Option<ChildSpec>,
+    /// `rateLimit`, on a called step.
+    pub rate_limit: Option<crate::rate::RateLimitRule>,
 }
 
 /// A step's `after` as written: the names and the JSON path of the list.

@@ -193,6 +193,28 @@ pub fn check_string(expression: &IdedExpr, root_type: &dyn Fn(&str) -> Option<Ty
     checker.problems
 }
 
+/// [`check_gate`] for an expression whose result must be a whole number (a rate
+/// limit's units).
+pub fn check_int(expression: &IdedExpr, root_type: &dyn Fn(&str) -> Option<Ty>) -> Vec<String> {
+    let mut checker = Checker {
+        root_type,
+        bound: Vec::new(),
+        problems: Vec::new(),
+    };
+    let ty = checker.type_of(expression);
+    if !matches!(ty, Ty::Int | Ty::Uint | Ty::Dyn) {
+        let hint = match &ty {
+            Ty::Double | Ty::String => " (convert it: `int(…)`)",
+            _ => "",
+        };
+        checker.problems.push(format!(
+            "must be a whole number, but `{}` is {ty}{hint}",
+            describe(expression)
+        ));
+    }
+    checker.problems
+}
+
 struct Checker<'a> {
     root_type: &'a dyn Fn(&str) -> Option<Ty>,
     /// Variables bound by enclosing comprehensions, innermost last.

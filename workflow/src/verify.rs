@@ -75,6 +75,18 @@ pub(crate) fn verify(
                 find(path, format!("rule '{}': {reason}", rule.text));
             }
         }
+        // A rate limit's expressions are computed per call: a map step's per element.
+        if let Some(limit) = &step.rate_limit {
+            let at = |field: &str| format!("$.steps[{index}].rateLimit.{field}");
+            for (field, gate) in [("key", &limit.key), ("units", &limit.units)] {
+                if let Some(gate) = gate
+                    && let Err(reason) =
+                        roots.check_cel(&format!("rateLimit `{field}`"), &gate.source, index)
+                {
+                    find(&at(field), reason);
+                }
+            }
+        }
         // A map step's gate is decided once, for the whole step: not per element.
         let element = roots.element.take();
         if let Some((source, path)) = &step.when

@@ -153,3 +153,94 @@ fn bad_entries_are_findings_naming_their_path() {
         assert_finding(&all, None, path, needles);
     }
 }
+
+fn with_rate_limit(limit: Value) -> Value {
+    let mut envelope = leaf_workflow(TARGET);
+    envelope["steps"][0]["rateLimit"] = limit;
+    envelope
+}
+
+#[test]
+fn rates_parse_with_their_unit_and_bad_ones_say_how_to_write_them() {
+    use workflow::compile::Rate;
+    for (text, count, seconds) in [
+        ("600/min", 600, 60),
+        ("10/s", 10, 1),
+        ("5000/hour", 5000, 3600),
+        (" 1 / day ", 1, 86_400),
+    ] {
+        let rate = Rate::parse(text).expect(text);
+        assert_eq!((rate.count, rate.per.as_secs()), (count, seconds), "{text}");
+    }
+    assert_eq!(Rate::parse("600/min").unwrap().to_string(), "600/min");
+    assert!((Rate::parse("120/min").unwrap().per_second() - 2.0).abs() < 1e-9);
+    for bad in ["600", "0/min", "-1/s", "ten/s", "5/week", "5/"] {
+        let why = Rate::parse(bad).expect_err(bad);
+        assert!(why.contains("for example"), "{bad}: {why}");
+    }
+}
+
+#[test]
+fn a_rate_limit_compiles_and_bad_ones_are_findings() {
+    let compiled = compile(&with_rate_limit(json!({
+        "key": "input.text", "rate": "100/min", "burst": 5, "units": "size(input.text)"
+    })));
+    let limit = compiled.steps[0].rate_limit.as_ref().expect("a limit");
+    assert_eq!((limit.rate.count, limit.burst), (100, 5));
+    assert_eq!(
+        limit.bucket_for("leaf", "tokenize", Some("c-1")),
+        "leaf.tokenize=c-1"
+    );
+    let cases: Vec<(Value, &str, &[&str])> = vec![
+        (
+            json!("fast"),
+            "$.steps[0].rateLimit",
+            &["must be an object"],
+        ),
+        (json!({}), "$.steps[0].rateLimit.rate", &["required"]),
+        (
+            json!({ "rate": "5/week" }),
+            "$.steps[0].rateLimit.rate",
+            &["not s, min, hour or day"],
+        ),
+        (
+            json!({ "rate": "5/s", "burst": 0 }),
+            "$.steps[0].rateLimit.burst",
+            &["from 1 to"],
+        ),
+        (
+            json!({ "rate": "5/s", "units": "input.text" }),
+            "$.steps[0].rateLimit.units",
+            &["must be a whole number"],
+        ),
+        (
+            json!({ "rate": "5/s", "key": "input.fail" }),
+            "$.steps[0].rateLimit.key",
+            &["must be a string"],
+        ),
+        (
+            json!({ "rate": "5/s", "key": "nosuch.text" }),
+            "$.steps[0].rateLimit.key",
+            &["nosuch"],
+        ),
+        (
+            json!({ "rate": "5/s", "per": 1 }),
+            "$.steps[0].rateLimit.per",
+            &["unknown field"],
+        ),
+    ];
+    for (limit, path, needles) in cases {
+        let all = findings(&with_rate_limit(limit));
+        assert_finding(&all, Some("tokenize"), path, needles);
+    }
+    // Only a called step makes calls to limit.
+    let mut parked = leaf_workflow(TARGET);
+    parked["steps"][0]["completion"] = json!("external");
+    parked["steps"][0]["rateLimit"] = json!({ "rate": "5/s" });
+    assert_finding(
+        &findings(&parked),
+        Some("tokenize"),
+        "$.steps[0].rateLimit",
+        &["only a called step"],
+    );
+}

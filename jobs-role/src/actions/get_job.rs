@@ -87,7 +87,8 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     if job["status"] == "QUEUED"
         && let Some(hold_ups) = state.store.hold_ups(job_id).await.map_err(store_error)?
     {
-        job["heldBy"] = held_by(&hold_ups);
+        let throttled = job["throttled"].as_str().map(str::to_owned);
+        job["heldBy"] = held_by(&hold_ups, throttled.as_deref());
     }
     Ok(json!({ "ok": true, "job": job }))
 }
@@ -181,10 +182,14 @@ async fn settled_row(
 }
 
 /// What holds a QUEUED job back, in words a reader acts on: each is `{reason,
-/// detail}` with reason `RUN_AFTER`, `WORKFLOW_PAUSED`, `KEY_PAUSED` or `KEY_AT_LIMIT`
-/// (empty: nothing; the next claim takes it).
-fn held_by(hold_ups: &crate::store::HoldUps) -> Value {
+/// detail}` with reason `THROTTLED` (a fleet-wide limit gave it back: `throttled`
+/// says which), `RUN_AFTER`, `WORKFLOW_PAUSED`, `KEY_PAUSED` or `KEY_AT_LIMIT` (empty:
+/// nothing; the next claim takes it).
+fn held_by(hold_ups: &crate::store::HoldUps, throttled: Option<&str>) -> Value {
     let mut reasons = Vec::new();
+    if let Some(why) = throttled {
+        reasons.push(json!({ "reason": "THROTTLED", "detail": why }));
+    }
     if let Some(at) = hold_ups.run_after_ms {
         reasons.push(json!({ "reason": "RUN_AFTER", "runAfterMs": at,
             "detail": "its start (runAfter: a delay, a backoff, a sleep or a throttle) is still ahead" }));

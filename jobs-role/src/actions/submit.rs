@@ -1,6 +1,7 @@
 //! `submit-workflow {workflow | workflowName, input, jobId?, maxAttempts?, priority?,
-//! runAt? | delayMs?}` →
-//! `{ok, jobId, status, created}`.
+//! runAt? | delayMs?, dedupeKey?, dedupeMode?, dedupeWindowMs?}` →
+//! `{ok, jobId, status, created, deduplicated?}` (`jobId` the job that stands for the
+//! submission: another job of its dedupe key when `deduplicated` names the mode).
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use uuid::Uuid;
 
 use super::{JobsState, store_error};
 use crate::store::StoreError;
-use crate::submit::{DefinitionSource, Start, Submission, SubmitError};
+use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitted, dedupe_of};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -24,6 +25,21 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         // The request rule already checked it is a uuid.
         id => Some(Uuid::parse_str(id).map_err(|e| ActionError::invalid(format!("jobId: {e}")))?),
     };
+    let start = Start::parse(
+        request.str("runAt"),
+        request.get("delayMs").and_then(Value::as_i64).unwrap_or(0),
+    )
+    .map_err(ActionError::invalid)?;
+    let dedupe = dedupe_of(
+        request.str("dedupeKey"),
+        request.str("dedupeMode"),
+        request
+            .get("dedupeWindowMs")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        start,
+    )
+    .map_err(ActionError::invalid)?;
     let submission = Submission {
         source,
         input: request.get("input").cloned().unwrap_or_else(|| json!({})),
@@ -32,11 +48,8 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .get("maxAttempts")
             .and_then(Value::as_i64)
             .and_then(|n| i32::try_from(n).ok()),
-        start: Start::parse(
-            request.str("runAt"),
-            request.get("delayMs").and_then(Value::as_i64).unwrap_or(0),
-        )
-        .map_err(ActionError::invalid)?,
+        start,
+        dedupe,
         // The request rule already checked it is 0..=9.
         priority: request
             .get("priority")
@@ -44,14 +57,28 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .and_then(|p| i16::try_from(p).ok()),
     };
     match state.submitter.submit(submission).await {
-        Ok(submitted) => Ok(json!({
-            "ok": true,
-            "jobId": submitted.job_id.to_string(),
-            "status": submitted.status.as_str(),
-            "created": submitted.created,
-        })),
+        Ok(submitted) => {
+            let mut answer = answered(&submitted);
+            answer["ok"] = json!(true);
+            Ok(answer)
+        }
         Err(refused) => Err(submit_error(refused)),
     }
+}
+
+/// What a submission's answer says of the job that stands for it: `jobId`,
+/// `status`, `created`, and `deduplicated` (the mode) when another job of its dedupe
+/// key stands for it.
+pub fn answered(submitted: &Submitted) -> Value {
+    let mut answer = json!({
+        "jobId": submitted.stands_for.unwrap_or(submitted.job_id).to_string(),
+        "status": submitted.status.as_str(),
+        "created": submitted.created,
+    });
+    if submitted.stands_for.is_some() {
+        answer["deduplicated"] = json!(submitted.dedupe_mode.unwrap_or_default());
+    }
+    answer
 }
 
 /// The answer to a refused submission: the field to fix, or the store's failure.

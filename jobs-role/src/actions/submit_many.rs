@@ -1,5 +1,6 @@
 //! `submit-workflows {workflow? | workflowName?, submissions: [{workflow? | workflowName?,
-//! input, jobId?, maxAttempts?, priority?, runAt? | delayMs?}]}` → `{ok, answers: [{index, ok, jobId, status, created}
+//! input, jobId?, maxAttempts?, priority?, runAt? | delayMs?, dedupeKey?, dedupeMode?,
+//! dedupeWindowMs?}]}` → `{ok, answers: [{index, ok, jobId, status, created, deduplicated?}
 //! | {index, ok: false, error}], created, refused}`.
 //!
 //! Up to 1,000 submissions in one call and one transaction. Each item is checked and
@@ -14,8 +15,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::JobsState;
-use super::submit::submit_error;
-use crate::submit::{DefinitionSource, Start, Submission};
+use super::submit::{answered, submit_error};
+use crate::submit::{DefinitionSource, Start, Submission, dedupe_of};
 
 /// Longest stored workflow name an item may give (as `submit-workflow` allows).
 const MAX_NAME_CHARS: usize = 200;
@@ -60,13 +61,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             match answer {
                 Ok(done) => {
                     created += usize::from(done.created);
-                    json!({
-                        "index": index,
-                        "ok": true,
-                        "jobId": done.job_id.to_string(),
-                        "status": done.status.as_str(),
-                        "created": done.created,
-                    })
+                    let mut answer = answered(&done);
+                    answer["index"] = json!(index);
+                    answer["ok"] = json!(true);
+                    answer
                 }
                 Err(error) => {
                     refused += 1;
@@ -139,6 +137,16 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
         })?,
     };
     let start = Start::parse(text("runAt"), delay_ms).map_err(ActionError::invalid)?;
+    let window = match item.get("dedupeWindowMs") {
+        None | Some(Value::Null) => 0,
+        Some(value) => as_integer(value).ok_or_else(|| {
+            ActionError::invalid(format!(
+                "dedupeWindowMs: {value} is not a whole number of milliseconds"
+            ))
+        })?,
+    };
+    let dedupe = dedupe_of(text("dedupeKey"), text("dedupeMode"), window, start)
+        .map_err(ActionError::invalid)?;
     Ok(Submission {
         source,
         input: item.get("input").cloned().unwrap_or_else(|| json!({})),
@@ -146,6 +154,7 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
         max_attempts,
         start,
         priority,
+        dedupe,
     })
 }
 

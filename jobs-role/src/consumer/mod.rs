@@ -51,7 +51,7 @@ use stall::{Reading, Remedy, StallWatch};
 use crate::config::JobsConfig;
 use crate::relay::{LaneError, client_config};
 use crate::store::{NewJob, Store, StoreError};
-use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitter};
+use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitter, dedupe_of};
 pub use disposition::Disposition;
 use disposition::{dead_letter, log_disposition};
 pub use signals::SignalHandler;
@@ -544,6 +544,20 @@ impl RequestHandler {
                 .failed_row(job_id, &request.workflow_name, Value::Null, input, error)
                 .await;
         }
+        let dedupe = match dedupe_of(
+            &request.dedupe_key,
+            &request.dedupe_mode,
+            request.dedupe_window_ms,
+            Start::Now,
+        ) {
+            Ok(dedupe) => dedupe,
+            Err(why) => {
+                let error = format!("VALIDATION: {why} ({where_from})");
+                return self
+                    .failed_row(job_id, &request.workflow_name, Value::Null, input, error)
+                    .await;
+            }
+        };
         let submission = Submission {
             source: DefinitionSource::Stored(request.workflow_name.clone()),
             input: input.clone(),
@@ -551,10 +565,12 @@ impl RequestHandler {
             max_attempts: None,
             start: Start::Now,
             priority: None,
+            dedupe,
         };
         match self.submitter.submit(submission).await {
             Ok(submitted) => Ok(Disposition::Submitted {
-                job_id,
+                // Another job of its dedupe key may stand for the request.
+                job_id: submitted.stands_for.unwrap_or(job_id),
                 created: submitted.created,
             }),
             Err(SubmitError::UnknownWorkflow(name)) => {
@@ -623,6 +639,7 @@ impl RequestHandler {
             trace_context: registry_stub::telemetry::current_traceparent(),
             by_name: true,
             concurrency: Vec::new(),
+            dedupe: None,
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })

@@ -41,6 +41,17 @@ pub struct KeyState {
     pub paused: bool,
 }
 
+/// Concurrency keys by state (see [`Store::keys_summary`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeysSummary {
+    /// Keys whose lane has queued jobs.
+    pub with_work: i64,
+    /// Of those, the ones running their limit.
+    pub at_limit: i64,
+    /// Paused keys.
+    pub paused: i64,
+}
+
 /// What holds a QUEUED job back from being claimed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HoldUps {
@@ -141,6 +152,17 @@ impl Store {
                 paused: row.get("paused"),
             })
             .collect())
+    }
+
+    /// How many keys have queued work, run their limit, are paused.
+    pub async fn keys_summary(&self) -> Result<KeysSummary, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_one(sql::KEYS_SUMMARY, &[]).await?;
+        Ok(KeysSummary {
+            with_work: row.get("with_work"),
+            at_limit: row.get("at_limit"),
+            paused: row.get("paused"),
+        })
     }
 
     /// What holds QUEUED job `job_id` back (`None` when it is not QUEUED).

@@ -25,11 +25,13 @@ mod cancels;
 mod children;
 mod claims;
 mod completions;
+mod dedupe;
 pub mod events;
 mod filed_snapshots;
 mod flow;
 mod group_commit;
 mod items;
+mod limits;
 mod operator_acts;
 mod outbox;
 mod parked;
@@ -48,8 +50,10 @@ mod writes;
 pub use cancels::CancelOutcome;
 pub use children::{ChildRow, NewChild};
 pub use claims::{Claim, ClaimedJob, SweepReport};
-pub use flow::{HoldUps, KeyState, PausedWorkflow};
+pub use dedupe::{Dedupe, DedupeMode};
+pub use flow::{HoldUps, KeyState, KeysSummary, PausedWorkflow};
 pub use items::StoredItem;
+pub use limits::{LimitAsk, LimitState};
 pub use operator_acts::{
     ActedOn, ByJob, JOBS_PER_TRANSACTION, JobSelection, LOCK_WAIT, Recheck, Selected,
 };

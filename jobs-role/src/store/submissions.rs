@@ -3,6 +3,7 @@
 
 use futures_util::{StreamExt, TryStreamExt};
 
+use super::dedupe::{Dedupe, DedupeMode};
 use super::*;
 
 /// The priority of a job whose submission names none.
@@ -38,6 +39,8 @@ pub struct NewJob {
     /// The concurrency keys it holds while RUNNING (computed from the workflow's
     /// `concurrency` at submission; empty: none).
     pub concurrency: Vec<workflow::compile::ConcurrencyKey>,
+    /// Its dedupe key and mode, when the submission gave one.
+    pub dedupe: Option<Dedupe>,
 }
 
 /// What an insert did.
@@ -47,6 +50,9 @@ pub struct Inserted {
     pub created: bool,
     /// The job's current status.
     pub status: JobStatus,
+    /// Another job of the submission's dedupe key that stands for it (nothing was
+    /// inserted); `status` is that job's.
+    pub stands_for: Option<Uuid>,
 }
 
 impl Store {
@@ -54,6 +60,9 @@ impl Store {
     /// job (same id, same workflow and input: `created: false`); the same id with a
     /// different submission is [`StoreError::Conflict`].
     pub async fn insert_job(&self, job: &NewJob) -> Result<Inserted, StoreError> {
+        if let Some(dedupe) = &job.dedupe {
+            return self.insert_deduped(job, dedupe).await;
+        }
         if !job.concurrency.is_empty() {
             // Its keys are filed, and their strategies applied, by the batch insert.
             let answer = match self.try_insert_jobs_filed(std::slice::from_ref(job)).await {
@@ -173,11 +182,62 @@ impl Store {
         Ok(Inserted {
             created: true,
             status: first.status,
+            stands_for: None,
         })
     }
 }
 
 impl Store {
+    /// Inserts `job`, which carries `dedupe`, or answers the job of its key that
+    /// stands for it (`stands_for`), deciding under the key's lock.
+    pub(super) async fn insert_deduped(
+        &self,
+        job: &NewJob,
+        dedupe: &Dedupe,
+    ) -> Result<Inserted, StoreError> {
+        let mut client = self.shared().await?;
+        let tx = client.transaction().await?;
+        tx.batch_execute(sql::SUBMISSION_SETTINGS).await?;
+        tx.execute(sql::LOCK_DEDUPE_KEY, &[&dedupe.key]).await?;
+        let seen = tx.query_opt(sql::JOB_EXISTS, &[&job.job_id]).await?;
+        if seen.is_none() {
+            let window = millis(dedupe.window);
+            let standing = match dedupe.mode {
+                DedupeMode::Singleton => {
+                    tx.query_opt(sql::LIVE_DEDUPED_JOB, &[&dedupe.key]).await?
+                }
+                DedupeMode::Debounce => {
+                    let digest = job.definition_digest.as_deref();
+                    tx.query_opt(
+                        sql::DEBOUNCE_JOB,
+                        &[&dedupe.key, &job.input, &window, &digest],
+                    )
+                    .await?
+                }
+                DedupeMode::Throttle => {
+                    tx.query_opt(sql::THROTTLING_JOB, &[&dedupe.key, &window])
+                        .await?
+                }
+            };
+            if let Some(row) = standing {
+                let status: JobStatus = row.get::<_, String>("status").parse()?;
+                let stands_for: Uuid = row.get("job_id");
+                tx.commit().await?;
+                return Ok(Inserted {
+                    created: false,
+                    status,
+                    stands_for: Some(stands_for),
+                });
+            }
+        }
+        let answer = insert_batch(&tx, std::slice::from_ref(job), None)
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::GroupCommit("the insert got no answer".into())));
+        tx.commit().await?;
+        answer
+    }
+
     /// Inserts many jobs in one transaction, answering each as [`Store::insert_job`]
     /// would (a conflict is that item's answer, not the batch's). When PostgreSQL
     /// refuses a value, or an id stays locked by another transaction for the lock
@@ -188,6 +248,26 @@ impl Store {
     pub async fn insert_jobs(&self, jobs: &[NewJob]) -> Vec<Result<Inserted, StoreError>> {
         if jobs.is_empty() {
             return Vec::new();
+        }
+        if jobs.iter().any(|job| job.dedupe.is_some()) {
+            // Each deduplicated job is decided on its own, under its key's lock; the
+            // others are inserted together.
+            let plain: Vec<NewJob> = jobs
+                .iter()
+                .filter(|j| j.dedupe.is_none())
+                .cloned()
+                .collect();
+            let mut inserted = Box::pin(self.insert_jobs(&plain)).await.into_iter();
+            let mut answers = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                answers.push(match &job.dedupe {
+                    Some(dedupe) => self.insert_deduped(job, dedupe).await,
+                    None => inserted.next().unwrap_or_else(|| {
+                        Err(StoreError::GroupCommit("the insert got no answer".into()))
+                    }),
+                });
+            }
+            return answers;
         }
         match self.try_insert_jobs_filed(jobs).await {
             Ok(answers) => answers,
@@ -272,7 +352,7 @@ const PIPELINED_CHECKS: usize = 64;
 /// every row (each distinct snapshot sent once), the same-submission check of each id
 /// it found taken, one insert of the ACCEPTED events of the rows it wrote, then one
 /// wake-up for the workers and one for the relays.
-async fn insert_batch(
+pub(super) async fn insert_batch(
     tx: &deadpool_postgres::Transaction<'_>,
     jobs: &[NewJob],
     filed: Option<&filed_snapshots::FiledSnapshots>,
@@ -298,6 +378,7 @@ async fn insert_batch(
                 &rows.run_afters,
                 &rows.trace_contexts,
                 &rows.concurrency_keys,
+                &rows.dedupe_keys,
             ],
         )
         .await?
@@ -318,6 +399,7 @@ async fn insert_batch(
                     return Ok(Ok(Inserted {
                         created: true,
                         status: JobStatus::Queued,
+                        stands_for: None,
                     }));
                 }
                 // A conflict is this item's answer; a database error the batch's.
@@ -376,6 +458,7 @@ async fn insert_batch(
                 Ok(Inserted {
                     created: true,
                     status: JobStatus::Cancelled,
+                    stands_for: None,
                 })
             }
             other => other,
@@ -411,6 +494,8 @@ struct SnapshotRows<'a> {
     trace_contexts: Vec<Option<&'a str>>,
     /// Each job's keys as a JSON list (NULL: none).
     concurrency_keys: Vec<Option<Value>>,
+    /// Each job's dedupe key (NULL: none).
+    dedupe_keys: Vec<Option<&'a str>>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -431,6 +516,7 @@ impl<'a> SnapshotRows<'a> {
             run_afters: Vec::with_capacity(order.len()),
             trace_contexts: Vec::with_capacity(order.len()),
             concurrency_keys: Vec::with_capacity(order.len()),
+            dedupe_keys: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -457,6 +543,8 @@ impl<'a> SnapshotRows<'a> {
             rows.priorities.push(job.priority);
             rows.run_afters.push(job.run_after);
             rows.trace_contexts.push(job.trace_context.as_deref());
+            rows.dedupe_keys
+                .push(job.dedupe.as_ref().map(|d| d.key.as_str()));
             rows.concurrency_keys
                 .push((!job.concurrency.is_empty()).then(|| {
                     Value::from_iter(job.concurrency.iter().map(|held| held.key.clone()))
@@ -500,6 +588,7 @@ async fn existing_submission(tx: &Transaction<'_>, job: &NewJob) -> Result<Inser
         Ok(Inserted {
             created: false,
             status: row.get::<_, String>("status").parse()?,
+            stands_for: None,
         })
     } else {
         Err(StoreError::Conflict(job.job_id))

@@ -438,6 +438,33 @@ impl Store {
         max_releases: i32,
         reason: &str,
     ) -> Result<JobStatus, StoreError> {
+        self.give_back(claim, delay, max_releases, reason, true)
+            .await
+    }
+
+    /// Gives back a claim whose next call a fleet-wide limit throttled: claimable
+    /// again after `delay` (when the limit has room), the attempt returned and the
+    /// release not counted (a throttle is not a lack of progress), `reason` kept as
+    /// the job's `throttled` until its next claim. Sent twice, it finds the job given
+    /// back under this claim's token and answers QUEUED.
+    pub async fn release_throttled(
+        &self,
+        claim: &Claim,
+        delay: Duration,
+        reason: &str,
+    ) -> Result<JobStatus, StoreError> {
+        self.give_back(claim, delay, i32::MAX, reason, false).await
+    }
+
+    /// [`Store::release_claim`], the release `counted` or not.
+    async fn give_back(
+        &self,
+        claim: &Claim,
+        delay: Duration,
+        max_releases: i32,
+        reason: &str,
+        counted: bool,
+    ) -> Result<JobStatus, StoreError> {
         let reason = printable(reason);
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
@@ -451,6 +478,7 @@ impl Store {
                     &millis(delay),
                     &max_releases,
                     &reason,
+                    &counted,
                 ],
             )
             .await?

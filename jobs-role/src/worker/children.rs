@@ -110,6 +110,7 @@ impl Worker {
                         trace_context: job.trace_context.clone(),
                         by_name: false,
                         concurrency,
+                        dedupe: None,
                     },
                     item: i32::try_from(*item).unwrap_or(i32::MAX),
                 });

@@ -42,6 +42,7 @@
 //! | `cancels`  | how a running job hears an operator's cancel                      |
 //! | `children` | a parent's children started before it parks on them               |
 //! | `limits`   | per-target permits                                                |
+//! | `throttle` | fleet-wide limits (target limits, a step's `rateLimit`) before each call |
 //! | `sweeper`  | expired leases and parked waits, requeued or ended                |
 
 mod cancels;
@@ -54,6 +55,7 @@ mod retry;
 mod settle;
 mod sink;
 mod sweeper;
+pub mod throttle;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,6 +94,8 @@ pub struct Worker {
     cancels: std::sync::Mutex<Cancels>,
     /// Drain mode: while on, the dispatcher claims nothing.
     drain: Arc<crate::drain::Drain>,
+    /// The fleet's limits on calls.
+    throttle: throttle::Throttle,
 }
 
 impl Worker {
@@ -124,6 +128,7 @@ impl Worker {
         metrics: JobsMetrics,
     ) -> Arc<Worker> {
         let limits = Arc::new(TargetLimits::new(config.max_concurrent_per_target));
+        let throttle = throttle::Throttle::new(&config);
         Arc::new(Worker {
             store,
             runner,
@@ -135,6 +140,7 @@ impl Worker {
             compile_turn: tokio::sync::Mutex::new(()),
             cancels: std::sync::Mutex::default(),
             drain: Arc::default(),
+            throttle,
         })
     }
 
@@ -376,6 +382,7 @@ impl Worker {
             held_timing: None,
             sleeps: &job.sleeps,
             claimed_at_ms: job.claimed_at_ms,
+            throttle: &self.throttle,
         };
         let metadata = JobMetadata {
             job_id: claim.job_id.to_string(),

@@ -205,6 +205,32 @@ impl Worker {
         Ok(())
     }
 
+    /// Gives back a claim whose next call a fleet-wide limit throttled (attempt kept,
+    /// not counted as a release), claimable after `delay`.
+    async fn release_throttled(
+        &self,
+        claim: &Claim,
+        delay: Duration,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        match retry::until_written(
+            "throttled release",
+            claim.job_id,
+            || true,
+            || self.store.release_throttled(claim, delay, reason),
+        )
+        .await
+        {
+            Err(lost) if lost.is_lost_claim() => self.cancelled_instead(claim, lost).await,
+            released => {
+                released?;
+                self.metrics.settled("throttled", &claim.workflow_name);
+                tracing::debug!(job_id = %claim.job_id, %reason, "throttled: given back until the limit has room");
+                Ok(())
+            }
+        }
+    }
+
     /// Settles the segment's outcome. When PostgreSQL refuses what the settlement
     /// writes, the job fails loud instead (retrying the same write could never
     /// succeed), naming the step when it was the held final checkpoint that was
@@ -230,6 +256,9 @@ impl Worker {
             Decision::Settle(settlement) => settlement,
             Decision::Release { delay, reason } => {
                 return self.release(claim, delay, &reason).await;
+            }
+            Decision::Throttle { delay, reason } => {
+                return self.release_throttled(claim, delay, &reason).await;
             }
             Decision::Lost(lost) => return Err(lost),
         };
@@ -389,7 +418,23 @@ impl Worker {
                 }
             }
             Err(SegmentError::Failed(failure)) => Decision::Settle(self.failure(job, &failure)),
-            // Refused only when the claim may have lapsed (StoreSink::before_call).
+            // A fleet-wide limit had no room (StoreSink::admit): given back, not failed.
+            Err(SegmentError::NotCalled { source, .. })
+                if source
+                    .downcast_ref::<super::throttle::Throttled>()
+                    .is_some() =>
+            {
+                match source.downcast::<super::throttle::Throttled>() {
+                    Ok(throttled) => Decision::Throttle {
+                        delay: throttled.delay,
+                        reason: throttled.reason,
+                    },
+                    // Just checked: the downcast cannot fail.
+                    Err(_) => Decision::Lost(claim.lost()),
+                }
+            }
+            // Refused otherwise only when the claim may have lapsed
+            // (StoreSink::before_call).
             Err(SegmentError::NotCalled { step, source }) => {
                 tracing::warn!(job_id = %claim.job_id, %step, reason = %source, "the claim may have lapsed (this node stalled past its lease): the step is not called");
                 Decision::Lost(claim.lost())
@@ -483,6 +528,8 @@ enum Decision {
     Settle(Settlement),
     /// Give the claim back without spending the attempt (a transient store failure).
     Release { delay: Duration, reason: String },
+    /// Give the claim back, uncounted, until a fleet-wide limit has room.
+    Throttle { delay: Duration, reason: String },
     /// The claim was lost: write nothing.
     Lost(StoreError),
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use workflow::runner::Wake;
+use workflow::runner::{Admission, CallCost, Wake};
 use workflow::{
     CallGuard, CallMetadata, Checkpoint, CheckpointSink, CompiledStep, ItemOutcome, SinkError,
 };
@@ -49,6 +49,8 @@ pub(super) struct StoreSink<'a> {
     pub(super) sleeps: &'a HashMap<String, i64>,
     /// The database's time of the claim, in milliseconds since the Unix epoch.
     pub(super) claimed_at_ms: i64,
+    /// The fleet's limits on calls, taken before each.
+    pub(super) throttle: &'a super::throttle::Throttle,
 }
 
 impl CheckpointSink for StoreSink<'_> {
@@ -81,6 +83,26 @@ impl CheckpointSink for StoreSink<'_> {
             );
         }
         Ok(())
+    }
+
+    /// The fleet's limits (target limits, the step's `rateLimit`) have room for the
+    /// call, or it waits, is held back or defers the job: see [`super::throttle`].
+    async fn admit(
+        &mut self,
+        step: &CompiledStep,
+        cost: &CallCost,
+        others_in_flight: bool,
+    ) -> Admission {
+        self.throttle
+            .admit(
+                self.store,
+                self.metrics,
+                &self.claim.workflow_name,
+                step,
+                cost,
+                others_in_flight,
+            )
+            .await
     }
 
     /// A call beside the segment's others needs a permit of its own target, free now.

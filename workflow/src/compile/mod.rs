@@ -53,6 +53,7 @@
 //! | `parking`  | sleep steps (`sleep`) and event steps (`eventKey`, `eventLookbackMs`)  |
 //! | `child`    | child steps (`workflow`): the child's snapshot and its types           |
 //! | `flow`     | `concurrency`: the keys bounding how many jobs run at once, fleet-wide |
+//! | `rate`     | a called step's `rateLimit`: a fleet-wide token bucket per key          |
 //! | `declared` | the `buf.validate` rules of the types read: bounded, runnable         |
 //! | `messages` | proto3 JSON in and out, and why a message is refused                 |
 
@@ -67,6 +68,7 @@ mod messages;
 mod names;
 mod parking;
 mod pool;
+mod rate;
 mod steps;
 
 use std::fmt;
@@ -109,6 +111,7 @@ pub(crate) use names::{ends_in_a_number, ipv6_with_zone};
 use names::{valid_name, valid_target};
 pub use parking::{DEFAULT_EVENT_LOOKBACK, EventStep, SleepStep, empty_type};
 use pool::{resolve_message, schema_pool};
+pub use rate::{MAX_BURST, Rate, RateLimitRule};
 use steps::{output_spec, step_specs};
 
 /// A resolved, verified step.
@@ -163,6 +166,8 @@ pub struct CompiledStep {
     pub event: Option<EventStep>,
     /// The workflow a child step starts (`Some` on child steps only).
     pub child: Option<ChildStep>,
+    /// `rateLimit`: the fleet-wide bucket each call takes from (called steps only).
+    pub rate_limit: Option<RateLimitRule>,
 }
 
 /// The workflow a child step starts, compiled from the snapshot filed into the step.
@@ -339,6 +344,7 @@ impl CompiledWorkflow {
             });
         }
         findings.extend(self.concurrency_findings());
+        findings.extend(self.rate_limit_findings());
         for (index, step) in self.steps.iter().enumerate() {
             let finding = |path: &str, message: String| Finding {
                 step: Some(step.name.clone()),
@@ -648,6 +654,7 @@ fn compile_envelope(
                 (Some(_), None) => return None,
                 (None, _) => None,
             },
+            rate_limit: spec.rate_limit,
             event: match spec.event {
                 Some(event) => Some(EventStep {
                     key: Gate::compile_as(&event.key.0, "`eventKey`").ok()?,

@@ -14,6 +14,7 @@ use crate::compile::map::read_map;
 use crate::compile::names::valid_step_name;
 use crate::compile::parking::{empty_type, read_event, read_sleep};
 use crate::compile::pool::{resolve_message, resolve_method};
+use crate::compile::rate::read_rate_limit;
 use crate::spec::{Completion, OutputSpec, StepSpec};
 
 const STEP_KEYS: &[&str] = &[
@@ -40,6 +41,7 @@ const STEP_KEYS: &[&str] = &[
     "eventLookbackMs",
     "workflow",
     "workflowSnapshot",
+    "rateLimit",
 ];
 
 pub(super) fn step_specs(
@@ -163,6 +165,7 @@ pub(super) fn step_specs(
         let (wait_timeout, on_timeout) = draft.parked_wait(object, completion, step, &path);
         let after = read_after(draft, object, step, &path);
         let map = read_map(draft, object, completion, step, &path);
+        let rate_limit = read_rate_limit(draft, object, completion, step, &path);
         specs.push(StepSpec {
             name: label,
             after,
@@ -183,6 +186,7 @@ pub(super) fn step_specs(
             sleep,
             event,
             child,
+            rate_limit,
         });
     }
     specs

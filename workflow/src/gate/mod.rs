@@ -349,6 +349,12 @@ impl Gate {
         crate::typecheck::check_gate(self.program.expression(), root_type)
     }
 
+    /// [`Gate::check_types`] for an expression that must be a whole number (a rate
+    /// limit's units).
+    pub fn check_int_type(&self, root_type: &dyn Fn(&str) -> Option<Ty>) -> Vec<String> {
+        crate::typecheck::check_int(self.program.expression(), root_type)
+    }
+
     /// [`Gate::check_types`] for an expression that must be a string (an event key).
     pub fn check_string_type(&self, root_type: &dyn Fn(&str) -> Option<Ty>) -> Vec<String> {
         crate::typecheck::check_string(self.program.expression(), root_type)
@@ -375,6 +381,35 @@ impl Gate {
                 self.label
             )),
         }
+    }
+
+    /// Evaluates an expression that must be a whole number of 0 or more (a rate
+    /// limit's `units`) on the calling thread, within the bounds [`Gate::evaluate`]
+    /// keeps.
+    pub fn evaluate_count(&self, scope: &Scope) -> Result<u64, String> {
+        match self.evaluate_value(scope)? {
+            CelValue::Int(n) => {
+                u64::try_from(n).map_err(|_| format!("{} must be 0 or more, got {n}", self.label))
+            }
+            CelValue::UInt(n) => Ok(n),
+            other => Err(format!(
+                "{} must evaluate to a whole number, got {other:?}",
+                self.label
+            )),
+        }
+    }
+
+    /// [`Gate::evaluate_count`] on a dedicated evaluation thread, waiting at most
+    /// `limit` as [`Gate::evaluate_within`] does.
+    pub async fn evaluate_count_within(
+        &self,
+        scope: &Scope,
+        limit: Duration,
+    ) -> Result<u64, String> {
+        let gate = self.clone();
+        let roots = scope.subset(&self.roots);
+        self.offloaded(limit, move || gate.evaluate_count(&roots))
+            .await
     }
 
     /// [`Gate::evaluate_string`] on a dedicated evaluation thread, waiting at most

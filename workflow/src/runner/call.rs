@@ -133,6 +133,62 @@ impl Caller<'_> {
         Ok(key)
     }
 
+    /// What one call of `step` costs under its `rateLimit`, over `scope`: the
+    /// bucket's key (a value no key may be fails the step) and the units, each
+    /// evaluated within the gate's bounds; one unit of the step's one bucket without
+    /// a limit.
+    pub(super) async fn call_cost(
+        &self,
+        workflow: &CompiledWorkflow,
+        step: &CompiledStep,
+        scope: &Scope,
+        segment_end: Instant,
+    ) -> Result<super::cost::CallCost, StepFailure> {
+        let Some(limit) = &step.rate_limit else {
+            return Ok(super::cost::CallCost {
+                key: None,
+                units: 1,
+            });
+        };
+        let key = match &limit.key {
+            Some(gate) => {
+                let key = bounded_cel(
+                    workflow,
+                    step,
+                    segment_end,
+                    "its rateLimit `key` ran",
+                    FailureKind::Mapping,
+                    |limit| gate.evaluate_string_within(scope, limit),
+                )
+                .await?;
+                if let Some(problem) = crate::compile::key_value_problem(&key) {
+                    return Err(StepFailure::at(
+                        &step.name,
+                        FailureKind::Mapping,
+                        format!("its rateLimit `key` computed a key that {problem}"),
+                    ));
+                }
+                Some(key)
+            }
+            None => None,
+        };
+        let units = match &limit.units {
+            Some(gate) => {
+                bounded_cel(
+                    workflow,
+                    step,
+                    segment_end,
+                    "its rateLimit `units` ran",
+                    FailureKind::Mapping,
+                    |limit| gate.evaluate_count_within(scope, limit),
+                )
+                .await?
+            }
+            None => 1,
+        };
+        Ok(super::cost::CallCost { key, units })
+    }
+
     /// Runs one called step; `None` when its gate skipped it.
     pub(super) async fn run_step(
         &self,

@@ -155,6 +155,16 @@ impl<'w> Mapping<'w> {
         None
     }
 
+    /// Gives back element `index` that [`Mapping::next_element`] answered but was not
+    /// called (its flow limit held it back): it is the next one again.
+    pub(super) fn put_back(&mut self, index: usize) {
+        if matches!(self.elements[index], Element::Calling) {
+            self.elements[index] = Element::Waiting;
+            self.in_flight -= 1;
+            self.cursor = self.cursor.min(index);
+        }
+    }
+
     /// The elements not ended yet (no stored outcome), in order, with their values:
     /// a child step keeps a child started for the first `maxParallel` of them.
     pub(super) fn unended(&self) -> impl Iterator<Item = (usize, &Value)> {

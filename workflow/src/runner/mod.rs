@@ -25,8 +25,10 @@
 //! | `ended`   | a step that ended, recorded and put in scope; the workflow's output    |
 //! | `outcome` | how a segment or a synchronous run ends                                |
 
+mod admit;
 mod call;
 mod child;
+mod cost;
 mod ended;
 mod map;
 mod outcome;
@@ -43,11 +45,12 @@ use tracing::Instrument;
 
 use call::Caller;
 pub use call::{CallMetadata, MAX_EVENT_KEY_CHARS, NoMetadata, code_name, event_key_problem};
+pub use cost::CallCost;
 use ended::{Ended, build_output, end_map};
 use map::Mapping;
 pub use map::{DEFAULT_MAX_MAP_ITEMS, list_length};
 pub use outcome::{RunError, RunOutcome, SYNC_REFUSAL, SegmentError, SegmentOutcome};
-pub use sink::{CallGuard, CheckpointSink, SinkError};
+pub use sink::{Admission, CallGuard, CheckpointSink, SinkError};
 pub use wait::{WaitKind, WaitingStep, Wake};
 
 use crate::checkpoint::{Checkpoint, ItemCheckpoint, ItemOutcome, ReplayedCheckpoint};
@@ -312,11 +315,26 @@ impl Runner {
                         let Some(element) = mapping.next_element() else {
                             break;
                         };
+                        let item_scope = scope.with_item(element.1.clone(), element.0);
+                        let admitted = self
+                            .admit(
+                                workflow,
+                                mapping.step,
+                                &item_scope,
+                                sink,
+                                !in_flight.is_empty(),
+                                segment_end,
+                            )
+                            .await?;
+                        let Some(limits) = admitted else {
+                            mapping.put_back(element.0);
+                            break 'start;
+                        };
                         in_flight.push(call(
                             mapping.step.index,
                             Some(element),
                             scope.clone(),
-                            guard,
+                            Some(Box::new((guard, limits))),
                         ));
                     }
                 }
@@ -386,9 +404,27 @@ impl Runner {
                             step: step.name.clone(),
                             source,
                         })?;
+                    let admitted = self
+                        .admit(
+                            workflow,
+                            step,
+                            &scope,
+                            sink,
+                            !in_flight.is_empty(),
+                            segment_end,
+                        )
+                        .await?;
+                    let Some(limits) = admitted else {
+                        break;
+                    };
                     state[step.index] = StepState::Running;
                     running_steps += 1;
-                    in_flight.push(call(step.index, None, scope.clone(), guard));
+                    in_flight.push(call(
+                        step.index,
+                        None,
+                        scope.clone(),
+                        Some(Box::new((guard, limits))),
+                    ));
                     continue;
                 }
                 // A step that parks the job waits only when its gate (if any) is open; a

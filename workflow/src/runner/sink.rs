@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use super::cost::CallCost;
 use super::wait::Wake;
 use crate::checkpoint::{Checkpoint, ItemOutcome};
 use crate::compile::CompiledStep;
@@ -39,6 +40,25 @@ pub trait CheckpointSink: Send {
         Some(Box::new(()))
     }
 
+    /// Asked before each step call (each element of a map step), after
+    /// [`before_call`](Self::before_call): may the call be made now under the
+    /// fleet's flow limits? `cost` is what the step's `rateLimit` says it costs
+    /// (its key and units, computed over the call's scope; one unit without a
+    /// limit); `others_in_flight` says whether calls of this segment are in flight.
+    /// The jobs worker takes tokens from the fleet's buckets here, waiting briefly
+    /// when the next token is near; it answers [`Admission::HoldBack`] only while
+    /// others are in flight, and [`Admission::Defer`] only when none are. Every call
+    /// is admitted by default.
+    fn admit(
+        &mut self,
+        step: &CompiledStep,
+        cost: &CallCost,
+        others_in_flight: bool,
+    ) -> impl Future<Output = Admission> + Send {
+        let _ = (step, cost, others_in_flight);
+        std::future::ready(Admission::Go(Box::new(())))
+    }
+
     /// Persists how elements of map step `step` ended (by position in its list: the
     /// response, or with `onItemFailure: "collect"` the error), before their slots go
     /// to new calls: a later segment calls only the elements with none. The elements
@@ -67,3 +87,15 @@ pub trait CheckpointSink: Send {
 
 /// What [`CheckpointSink::beside_others`] hands a call to hold while it runs.
 pub type CallGuard = Box<dyn Send>;
+
+/// The sink's answer to [`CheckpointSink::admit`].
+pub enum Admission {
+    /// Call now, holding the guard until the call ends.
+    Go(CallGuard),
+    /// Not now: start it again once a call in flight ends.
+    HoldBack,
+    /// Not in this segment: it stops before the call with
+    /// [`SegmentError::NotCalled`](crate::SegmentError::NotCalled) carrying this
+    /// error (the jobs worker defers the job to when the limit has room).
+    Defer(SinkError),
+}

@@ -89,3 +89,11 @@ SELECT c.key, c.workflow_name, c.max_running, protomolt_key_running(c.key) AS ru
  WHERE c.ready OR c.paused
  ORDER BY running DESC, c.key
  LIMIT $1";
+
+/// How many keys have queued work, how many of those run their limit (their queued
+/// jobs wait), and how many are paused.
+pub const KEYS_SUMMARY: &str = "\
+SELECT count(*) FILTER (WHERE ready) AS with_work,
+       count(*) FILTER (WHERE ready AND protomolt_key_running(key) >= max_running) AS at_limit,
+       count(*) FILTER (WHERE paused) AS paused
+  FROM workflow_concurrency";

@@ -19,18 +19,22 @@
 #[macro_use]
 mod fences;
 pub mod children;
+pub mod dedupe;
 pub mod flow;
 pub mod items;
 pub mod lanes;
+pub mod limits;
 pub mod parked;
 pub mod retention;
 pub mod signals;
 pub mod snapshots;
 
 pub use children::*;
+pub use dedupe::*;
 pub use flow::*;
 pub use items::*;
 pub use lanes::*;
+pub use limits::*;
 pub use parked::*;
 pub use retention::*;
 pub use signals::*;
@@ -122,7 +126,7 @@ pub const SUBMIT_JOB: &str = submission!(
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
 /// (NULL: now), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
-/// or NULL). Per distinct snapshot: `$6`
+/// or NULL), `$12` dedupe keys (or NULL). Per distinct snapshot: `$6`
 /// definitions (NULL: filed, as in [`SUBMIT_JOB`]), `$7` digests (NULL: the row
 /// carries the definition and V21's trigger files it). Each snapshot is filed once (see [`SUBMIT_JOB`]), in digest order (two
 /// batches filing the same new snapshots never deadlock).
@@ -134,15 +138,16 @@ WITH filed AS (
      ORDER BY d.digest
     ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
-                          priority, run_after, trace_context, concurrency_keys)
+                          priority, run_after, trace_context, concurrency_keys, dedupe_key)
 SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
        j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context,
        CASE WHEN j.keys IS NOT NULL
-            THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END
+            THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END,
+       j.dedupe_key
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
-              $10::text[], $11::jsonb[])
+              $10::text[], $11::jsonb[], $12::text[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
-                                trace_context, keys, at)
+                                trace_context, keys, dedupe_key, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
@@ -221,7 +226,7 @@ pub const CLAIM_JOBS: &str = "\
 UPDATE workflow_run
    SET status = 'RUNNING', lease_owner = $1,
        lease_until = now() + $2::bigint * interval '1 millisecond',
-       claims = claims + 1, attempt = attempt + 1, claim_nonce = $4, updated_at = now()
+       claims = claims + 1, attempt = attempt + 1, claim_nonce = $4, throttled = NULL, updated_at = now()
  WHERE job_id = ANY(ARRAY(SELECT unnest(protomolt_claimable($3::integer))))
    AND status = 'QUEUED'
 RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, priority, releases, step_reruns, checkpoints, trace_context,
@@ -383,18 +388,21 @@ pub const SETTLE_CANCELLED: &str = concat!(
 /// never counted as one that did not. At `$5` releases in a row the job lands DEAD
 /// instead, with `RELEASED: ...` and `$6` the reason. The fencing token is kept, so
 /// the released (owner, claims) pair can never match again. `$4` delay in
-/// milliseconds.
+/// milliseconds. `$7` false gives back a call throttled by a fleet-wide limit: not
+/// counted (a throttle is not a lack of progress), never DEAD, `$6` kept as the
+/// job's `throttled` reason until its next claim.
 pub const RELEASE_CLAIM: &str = concat!(
     unless_cancel_requested!(fenced!(
         "UPDATE workflow_run SET
-       status = CASE WHEN releases + 1 >= $5 THEN 'DEAD' ELSE 'QUEUED' END,
-       attempt = CASE WHEN releases + 1 >= $5 THEN attempt ELSE attempt - 1 END,
-       error = CASE WHEN releases + 1 >= $5
+       status = CASE WHEN $7 AND releases + 1 >= $5 THEN 'DEAD' ELSE 'QUEUED' END,
+       attempt = CASE WHEN $7 AND releases + 1 >= $5 THEN attempt ELSE attempt - 1 END,
+       error = CASE WHEN $7 AND releases + 1 >= $5
                     THEN 'RELEASED: the claim was given back ' || (releases + 1)
                          || ' times in a row without progress (jobs.max_releases); the last time because ' || $6
                     ELSE error END,
-       finished_at = CASE WHEN releases + 1 >= $5 THEN now() ELSE NULL END,
-       releases = releases + 1,
+       finished_at = CASE WHEN $7 AND releases + 1 >= $5 THEN now() ELSE NULL END,
+       releases = CASE WHEN $7 THEN releases + 1 ELSE releases END,
+       throttled = CASE WHEN $7 THEN NULL ELSE $6 END,
        run_after = now() + $4::bigint * interval '1 millisecond',
        lease_owner = NULL, lease_until = NULL, updated_at = now()"
     )),

@@ -448,6 +448,7 @@ pub async fn submit_all(
                             job_id: job.id.clone(),
                             workflow_name: job.kind.workflow_name().into(),
                             input: Some(text_input(&job.text)),
+                            ..Default::default()
                         }
                         .encode_to_vec();
                         producer
