@@ -56,11 +56,12 @@ CREATE INDEX workflow_run_live_key2 ON workflow_run ((concurrency_keys[2]), stat
 CREATE INDEX workflow_run_live_key3 ON workflow_run ((concurrency_keys[3]), status, created_at)
     WHERE status IN ('QUEUED', 'RUNNING') AND concurrency_keys[3] IS NOT NULL;
 
--- A job queued in a lane (submitted, released, retried, woken, requeued by the
--- sweeper) makes its key ready. Only a key not ready is written, so a busy key's
--- row is not rewritten per job. (A claim that clears `ready` while a new job's
--- transaction is still open may miss that job; the sweeper sets such keys ready
--- again: see protomolt_reready_keys.)
+-- A job queued in a lane (released, retried, woken, requeued by the sweeper) makes
+-- its key ready. Only a key not ready is written, so a busy key's row is not
+-- rewritten per job. (Submissions lock their keys and make the lanes ready before
+-- they insert, so the claim cannot clear a lane under them; a requeue's transaction
+-- still open when a claim finds the lane empty may leave the key cleared: the
+-- sweeper sets such keys ready again, see protomolt_reready_keys.)
 CREATE FUNCTION workflow_run_key_queued() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -228,16 +229,16 @@ BEGIN
 END $$;
 
 -- The sweeper's repair of the one race `ready` has: a claim that found a lane empty
--- while a submission's transaction was still open cleared the key, and the new job's
--- trigger saw it ready. Keys cleared in the last two minutes whose lane holds a
--- QUEUED job are made ready again; answers how many.
+-- while a requeue's transaction was still open cleared the key, and the requeued
+-- job's trigger saw it ready. Keys cleared in the last hour whose lane holds a QUEUED job
+-- are made ready again; answers how many.
 CREATE FUNCTION protomolt_reready_keys() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     fixed integer;
 BEGIN
     UPDATE workflow_concurrency c SET ready = true, cleared_at = NULL
-     WHERE NOT c.ready AND c.cleared_at > now() - interval '2 minutes'
+     WHERE NOT c.ready AND c.cleared_at > now() - interval '1 hour'
        AND EXISTS (SELECT 1 FROM workflow_run w WHERE w.concurrency_keys[1] = c.key AND w.status = 'QUEUED');
     GET DIAGNOSTICS fixed = ROW_COUNT;
     RETURN fixed;

@@ -47,6 +47,10 @@ DECLARE
     needed double precision;
     in_use bigint;
 BEGIN
+    -- Sent again after its answer was lost: the holds it registered say it was taken.
+    IF EXISTS (SELECT 1 FROM workflow_limit_holds WHERE hold_id = hold AND expires_at > clock_timestamp()) THEN
+        RETURN 0;
+    END IF;
     FOR i IN 1 .. cardinality(names) LOOP
         INSERT INTO workflow_limits AS l (name, rate_per_s, burst, tokens, max_concurrent)
         VALUES (names[i], rates[i], bursts[i], COALESCE(bursts[i], 0), caps[i])

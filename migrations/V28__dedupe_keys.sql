@@ -10,3 +10,14 @@ COMMENT ON COLUMN workflow_run.dedupe_key IS 'The dedupe key the job was submitt
 
 CREATE INDEX workflow_run_by_dedupe_key ON workflow_run (dedupe_key, created_at DESC)
     WHERE dedupe_key IS NOT NULL;
+
+-- What a deduplicated submission was answered: its own job id (which made no job)
+-- and the job that stood for it, so the same submission sent again (a client's
+-- retry, a request record redelivered) is answered the same, never decided anew.
+-- Kept 7 days (the sweeper deletes older ones).
+CREATE TABLE workflow_dedupe_answers (
+    job_id uuid PRIMARY KEY,
+    stands_for uuid NOT NULL,
+    answered_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX workflow_dedupe_answers_by_time ON workflow_dedupe_answers (answered_at);

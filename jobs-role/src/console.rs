@@ -5,7 +5,7 @@
 //! it, no build step): `console/index.html`, `console/console.css`, and the script as
 //! ES modules, `console/console.js` (the entry module: the router) importing the ones
 //! in `console/js/`, one per concept (`dom`, `api`, `sse`, `forms-rules`, `forms`,
-//! `definition`, `graph`, `map-items`, and one per page: `fleet`, `job`, `inbox`,
+//! `definition`, `graph`, `map-items`, `charts`, and one per page: `fleet`, `job`, `inbox`,
 //! `workflows`; see the
 //! comment at the top of `console.js`). It holds no privilege of its own: it calls the
 //! same actions route as every client, with the same bearer token (asked for when the
@@ -38,6 +38,7 @@ macro_rules! modules {
 /// whole set (nothing is read from the filesystem), any other name is 404.
 const MODULES: &[(&str, &str)] = modules![
     "api.js",
+    "charts.js",
     "definition.js",
     "dom.js",
     "fleet.js",

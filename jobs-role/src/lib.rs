@@ -33,6 +33,7 @@
 //! | [`routes`]  | HTTP beside the verbs: a job's events as Server-Sent Events          |
 //! | [`console`] | the web console at `/console`: fleet, jobs, review inbox, workflows  |
 //! | [`metrics`] | the role's Prometheus metrics, and the loop reading the fleet's state |
+//! | [`history`] | the last hour minute by minute, for the console's fleet charts       |
 //! | [`module`]  | `JobsModule`, the role a node mounts                                 |
 //! | [`config`]  | the `[jobs]` section                                                 |
 //!
@@ -49,6 +50,7 @@ pub mod console;
 pub mod consumer;
 pub mod drain;
 pub mod event_json;
+pub mod history;
 pub mod metrics;
 pub mod module;
 pub mod pruner;

@@ -133,6 +133,8 @@ pub struct JobsMetrics {
     /// Concurrency keys by `state`: `with_work` (their lane has queued jobs),
     /// `at_limit` (of those, the ones running their limit: their jobs wait), `paused`.
     pub keys: Family<Labels, Gauge>,
+    /// The last hour minute by minute, for the console's charts (not exported).
+    pub history: std::sync::Arc<crate::history::History>,
     workflows: Admitted,
     steps: Admitted,
 }
@@ -170,6 +172,7 @@ impl Default for JobsMetrics {
             limit_in_flight: Family::default(),
             paused_workflows: Gauge::default(),
             keys: Family::default(),
+            history: std::sync::Arc::default(),
             workflows: Admitted::default(),
             steps: Admitted::default(),
         }
@@ -369,6 +372,7 @@ impl JobsMetrics {
 
     /// Times a step.
     pub fn step_took(&self, workflow: &str, step: &str, took: Duration) {
+        self.history.step_took(took);
         self.step_seconds
             .get_or_create(&self.step_labels(workflow, step))
             .observe(seconds(took));
@@ -495,6 +499,16 @@ async fn read_state(
     );
     // Families are cleared first so a workflow or step that emptied reads 0 (absent)
     // rather than its last count.
+    let live_of = |wanted: &str| {
+        live_jobs
+            .iter()
+            .filter(|(status, _, _)| status == wanted)
+            .map(|(_, _, count)| *count)
+            .sum::<i64>()
+    };
+    metrics
+        .history
+        .live(live_of("QUEUED"), live_of("RUNNING"), live_of("WAITING"));
     metrics.jobs.clear();
     for (status, workflow, count) in live_jobs {
         // Added, not set: names past the bound share `other`.

@@ -188,11 +188,13 @@ impl Role for JobsModule {
             self.config.max_watchers,
             self.config.watchers_per_token(),
         );
+        let metrics = JobsMetrics::register(ctx.metrics());
         let state = Arc::new(JobsState {
             store: store.clone(),
             submitter,
             watchers: watchers.clone(),
             fleet: Default::default(),
+            history: metrics.history.clone(),
         });
         for action in actions(Some(state.clone()))? {
             ctx.add_action(action);
@@ -202,8 +204,10 @@ impl Role for JobsModule {
             ctx.add_public_routes(crate::console::router());
         }
         ctx.provide(state.clone());
+        if let Some(slot) = ctx.get::<registry_stub::WorkflowNotesSlot>() {
+            slot.fill(Arc::new(crate::actions::pause::PausedNotes(store.clone())));
+        }
 
-        let metrics = JobsMetrics::register(ctx.metrics());
         let wake = Arc::new(Notify::new());
         let worker = Worker::with_metrics(
             store.clone(),

@@ -34,6 +34,7 @@
 //! | [`limits`]     | limits every route shares (the largest body)                     |
 //! | [`metrics`]    | `/metrics`: the node's registry, the actions route's own metrics |
 //! | [`repository`] | the `WorkflowRepository` extension point and its file store      |
+//! | [`notes`]      | other roles' notes on stored workflows in `list-workflows`       |
 //! | [`registry`]   | the registry role and its four verbs                             |
 //! | [`schema`]     | JSON Schema of a protobuf message, for the catalog               |
 //! | [`telemetry`]  | traces over OTLP, and the W3C trace context across processes     |
@@ -50,6 +51,7 @@ pub mod health;
 pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod notes;
 pub mod registry;
 pub mod repository;
 pub mod route;
@@ -58,5 +60,6 @@ pub mod telemetry;
 
 pub use action::{Action, ActionError, ActionRequest, Caller, Code};
 pub use node::{MountContext, MountError, MountedNode, Node, NodeError, Role};
+pub use notes::{WorkflowNotes, WorkflowNotesSlot};
 pub use registry::RegistryRole;
 pub use repository::{WorkflowRepository, WorkflowSource};

@@ -200,19 +200,30 @@ impl Role for RegistryRole {
         ));
 
         let store = repository.clone();
+        let notes = crate::notes::WorkflowNotesSlot::default();
+        ctx.provide(notes.clone());
         ctx.add_action(Action::new(
             "list-workflows",
-            "List every stored workflow: name, source (file or contributing role) and step count.",
+            "List every stored workflow: name, source (file or contributing role), step count, and whether the jobs role has it paused.",
             "registry:read",
             message("ListWorkflowsRequest")?,
             message("ListWorkflowsResponse")?,
             move |_request: ActionRequest| {
-                let store = store.clone();
+                let (store, notes) = (store.clone(), notes.clone());
                 async move {
+                    let notes = notes.notes().await;
                     let workflows: Vec<Value> = store
                         .list()
                         .into_iter()
-                        .map(|s| json!({ "name": s.name, "source": s.source.label(), "steps": s.steps }))
+                        .map(|s| {
+                            let mut summary = json!({ "name": s.name, "source": s.source.label(), "steps": s.steps });
+                            if let Some(Value::Object(note)) = notes.get(&s.name) {
+                                for (key, value) in note {
+                                    summary[key.as_str()] = value.clone();
+                                }
+                            }
+                            summary
+                        })
                         .collect();
                     Ok(json!({ "workflows": workflows }))
                 }

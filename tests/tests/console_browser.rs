@@ -715,6 +715,82 @@ async fn a_stored_workflow_is_drawn_as_a_flow_and_submitted_from_its_generated_f
     console.node.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_a_workflow_from_its_page_and_the_fleet_page_charts_the_hour() {
+    let console = Console::start(None).await;
+    console
+        .node
+        .ok(
+            "put-workflow",
+            json!({ "workflow": review_workflow("claims-paused") }),
+        )
+        .await;
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page("#/workflows")).await.unwrap();
+    click(
+        &page,
+        "#workflow-list li[data-workflow=\"claims-paused\"] button.pause-workflow",
+    )
+    .await;
+    element(
+        &page,
+        "#workflow-list li[data-workflow=\"claims-paused\"][data-paused=\"true\"] .marker.paused",
+    )
+    .await;
+    // A job of it waits, and its page says why.
+    let job = console
+        .node
+        .ok(
+            "submit-workflow",
+            json!({ "workflowName": "claims-paused", "input": { "text": "held", "amountCents": 1 } }),
+        )
+        .await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    page.goto(&console.page(&format!("#/jobs/{job}")))
+        .await
+        .unwrap();
+    wait_for_text(
+        &page,
+        "#held-by li[data-reason=\"WORKFLOW_PAUSED\"]",
+        "the pause",
+        |t| t.contains("paused"),
+    )
+    .await;
+    // The fleet page: an hour of minutes charted, and the pause listed.
+    page.goto(&console.page("#/fleet")).await.unwrap();
+    let chart = element(&page, "#chart-finished[data-points=\"60\"] svg").await;
+    assert!(chart.html(false).await.unwrap().contains("<line"));
+    element(&page, "#chart-queue svg").await;
+    element(&page, "#chart-latency svg").await;
+    wait_for_text(&page, "#paused-workflows", "the paused workflow", |t| {
+        t.contains("claims-paused")
+    })
+    .await;
+    screenshot(&page, "fleet-flow").await;
+    // Resumed from the workflows page: the job runs to its human step.
+    page.goto(&console.page("#/workflows")).await.unwrap();
+    click(
+        &page,
+        "#workflow-list li[data-workflow=\"claims-paused\"] button.pause-workflow",
+    )
+    .await;
+    element(
+        &page,
+        "#workflow-list li[data-workflow=\"claims-paused\"][data-paused=\"false\"]",
+    )
+    .await;
+    console
+        .node
+        .wait_for_status(&job, "WAITING", Duration::from_secs(30))
+        .await;
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
 /// Every input, select and textarea on the page has a label (or an aria-label), and
 /// the page is no wider than the window.
 const LABELS_AND_WIDTH: &str = "

@@ -264,6 +264,9 @@ async fn a_paused_workflow_is_claimed_by_no_node_until_resumed() {
     .await;
     let workflow = leaf_workflow(&server.target());
     let nodes = three_nodes(&db, 4).await;
+    nodes[0]
+        .ok("put-workflow", json!({ "workflow": workflow }))
+        .await;
     // One job running when the pause lands: it finishes.
     let running = nodes[0].submit(&workflow, json!({ "text": "first" })).await;
     nodes[0]
@@ -301,6 +304,10 @@ async fn a_paused_workflow_is_claimed_by_no_node_until_resumed() {
     let fleet = nodes[0].ok("get-fleet", json!({})).await;
     assert_eq!(fleet["pausedWorkflows"][0]["workflowName"], "leaf");
     assert_eq!(fleet["pausedWorkflows"][0]["reason"], "the target is down");
+    // (Each test node stores workflows in a directory of its own.)
+    let listed = nodes[0].ok("list-workflows", json!({})).await;
+    assert_eq!(listed["workflows"][0]["paused"], true, "{listed}");
+    assert_eq!(listed["workflows"][0]["pausedReason"], "the target is down");
 
     let resumed = nodes[2]
         .ok("resume-workflow", json!({ "workflowName": "leaf" }))
@@ -309,6 +316,8 @@ async fn a_paused_workflow_is_claimed_by_no_node_until_resumed() {
     nodes[0]
         .wait_for_count(JobStatus::Completed, 13, Duration::from_secs(60))
         .await;
+    let listed = nodes[0].ok("list-workflows", json!({})).await;
+    assert!(listed["workflows"][0].get("paused").is_none(), "{listed}");
     for node in nodes {
         node.stop().await;
     }

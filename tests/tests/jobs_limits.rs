@@ -231,5 +231,17 @@ async fn a_rate_limits_units_take_what_the_expression_computes() {
         "at most 2 calls a second and a burst of 2"
     );
     assert!(attempts(&db).await.iter().all(|a| *a == 1));
+    // A call costing more than the bucket holds could never go: its step fails.
+    let costly = node
+        .submit(&workflow, json!({ "text": "x".repeat(21) }))
+        .await;
+    let failed = node
+        .wait_for_status(&costly, "FAILED", Duration::from_secs(30))
+        .await;
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("rateLimit `units` computed 21, more than the bucket's burst of 20"),
+        "{error}"
+    );
     node.stop().await;
 }

@@ -1,5 +1,6 @@
 /*
- * The fleet page (#/fleet): the counts, the jobs table with its filters and keyset
+ * The fleet page (#/fleet): the counts, the charts of the last hour with the busiest
+ * keys, limits and pauses (charts.js), the jobs table with its filters and keyset
  * paging, bulk cancel and retry.
  */
 
@@ -18,6 +19,7 @@ import {
   timeAgo,
 } from './dom.js';
 import { callVerb, clearBanner, errorText, isAbort, loadVerb, reportLoadError } from './api.js';
+import { drawFlow } from './charts.js';
 
 const STATUSES = ['QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'DEAD', 'CANCELLED'];
 const PAGE_SIZE = 50;
@@ -79,6 +81,7 @@ export function renderFleetView(main, params, query) {
       el('button', { type: 'button', id: 'redrive-all', text: 'Redrive failed events', hidden: true }),
       el('p', { id: 'redrive-outcome', class: 'outcome', 'aria-live': 'polite' })));
   const waitingBox = el('div', { class: 'waiting-by-step' });
+  const flowBox = el('section', { id: 'fleet-flow', class: 'fleet-flow' });
   const readAt = el('p', { class: 'muted read-at' });
 
   // Filters.
@@ -118,7 +121,7 @@ export function renderFleetView(main, params, query) {
   const pageInfo = el('span', { id: 'page-info', 'aria-live': 'polite' });
 
   main.replaceChildren(
-    el('h1', { text: 'Fleet' }), counts, waitingBox, readAt,
+    el('h1', { text: 'Fleet' }), counts, waitingBox, readAt, flowBox,
     el('h2', { text: 'Jobs' }), filterForm, bulk,
     el('div', { class: 'table-wrap' }, table),
     el('div', { class: 'paging' }, pagePrev, pageInfo, pageNext));
@@ -147,6 +150,7 @@ export function renderFleetView(main, params, query) {
       const oldest = fleet.oldestQueuedSeconds;
       byId('oldest-queued').textContent = typeof oldest === 'number' ? humanizeAge(oldest) : '—';
       drawWaitingBySteps(fleet.waitingBySteps || []);
+      drawFlow(flowBox, fleet);
       readAt.textContent = fleet.readAt ? 'Counts read at ' + fleet.readAt : '';
       if (fleet.outbox && typeof fleet.outbox.oldestPendingSeconds === 'number' && fleet.outbox.pending > 0) {
         readAt.textContent += ' · oldest pending outbox event ' + humanizeAge(fleet.outbox.oldestPendingSeconds);

@@ -78,6 +78,8 @@ export function renderJobView(main, params) {
     el('div', { class: 'action-row' }, redriveButton, redriveNote),
     actionOutcome);
   const reviewSlot = el('div', { class: 'review-slot' });
+  // Why a QUEUED job is not running (a key at its limit, a pause, a throttle, its start).
+  const heldBox = el('ul', { id: 'held-by', class: 'held-by', hidden: true });
   const timeline = el('ol', { id: 'timeline', class: 'timeline' });
   const graphBox = el('div', { id: 'job-graph', class: 'graph-scroll' });
   const mapItemsBox = el('div', { id: 'map-items', class: 'map-items' });
@@ -92,6 +94,7 @@ export function renderJobView(main, params) {
   main.replaceChildren(
     el('h1', { class: 'job-heading' }, el('span', { text: 'Job ' }), el('span', { class: 'mono job-id', text: jobId }), ' ', statusBadgeEl),
     meta,
+    heldBox,
     // The job's story first (and the review while it waits on a human), the acts
     // and every column after it.
     reviewSlot,
@@ -140,6 +143,7 @@ export function renderJobView(main, params) {
     setBadge(statusBadgeEl, job.status);
     meta.replaceChildren('Workflow ', el('a', { href: workflowHref(job.workflowName), text: String(job.workflowName) }),
       job.outstandingStep ? ' · waiting on step ' + String(job.outstandingStep) : '');
+    drawHeldBy(job);
     drawColumns(job);
     drawJobGraph(job);
     drawJobTree(treeBox, job);
@@ -155,6 +159,13 @@ export function renderJobView(main, params) {
     // event before this read): ask again from the last event seen. A no-op while the
     // stream is live; a finished job with nothing newer answers 204 at once.
     stream.restart();
+  }
+
+  function drawHeldBy(job) {
+    const held = Array.isArray(job.heldBy) ? job.heldBy : [];
+    heldBox.hidden = held.length === 0;
+    heldBox.replaceChildren(...held.map((h) => el('li', { 'data-reason': String(h.reason) },
+      el('strong', { text: String(h.reason) }), ': ' + displayValue(h.detail))));
   }
 
   function drawColumns(job) {

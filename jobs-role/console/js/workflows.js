@@ -1,6 +1,6 @@
 /*
- * The workflows pages: #/workflows (the stored workflows) and #/workflows/<name> (its
- * steps drawn as a flow, and a submit form).
+ * The workflows pages: #/workflows (the stored workflows, each with a Pause or Resume
+ * button) and #/workflows/<name> (its steps drawn as a flow, and a submit form).
  */
 
 import { displayValue, el, jobHref, setChildren, workflowHref } from './dom.js';
@@ -22,16 +22,39 @@ export function renderWorkflowsView(main) {
       clearBanner();
       list.replaceChildren(...workflows.map((w) => {
         const steps = Array.isArray(w.steps) ? w.steps.length : Number(w.steps) || 0;
-        return el('li', { 'data-workflow': String(w.name) },
+        const paused = w.paused === true;
+        return el('li', { 'data-workflow': String(w.name), 'data-paused': String(paused) },
           el('a', { href: workflowHref(w.name), text: String(w.name) }),
           el('span', { class: 'muted', text: ' · ' + steps + (steps === 1 ? ' step' : ' steps') }),
-          w.source !== undefined && w.source !== null ? el('span', { class: 'muted workflow-source', text: ' · ' + displayValue(w.source) }) : null);
+          w.source !== undefined && w.source !== null ? el('span', { class: 'muted workflow-source', text: ' · ' + displayValue(w.source) }) : null,
+          paused ? el('span', { class: 'marker paused', text: 'paused' + (w.pausedReason ? ': ' + displayValue(w.pausedReason) : '') }) : null,
+          pauseButton(String(w.name), paused));
       }));
       if (workflows.length === 0) list.appendChild(el('li', { class: 'muted', text: 'No workflows are stored.' }));
     } catch (err) {
       reportLoadError(err);
     }
   }
+  /** Pause (no node claims its jobs) or resume a workflow, then list again. */
+  function pauseButton(name, paused) {
+    const button = el('button', { type: 'button', class: 'pause-workflow', text: paused ? 'Resume' : 'Pause' });
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      try {
+        const verb = paused ? 'resume-workflow' : 'pause-workflow';
+        const body = paused ? { workflowName: name } : { workflowName: name, reason: 'paused from the console' };
+        const answer = await callVerb(verb, body, abort.signal);
+        if (answer.ok === false) throw new Error(String(answer.error || 'refused'));
+        await load();
+      } catch (err) {
+        if (isAbort(err)) return;
+        button.disabled = false;
+        button.after(el('span', { class: 'outcome', role: 'status', text: ' ' + errorText(err) }));
+      }
+    });
+    return button;
+  }
+
   load();
   return {
     dispose() {

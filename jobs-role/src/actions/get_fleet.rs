@@ -1,7 +1,8 @@
 //! `get-fleet {}` → the fleet at a glance, for the console's fleet page: live jobs by
 //! status, jobs finished in the last hour by status, the age of the oldest claimable
 //! QUEUED job, the outbox's depth, WAITING jobs by step, the paused workflows and
-//! keys, and the busiest concurrency keys.
+//! keys, the busiest concurrency keys, the fleet-wide limits, and the last hour minute
+//! by minute for the charts ([`crate::history`]).
 //!
 //! The counts are index scans (the partial indexes of live rows, the finished index,
 //! the outbox's partial indexes): cheap for thousands of rows, but linear in them, so
@@ -53,6 +54,9 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
         .busiest_keys(BUSIEST_KEYS)
         .await
         .map_err(store_error)?;
+    let limits = store.limits_state(LIMITS).await.map_err(store_error)?;
+    let per_minute = store.finished_per_minute().await.map_err(store_error)?;
+    let history = last_hour(&state.history.minutes(), &per_minute);
     let mut live: BTreeMap<String, i64> = ["QUEUED", "RUNNING", "WAITING"]
         .into_iter()
         .map(|status| (status.to_owned(), 0))
@@ -93,12 +97,49 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
             "key": k.key, "workflowName": k.workflow_name, "limit": k.limit,
             "running": k.running, "queued": k.queued, "paused": k.paused,
         })).collect::<Vec<_>>(),
+        "limits": limits.iter().map(|l| json!({
+            "name": l.name, "tokens": l.tokens, "burst": l.burst,
+            "inFlight": l.in_flight, "maxConcurrent": l.max_concurrent,
+        })).collect::<Vec<_>>(),
+        "history": history,
         "readAt": now_rfc3339_millis(),
     }))
 }
 
 /// The most concurrency keys the answer lists.
 const BUSIEST_KEYS: i64 = 20;
+/// The most fleet-wide limits the answer lists.
+const LIMITS: i64 = 20;
+
+/// The last hour per minute, oldest first: the node's samples (live counts, p95 of
+/// its steps) joined with the jobs finished in each minute, every minute of the hour
+/// present (`at` RFC 3339; counts it did not read are `null`).
+fn last_hour(samples: &[Value], finished: &[(i64, i64, i64)]) -> Vec<Value> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs() / 60).unwrap_or(0))
+        .unwrap_or(0);
+    (now - 59..=now)
+        .map(|minute| {
+            let sample = samples
+                .iter()
+                .find(|s| s["minute"].as_i64() == Some(minute));
+            let (completed, failed) = finished
+                .iter()
+                .find(|(at, _, _)| *at == minute)
+                .map_or((0, 0), |(_, c, f)| (*c, *f));
+            let field = |name: &str| sample.map_or(Value::Null, |s| s[name].clone());
+            json!({
+                "at": rfc3339_millis(minute.saturating_mul(60_000)),
+                "completed": completed,
+                "failed": failed,
+                "queued": field("queued"),
+                "running": field("running"),
+                "p95StepMs": field("p95StepMs"),
+            })
+        })
+        .collect()
+}
 
 /// A time in milliseconds since the Unix epoch as RFC 3339 in UTC.
 fn rfc3339_millis(ms: i64) -> String {

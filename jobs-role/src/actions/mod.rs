@@ -69,6 +69,8 @@ pub struct JobsState {
     pub watchers: crate::watch::Watchers,
     /// The latest read of the fleet, shared by `get-fleet` callers.
     pub fleet: get_fleet::FleetSnapshot,
+    /// The last hour minute by minute (the metrics loop and the node's steps keep it).
+    pub history: Arc<crate::history::History>,
 }
 
 /// The jobs verbs, answering `unavailable` when `state` is `None`.

@@ -10,6 +10,9 @@
 //! ```json
 //! {"ok": true, "changed": true, "workflowName": "charge", "concurrencyKey": ""}
 //! ```
+//!
+//! `list-workflows` shows a paused stored workflow's `paused` and `pausedReason`
+//! ([`PausedNotes`]).
 
 use std::sync::Arc;
 
@@ -113,4 +116,32 @@ fn answer(target: &Target<'_>, changed: bool) -> Value {
         Target::Key(key) => ("", *key),
     };
     json!({ "ok": true, "changed": changed, "workflowName": name, "concurrencyKey": key })
+}
+
+/// The jobs role's notes in `list-workflows`: `paused` and `pausedReason` of each
+/// paused workflow.
+pub struct PausedNotes(pub crate::store::Store);
+
+impl registry_stub::WorkflowNotes for PausedNotes {
+    fn notes(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = registry_stub::notes::Notes> + Send + '_>>
+    {
+        Box::pin(async move {
+            match self.0.paused_workflows().await {
+                Ok(paused) => paused
+                    .into_iter()
+                    .map(|p| {
+                        let note =
+                            json!({ "paused": true, "pausedReason": p.reason.unwrap_or_default() });
+                        (p.workflow_name, note)
+                    })
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "list-workflows: the paused workflows could not be read; listed without");
+                    Default::default()
+                }
+            }
+        })
+    }
 }

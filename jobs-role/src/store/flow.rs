@@ -176,6 +176,19 @@ impl Store {
         }))
     }
 
+    /// Deletes dedupe answers older than `older_than`, at most `batch`; answers how
+    /// many.
+    pub async fn prune_dedupe_answers(
+        &self,
+        older_than: Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .execute(sql::PRUNE_DEDUPE_ANSWERS, &[&millis(older_than), &batch])
+            .await?)
+    }
+
     /// Sets ready again the keys a claim cleared while a job was being queued in
     /// their lane (the sweeper's repair); answers how many.
     pub async fn reready_keys(&self) -> Result<i32, StoreError> {
@@ -184,21 +197,21 @@ impl Store {
     }
 }
 
-/// Files the keys `jobs` hold, and locks (in key order, waiting) those whose
-/// strategy cancels, so two submissions of one such key are decided one after the
-/// other. Runs in the submission's transaction before the insert.
+/// Files the keys `jobs` hold, then locks them all (in key order, waiting:
+/// [`sql::LOCK_CONCURRENCY_KEYS`]) and makes their lanes ready. Runs in the submission's
+/// transaction before the insert.
 pub(super) async fn file_keys(tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<(), StoreError> {
     let mut keys: BTreeMap<&str, (&str, i32, i32)> = BTreeMap::new();
-    let mut cancelling: Vec<&str> = Vec::new();
+    let mut lanes: Vec<&str> = Vec::new();
     for job in jobs {
+        if let Some(lane) = job.concurrency.first() {
+            lanes.push(&lane.key);
+        }
         for held in &job.concurrency {
             // Both bounds are checked when the workflow compiles (at most 100,000).
             let limit = i32::try_from(held.limit).unwrap_or(i32::MAX);
             let weight = i32::try_from(held.weight).unwrap_or(1);
             keys.insert(&held.key, (&job.workflow_name, limit, weight));
-            if held.strategy != ConcurrencyStrategy::Queue {
-                cancelling.push(&held.key);
-            }
         }
     }
     if keys.is_empty() {
@@ -213,11 +226,10 @@ pub(super) async fn file_keys(tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<(
         &[&names, &workflows, &limits, &weights],
     )
     .await?;
-    if !cancelling.is_empty() {
-        cancelling.sort_unstable();
-        cancelling.dedup();
-        tx.query(sql::LOCK_CONCURRENCY_KEYS, &[&cancelling]).await?;
-    }
+    lanes.sort_unstable();
+    lanes.dedup();
+    tx.query(sql::LOCK_CONCURRENCY_KEYS, &[&names]).await?;
+    tx.execute(sql::MAKE_LANES_READY, &[&lanes]).await?;
     Ok(())
 }
 

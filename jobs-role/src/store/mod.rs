@@ -237,6 +237,13 @@ impl StoreError {
         matches!(self, StoreError::Database(e)
             if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE))
     }
+
+    /// True when PostgreSQL broke a deadlock by failing this transaction: the same
+    /// writes, in smaller transactions, may pass.
+    pub fn is_deadlock(&self) -> bool {
+        matches!(self, StoreError::Database(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED))
+    }
 }
 
 /// Applies every pending migration on `client`. Safe to call from many nodes at once:

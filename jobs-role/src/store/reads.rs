@@ -156,6 +156,18 @@ impl Store {
             .collect())
     }
 
+    /// Jobs finished in the last hour per minute: (Unix minute, completed, failed or
+    /// dead).
+    pub async fn finished_per_minute(&self) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+        let client = self.shared().await?;
+        Ok(client
+            .query(sql::FINISHED_PER_MINUTE, &[])
+            .await?
+            .iter()
+            .map(|row| (row.get("minute"), row.get("completed"), row.get("failed")))
+            .collect())
+    }
+
     /// A job's outbox rows, in order.
     pub async fn job_events(&self, job_id: Uuid) -> Result<Vec<OutboxRow>, StoreError> {
         let client = self.shared().await?;

@@ -202,15 +202,22 @@ impl Store {
         let seen = tx.query_opt(sql::JOB_EXISTS, &[&job.job_id]).await?;
         if seen.is_none() {
             let window = millis(dedupe.window);
+            let earlier = tx
+                .query_opt(sql::EARLIER_DEDUPE_ANSWER, &[&job.job_id])
+                .await?;
             let standing = match dedupe.mode {
+                // The same submission answered before: the same answer.
+                _ if earlier.is_some() => earlier,
                 DedupeMode::Singleton => {
                     tx.query_opt(sql::LIVE_DEDUPED_JOB, &[&dedupe.key]).await?
                 }
                 DedupeMode::Debounce => {
                     let digest = job.definition_digest.as_deref();
+                    let keys: Option<Vec<&str>> = (!job.concurrency.is_empty())
+                        .then(|| job.concurrency.iter().map(|k| k.key.as_str()).collect());
                     tx.query_opt(
                         sql::DEBOUNCE_JOB,
-                        &[&dedupe.key, &job.input, &window, &digest],
+                        &[&dedupe.key, &job.input, &window, &digest, &keys],
                     )
                     .await?
                 }
@@ -222,6 +229,8 @@ impl Store {
             if let Some(row) = standing {
                 let status: JobStatus = row.get::<_, String>("status").parse()?;
                 let stands_for: Uuid = row.get("job_id");
+                tx.execute(sql::RECORD_DEDUPE_ANSWER, &[&job.job_id, &stands_for])
+                    .await?;
                 tx.commit().await?;
                 return Ok(Inserted {
                     created: false,
@@ -272,7 +281,10 @@ impl Store {
         match self.try_insert_jobs_filed(jobs).await {
             Ok(answers) => answers,
             Err(BatchFailure::Rolledback(refused))
-                if jobs.len() > 1 && (refused.is_data_error() || refused.is_lock_timeout()) =>
+                if jobs.len() > 1
+                    && (refused.is_data_error()
+                        || refused.is_lock_timeout()
+                        || refused.is_deadlock()) =>
             {
                 tracing::debug!(jobs = jobs.len(), error = %refused, "a batched insert failed; inserting each job alone");
                 let mut answers = Vec::with_capacity(jobs.len());

@@ -49,17 +49,6 @@ impl Worker {
                 held.remove(&task);
                 report_panic(done.map(|_| ()));
             }
-            self.drain.set_running(held.len());
-            if self.drain.is_draining() {
-                // Claim nothing; look again when the mode changes or a job ends.
-                drop(first_slot);
-                tokio::select! {
-                    () = self.drain.changed() => {}
-                    () = tokio::time::sleep(self.config.poll_interval()) => {}
-                    () = shutdown.cancelled() => {}
-                }
-                continue;
-            }
             if unheard.iter().any(UnheardClaim::due) {
                 let mine: Vec<Uuid> = held.values().copied().collect();
                 let nonces: Vec<Uuid> = unheard.iter().map(|claim| claim.nonce).collect();
@@ -81,6 +70,18 @@ impl Worker {
                         tracing::debug!(%owner, error = %e, "giving back unheard claims failed; trying again")
                     }
                 }
+            }
+            // After giving back lost claims: a draining node still hands those back.
+            self.drain.set_running(held.len());
+            if self.drain.is_draining() {
+                // Claim nothing; look again when the mode changes or a job ends.
+                drop(first_slot);
+                tokio::select! {
+                    () = self.drain.changed() => {}
+                    () = tokio::time::sleep(self.config.poll_interval()) => {}
+                    () = shutdown.cancelled() => {}
+                }
+                continue;
             }
             let free = (1 + slots.available_permits()).min(MAX_CLAIM_BATCH);
             let nonce = Uuid::new_v4();

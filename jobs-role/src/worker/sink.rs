@@ -85,6 +85,11 @@ impl CheckpointSink for StoreSink<'_> {
         Ok(())
     }
 
+    /// A configured target limit matches the step's target.
+    fn limits(&self, step: &CompiledStep) -> bool {
+        self.throttle.limits(step)
+    }
+
     /// The fleet's limits (target limits, the step's `rateLimit`) have room for the
     /// call, or it waits, is held back or defers the job: see [`super::throttle`].
     async fn admit(

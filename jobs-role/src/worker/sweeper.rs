@@ -18,7 +18,7 @@ use crate::store::Store;
 const SWEEP_BATCH: i64 = 500;
 
 /// How long events sent to jobs are kept: the longest `eventLookbackMs` a step may
-/// ask.
+/// ask (and dedupe answers, 7 days as well).
 const KEPT_SIGNALS_FOR: Duration = Duration::from_millis(workflow::compile::MAX_EVENT_LOOKBACK_MS);
 
 /// Sweeps every `interval` until `shutdown`.
@@ -76,6 +76,12 @@ pub async fn sweep_loop(
             Err(e) => {
                 tracing::warn!(error = %e, "looking for missed events failed; retrying at the next interval")
             }
+        }
+        if let Err(e) = store
+            .prune_dedupe_answers(KEPT_SIGNALS_FOR, SWEEP_BATCH)
+            .await
+        {
+            tracing::warn!(error = %e, "deleting old dedupe answers failed; retrying at the next interval");
         }
         match store.reready_keys().await {
             Ok(fixed) if fixed > 0 => {

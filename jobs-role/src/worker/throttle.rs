@@ -22,6 +22,9 @@ use crate::config::JobsConfig;
 use crate::metrics::JobsMetrics;
 use crate::store::{LimitAsk, Store};
 
+/// What a hold lasts beyond the call's own bound.
+const HOLD_MARGIN: Duration = Duration::from_secs(30);
+
 /// A call the fleet's limits deferred past the in-process wait: the job is given back
 /// until `delay` has passed.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +101,8 @@ impl Throttle {
         step: &CompiledStep,
         cost: &CallCost,
     ) -> Vec<(LimitAsk, String)> {
+        // A target limit (the operator's) counts calls: one unit each, whatever a
+        // workflow's `units` say; the step's own bucket takes its units.
         let units = cost.units as f64;
         let mut asks = Vec::new();
         if let Some(target) = &step.target {
@@ -122,7 +127,7 @@ impl Throttle {
                         max_concurrent: limit
                             .max_concurrent
                             .map(|cap| i32::try_from(cap).unwrap_or(i32::MAX)),
-                        units,
+                        units: 1.0,
                     },
                     format!("target limit '{}' ({})", limit.pattern, said.join(", ")),
                 ));
@@ -143,6 +148,15 @@ impl Throttle {
         asks
     }
 
+    /// Whether a target limit matches `step`'s target.
+    pub fn limits(&self, step: &CompiledStep) -> bool {
+        step.target.as_deref().is_some_and(|target| {
+            self.targets
+                .iter()
+                .any(|l| workflow::target_matches(&l.pattern, target))
+        })
+    }
+
     /// Whether a call of `step` may go now (see the module docs).
     pub async fn admit(
         &self,
@@ -159,10 +173,12 @@ impl Throttle {
         }
         let limits: Vec<LimitAsk> = asks.iter().map(|(ask, _)| ask.clone()).collect();
         let hold = Uuid::new_v4();
+        // A hold outlives the call: the lease, or the step's own longer deadline.
+        let hold_for = self.hold_for.max(step.deadline.unwrap_or_default()) + HOLD_MARGIN;
         let capped = limits.iter().any(|ask| ask.max_concurrent.is_some());
         let mut waited = Duration::ZERO;
         loop {
-            let wait = match store.take_limits(&limits, hold, self.hold_for).await {
+            let wait = match store.take_limits(&limits, hold, hold_for).await {
                 Ok(None) => {
                     let guard: CallGuard = match capped {
                         true => Box::new(Holds {
@@ -175,7 +191,14 @@ impl Throttle {
                 }
                 Ok(Some(wait)) => wait,
                 Err(e) => {
-                    // The limits cannot be read: no call is made past them.
+                    // The limits cannot be read: no call is made past them. A take whose
+                    // answer was lost may have registered the hold: let it go.
+                    if capped {
+                        drop(Holds {
+                            store: store.clone(),
+                            hold,
+                        });
+                    }
                     return self.not_now(
                         others_in_flight,
                         Duration::from_secs(1),
@@ -184,6 +207,8 @@ impl Throttle {
                 }
             };
             metrics.throttled(workflow, &step.name);
+            // Waiters of one cap spread out instead of asking together.
+            let wait = wait + Duration::from_millis(u64::from(hold.as_u128() as u8 % 50));
             if waited + wait <= self.wait_in_process {
                 tokio::time::sleep(wait).await;
                 waited += wait;

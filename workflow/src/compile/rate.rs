@@ -11,8 +11,8 @@
 //! `day`); `burst` (default 1, at most [`MAX_BURST`]) is how many units the bucket
 //! holds when full, so calls may come that close together; `key` (optional) is a CEL
 //! string over the step's scope giving each value its own bucket; `units` (optional,
-//! default 1) a CEL whole number, what one call costs. A call that costs more than
-//! the burst waits for a full bucket and leaves it in debt. The buckets are named
+//! default 1) a CEL whole number, what one call costs (at most the burst: a call
+//! costing more fails its step, as it could never be let through). The buckets are named
 //! [`RateLimitRule::bucket_for`]. A call over the limit is deferred by the jobs
 //! worker, never failed; a synchronous run ignores the limit.
 

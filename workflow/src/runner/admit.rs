@@ -28,10 +28,22 @@ impl Runner {
         others_in_flight: bool,
         segment_end: Instant,
     ) -> Result<Option<CallGuard>, SegmentError> {
-        let cost = self
-            .caller()
-            .call_cost(workflow, step, scope, segment_end)
-            .await?;
+        if step.rate_limit.is_none() && !sink.limits(step) {
+            return Ok(Some(Box::new(())));
+        }
+        let caller = self.caller();
+        // A step its gate skips makes no call: it takes nothing from the limits (the
+        // call evaluates the gate again and skips it; a map step's gate was decided
+        // before its elements started).
+        if step.map.is_none()
+            && step.when.is_some()
+            && !caller
+                .gate_opens(workflow, step, scope, segment_end)
+                .await?
+        {
+            return Ok(Some(Box::new(())));
+        }
+        let cost = caller.call_cost(workflow, step, scope, segment_end).await?;
         match sink.admit(step, &cost, others_in_flight).await {
             Admission::Go(guard) => Ok(Some(guard)),
             Admission::HoldBack if others_in_flight => Ok(None),

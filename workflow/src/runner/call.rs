@@ -186,6 +186,17 @@ impl Caller<'_> {
             }
             None => 1,
         };
+        // A call can never cost more than its bucket holds: it would wait for ever.
+        if units > u64::from(limit.burst) {
+            return Err(StepFailure::at(
+                &step.name,
+                FailureKind::Mapping,
+                format!(
+                    "its rateLimit `units` computed {units}, more than the bucket's burst of {}: raise `burst`, or cost less per call",
+                    limit.burst
+                ),
+            ));
+        }
         Ok(super::cost::CallCost { key, units })
     }
 

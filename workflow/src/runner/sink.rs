@@ -40,6 +40,14 @@ pub trait CheckpointSink: Send {
         Some(Box::new(()))
     }
 
+    /// Whether the sink holds limits of its own on calls of `step` (beyond the step's
+    /// `rateLimit`): when neither applies, [`admit`](Self::admit) is not asked. None
+    /// by default.
+    fn limits(&self, step: &CompiledStep) -> bool {
+        let _ = step;
+        false
+    }
+
     /// Asked before each step call (each element of a map step), after
     /// [`before_call`](Self::before_call): may the call be made now under the
     /// fleet's flow limits? `cost` is what the step's `rateLimit` says it costs

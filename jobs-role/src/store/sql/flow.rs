@@ -17,10 +17,18 @@ UPDATE workflow_concurrency c SET max_running = w.max_running, weight = w.weight
   FROM wanted w
  WHERE c.key = w.key AND (c.max_running, c.weight) IS DISTINCT FROM (w.max_running, w.weight)";
 
-/// Locks the keys whose strategy cancels (`$1`, sorted), waiting for them: two
-/// submissions of one such key are decided one after the other.
+/// Locks the keys a batch of submissions holds (`$1`), in key order, waiting for
+/// them: two submissions of one key are decided one after the other (a cancel
+/// strategy counts what the other committed), and a claim skips a key while a job of
+/// its lane is being queued (so it cannot find the lane empty and clear it meanwhile).
 pub const LOCK_CONCURRENCY_KEYS: &str =
     "SELECT key FROM workflow_concurrency WHERE key = ANY($1) ORDER BY key FOR UPDATE";
+
+/// Makes ready the lanes a batch of submissions queues in (`$1`, locked by
+/// [`LOCK_CONCURRENCY_KEYS`]), so the insert's trigger finds them ready and writes
+/// nothing.
+pub const MAKE_LANES_READY: &str = "\
+UPDATE workflow_concurrency SET ready = true, cleared_at = NULL WHERE key = ANY($1) AND NOT ready";
 
 /// The live jobs (QUEUED or RUNNING, not already asked to cancel) holding key `$1`,
 /// oldest first: what a cancel strategy counts against the limit.
@@ -63,7 +71,7 @@ SELECT workflow_name, floor(extract(epoch FROM paused_at) * 1000)::bigint AS pau
 pub const PAUSED_KEYS: &str =
     "SELECT key FROM workflow_concurrency WHERE paused ORDER BY key LIMIT $1";
 
-/// The sweeper's repair of keys a claim cleared while a job was being queued (see
+/// The sweeper's repair of keys a claim cleared while a job was being requeued (see
 /// `protomolt_reready_keys` in V26); answers how many it set ready again.
 pub const REREADY_KEYS: &str = "SELECT protomolt_reready_keys() AS fixed";
 

@@ -661,6 +661,17 @@ SELECT status, count(*) FROM workflow_run
    AND finished_at > now() - interval '1 hour'
  GROUP BY status";
 
+/// Jobs finished in the last hour per minute (Unix minutes): COMPLETED, and FAILED or
+/// DEAD, for the console's charts.
+pub const FINISHED_PER_MINUTE: &str = "\
+SELECT floor(extract(epoch FROM finished_at) / 60)::bigint AS minute,
+       count(*) FILTER (WHERE status = 'COMPLETED') AS completed,
+       count(*) FILTER (WHERE status IN ('FAILED', 'DEAD')) AS failed
+  FROM workflow_run
+ WHERE status IN ('COMPLETED', 'FAILED', 'DEAD', 'CANCELLED')
+   AND finished_at > now() - interval '1 hour'
+ GROUP BY 1";
+
 /// A job's outbox rows in order (operators and tests). `$1` job id.
 pub const JOB_EVENTS: &str = "\
 SELECT event_id, event_type, payload, status FROM workflow_run_events_outbox WHERE job_id = $1 ORDER BY seq";
@@ -710,13 +721,16 @@ UNION ALL
 SELECT 'sleep', count(*) FROM workflow_run
  WHERE status = 'QUEUED' AND run_after > now() AND jsonb_typeof(waits) = 'array' AND error IS NULL";
 
-/// Seconds since the oldest QUEUED job claimable now became claimable (0 without
-/// one): the first entry of each priority's range of the claim index.
+/// Seconds since the oldest QUEUED job without concurrency keys claimable now became
+/// claimable (0 without one): the first entry of each priority's range of the claim
+/// index `workflow_run_eligible_unkeyed`. (A keyed job may wait on its key's limit by
+/// design; `get-fleet`'s keys and the `concurrency_keys` metric tell those.)
 pub const OLDEST_CLAIMABLE: &str = "\
 SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(first.run_after)), 0)::float8
   FROM generate_series(0, 9) AS level(priority),
        LATERAL (SELECT run_after FROM workflow_run
-                 WHERE status = 'QUEUED' AND priority = level.priority AND run_after <= now()
+                 WHERE status = 'QUEUED' AND concurrency_keys IS NULL AND priority = level.priority
+                   AND run_after <= now()
                  ORDER BY run_after
                  LIMIT 1) AS first";
 
