@@ -26,6 +26,7 @@ pub async fn run(size: Size) -> (Report, Vec<(usize, f64)>) {
     let one_step = drain(&tokenize_chain(&target, 1), jobs, 1, in_flight).await;
     let three_step = drain(&tokenize_chain(&target, 3), jobs / 4, 1, in_flight).await;
     let two_nodes = drain(&tokenize_chain(&target, 1), jobs, 2, in_flight).await;
+    let keyed = drain_keyed(&tokenize_chain(&target, 1), jobs, in_flight).await;
     let mut points = Vec::new();
     for &limit in limits {
         let sample = (jobs / 4).max(limit * 20);
@@ -38,6 +39,17 @@ pub async fn run(size: Size) -> (Report, Vec<(usize, f64)>) {
         figure("one-step jobs, one node", one_step, "jobs/s").target(Target::AtLeast(2500.0)),
         figure("three-step jobs, one node", three_step, "jobs/s"),
         figure("one-step jobs, two nodes", two_nodes, "jobs/s"),
+        figure(
+            "one-step jobs with 1,000 concurrency keys, one node",
+            keyed,
+            "jobs/s",
+        ),
+        figure(
+            "one-step jobs with 1,000 concurrency keys / without",
+            keyed / one_step,
+            "x",
+        )
+        .target(Target::AtLeast(0.8)),
     ];
     for (limit, rate) in &points {
         figures.push(figure(
@@ -76,6 +88,32 @@ pub async fn drain(
     for node in fleet {
         node.stop().await;
     }
+    schema.stop().await;
+    rate
+}
+
+/// [`drain`] of one node, each job holding one of 1,000 concurrency keys (limit 100
+/// each, so the limit never binds: the figure is the keys' own cost).
+pub async fn drain_keyed(workflow: &serde_json::Value, jobs: usize, in_flight: usize) -> f64 {
+    let db = TestDatabase::create().await;
+    let schema = JobsNode::start(node_config(&db, "schema", 0)).await;
+    let client = db.connect().await;
+    queue_with_sql(&client, workflow, jobs).await;
+    let name = workflow["name"].as_str().unwrap_or("workflow");
+    client
+        .batch_execute(&format!(
+            "INSERT INTO workflow_concurrency (key, workflow_name, max_running)
+             SELECT '{name}:k=' || i, '{name}', 100 FROM generate_series(0, 999) AS i;
+             UPDATE workflow_run SET concurrency_keys = ARRAY['{name}:k=' || (abs(hashtext(job_id::text)) % 1000)];
+             VACUUM ANALYZE workflow_run;"
+        ))
+        .await
+        .expect("keying the backlog");
+    let started = Instant::now();
+    let node = JobsNode::start(node_config(&db, "bench-keyed", in_flight)).await;
+    wait_completed(&schema, jobs).await;
+    let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    node.stop().await;
     schema.stop().await;
     rate
 }
