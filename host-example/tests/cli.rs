@@ -657,5 +657,13 @@ async fn pause_resume_and_drain_act_on_the_fleet_and_get_says_what_holds_a_job()
         "{}",
         text(&by_key)
     );
+    // The fleet at a glance: the paused key and its running count against its limit.
+    let fleet = cli(&url, &["fleet"]).await;
+    assert_eq!(fleet.status.code(), Some(0), "{}", text(&fleet));
+    assert!(
+        text(&fleet).contains("paused    key leaf:input.text=k") && text(&fleet).contains("0/1"),
+        "{}",
+        text(&fleet)
+    );
     node.stop().await;
 }

@@ -163,6 +163,9 @@ pub(crate) enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// The fleet at a glance: live jobs, pauses, the busiest concurrency keys, the
+    /// fleet-wide limits.
+    Fleet,
     /// This node (the one at --url).
     #[command(subcommand)]
     Node(Node),

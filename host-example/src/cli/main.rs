@@ -288,6 +288,15 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                 "resumed",
             )
         }
+        Command::Fleet => {
+            let fleet = ok(client.call("get-fleet", &json!({})).await?)?;
+            if out.json {
+                out.json_line(&fleet);
+            } else {
+                output::fleet(out, &fleet);
+            }
+            Ok(0)
+        }
         Command::Node(Node::Drain { off }) => {
             let answer = client
                 .post("/admin/drain", &json!({ "drain": !off }))

@@ -204,3 +204,66 @@ impl Drop for Spinner {
         }
     }
 }
+
+/// `protomolt fleet` for a person: live counts, paused workflows and keys, the
+/// busiest concurrency keys and the fleet-wide limits.
+pub fn fleet(out: Output, fleet: &Value) {
+    let count = |status: &str| fleet["live"][status].as_i64().unwrap_or(0);
+    say!(
+        "live      {} queued, {} running, {} waiting",
+        count("QUEUED"),
+        count("RUNNING"),
+        count("WAITING")
+    );
+    for paused in fleet["pausedWorkflows"].as_array().into_iter().flatten() {
+        say!(
+            "paused    workflow {} ({})",
+            printable(paused["workflowName"].as_str().unwrap_or_default()),
+            printable(paused["reason"].as_str().unwrap_or_default())
+        );
+    }
+    for key in fleet["pausedKeys"].as_array().into_iter().flatten() {
+        say!(
+            "paused    key {}",
+            printable(key.as_str().unwrap_or_default())
+        );
+    }
+    let text = |v: &Value| match v {
+        Value::String(s) => printable(s),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    let keys: Vec<Vec<String>> = fleet["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            vec![
+                text(&k["key"]),
+                format!("{}/{}", text(&k["running"]), text(&k["limit"])),
+                if k["paused"] == true { "paused" } else { "" }.to_owned(),
+            ]
+        })
+        .collect();
+    if !keys.is_empty() {
+        out.table(&["KEY", "RUNNING/LIMIT", ""], &keys);
+    }
+    let limits: Vec<Vec<String>> = fleet["limits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| {
+            let tokens = l["tokens"]
+                .as_f64()
+                .map_or("-".to_owned(), |t| format!("{t:.1}/{}", text(&l["burst"])));
+            vec![
+                text(&l["name"]),
+                tokens,
+                format!("{}/{}", text(&l["inFlight"]), text(&l["maxConcurrent"])),
+            ]
+        })
+        .collect();
+    if !limits.is_empty() {
+        out.table(&["LIMIT", "TOKENS/BURST", "IN FLIGHT/CAP"], &limits);
+    }
+}

@@ -132,12 +132,16 @@ async fn saturated_key(
                     ARRAY['w:k=0']
                FROM generate_series(1, {depth}) AS i;
              INSERT INTO workflow_run (job_id, workflow_name, definition_digest, input, concurrency_keys)
-             SELECT gen_random_uuid(), 'w', '{digest}', '{{}}', ARRAY['w:k=' || i] FROM generate_series(1, 1000) AS i;
-             VACUUM ANALYZE workflow_run;
-             VACUUM ANALYZE workflow_concurrency;"
+             SELECT gen_random_uuid(), 'w', '{digest}', '{{}}', ARRAY['w:k=' || i] FROM generate_series(1, 1000) AS i;"
         ))
         .await
         .expect("generating the keyed rows");
+    for table in ["workflow_run", "workflow_concurrency"] {
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {table}"))
+            .await
+            .expect("VACUUM");
+    }
     let (p50, p99) = measure(client, claims).await;
     let label = format!("{depth} queued jobs of a saturated key");
     vec![

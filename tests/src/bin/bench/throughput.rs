@@ -104,11 +104,14 @@ pub async fn drain_keyed(workflow: &serde_json::Value, jobs: usize, in_flight: u
         .batch_execute(&format!(
             "INSERT INTO workflow_concurrency (key, workflow_name, max_running)
              SELECT '{name}:k=' || i, '{name}', 100 FROM generate_series(0, 999) AS i;
-             UPDATE workflow_run SET concurrency_keys = ARRAY['{name}:k=' || (abs(hashtext(job_id::text)) % 1000)];
-             VACUUM ANALYZE workflow_run;"
+             UPDATE workflow_run SET concurrency_keys = ARRAY['{name}:k=' || (abs(hashtext(job_id::text)) % 1000)];"
         ))
         .await
         .expect("keying the backlog");
+    client
+        .batch_execute("VACUUM ANALYZE workflow_run")
+        .await
+        .expect("VACUUM");
     let started = Instant::now();
     let node = JobsNode::start(node_config(&db, "bench-keyed", in_flight)).await;
     wait_completed(&schema, jobs).await;
