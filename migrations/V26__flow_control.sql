@@ -25,7 +25,11 @@ CREATE TABLE workflow_concurrency (
     paused boolean NOT NULL DEFAULT false,
     turn_at timestamptz NOT NULL DEFAULT '-infinity',
     cleared_at timestamptz,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- Whether a submission by a stored workflow's name set the limit and weight: an
+    -- inline envelope that borrows the name may share the key's slots, but never
+    -- changes them then.
+    set_by_name boolean NOT NULL DEFAULT false
 );
 
 CREATE INDEX workflow_concurrency_turns ON workflow_concurrency (turn_at) WHERE ready AND NOT paused;

@@ -473,3 +473,32 @@ async fn a_key_that_cannot_be_computed_refuses_the_submission_naming_the_express
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn an_inline_envelope_borrowing_a_stored_name_cannot_change_its_keys_limit() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "idle", 0)).await;
+    let stored = keyed_leaf(&server.target(), 2, "queue");
+    node.ok("put-workflow", json!({ "workflow": stored })).await;
+    node.ok(
+        "submit-workflow",
+        json!({ "workflowName": "leaf", "input": { "text": "k" } }),
+    )
+    .await;
+    // The same name and key expression, inline, asking for a far higher limit.
+    let borrowed = keyed_leaf(&server.target(), 50_000, "queue");
+    node.submit(&borrowed, json!({ "text": "k" })).await;
+    let limit: i32 = db
+        .connect()
+        .await
+        .query_one(
+            "SELECT max_running FROM workflow_concurrency WHERE key = 'leaf:input.text=k'",
+            &[],
+        )
+        .await
+        .expect("the key")
+        .get(0);
+    assert_eq!(limit, 2, "the stored workflow's limit stands");
+    node.stop().await;
+}

@@ -201,7 +201,7 @@ impl Store {
 /// [`sql::LOCK_CONCURRENCY_KEYS`]) and makes their lanes ready. Runs in the submission's
 /// transaction before the insert.
 pub(super) async fn file_keys(tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<(), StoreError> {
-    let mut keys: BTreeMap<&str, (&str, i32, i32)> = BTreeMap::new();
+    let mut keys: BTreeMap<&str, (&str, i32, i32, bool)> = BTreeMap::new();
     let mut lanes: Vec<&str> = Vec::new();
     for job in jobs {
         if let Some(lane) = job.concurrency.first() {
@@ -211,19 +211,20 @@ pub(super) async fn file_keys(tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<(
             // Both bounds are checked when the workflow compiles (at most 100,000).
             let limit = i32::try_from(held.limit).unwrap_or(i32::MAX);
             let weight = i32::try_from(held.weight).unwrap_or(1);
-            keys.insert(&held.key, (&job.workflow_name, limit, weight));
+            keys.insert(&held.key, (&job.workflow_name, limit, weight, job.by_name));
         }
     }
     if keys.is_empty() {
         return Ok(());
     }
     let names: Vec<&str> = keys.keys().copied().collect();
-    let workflows: Vec<&str> = keys.values().map(|(name, _, _)| *name).collect();
-    let limits: Vec<i32> = keys.values().map(|(_, limit, _)| *limit).collect();
-    let weights: Vec<i32> = keys.values().map(|(_, _, weight)| *weight).collect();
+    let workflows: Vec<&str> = keys.values().map(|k| k.0).collect();
+    let limits: Vec<i32> = keys.values().map(|k| k.1).collect();
+    let weights: Vec<i32> = keys.values().map(|k| k.2).collect();
+    let by_name: Vec<bool> = keys.values().map(|k| k.3).collect();
     tx.execute(
         sql::UPSERT_CONCURRENCY_KEYS,
-        &[&names, &workflows, &limits, &weights],
+        &[&names, &workflows, &limits, &weights, &by_name],
     )
     .await?;
     lanes.sort_unstable();

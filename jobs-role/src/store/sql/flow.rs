@@ -2,20 +2,26 @@
 //! workflow or a key (migration V26; the claim itself is `protomolt_claimable`).
 
 /// Files the keys a batch of submissions holds (`$1` keys, `$2` their workflows, `$3`
-/// limits, `$4` weights; distinct keys, sorted), before the jobs are inserted (V26's
-/// trigger marks a key ready when a job is queued in its lane, so the row must exist).
-/// A key seen before is only written when its limit or weight changed (the latest
-/// submission's win), so a busy key's row is not locked by every submission.
+/// limits, `$4` weights, `$5` whether submitted by a stored workflow's name; distinct
+/// keys, sorted), before the jobs are inserted (V26's trigger marks a key ready when a
+/// job is queued in its lane, so the row must exist). A key seen before is only
+/// written when its limit or weight changed (the latest submission's win), so a busy
+/// key's row is not locked by every submission; once a submission by name set them,
+/// an inline envelope borrowing the name no longer changes them.
 pub const UPSERT_CONCURRENCY_KEYS: &str = "\
 WITH wanted AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) AS k(key, workflow_name, max_running, weight)),
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::bool[])
+        AS k(key, workflow_name, max_running, weight, by_name)),
 added AS (
-    INSERT INTO workflow_concurrency (key, workflow_name, max_running, weight)
-    SELECT key, workflow_name, max_running, weight FROM wanted ORDER BY key
+    INSERT INTO workflow_concurrency (key, workflow_name, max_running, weight, set_by_name)
+    SELECT key, workflow_name, max_running, weight, by_name FROM wanted ORDER BY key
     ON CONFLICT (key) DO NOTHING)
-UPDATE workflow_concurrency c SET max_running = w.max_running, weight = w.weight
+UPDATE workflow_concurrency c
+   SET max_running = w.max_running, weight = w.weight, set_by_name = c.set_by_name OR w.by_name
   FROM wanted w
- WHERE c.key = w.key AND (c.max_running, c.weight) IS DISTINCT FROM (w.max_running, w.weight)";
+ WHERE c.key = w.key AND (w.by_name OR NOT c.set_by_name)
+   AND (c.max_running, c.weight, c.set_by_name OR w.by_name)
+       IS DISTINCT FROM (w.max_running, w.weight, c.set_by_name)";
 
 /// Locks the keys a batch of submissions holds (`$1`), in key order, waiting for
 /// them: two submissions of one key are decided one after the other (a cancel
