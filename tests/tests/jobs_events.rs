@@ -197,8 +197,12 @@ async fn one_event_resumes_five_hundred_jobs_and_refuses_the_one_it_does_not_fit
     );
     assert_eq!(refused.len(), 2);
     node.wait_for_count(JobStatus::Completed, 500, WAIT).await;
-    assert_eq!(node.job(&other_id).await["status"], "WAITING");
-    assert_eq!(node.job(&strict_id).await["status"], "WAITING");
+    // The refused ones keep waiting. (The sweeper may requeue one for a while, as a
+    // parked job that has not taken an event kept for its key; it is refused again
+    // and parks again.)
+    for refused in [&other_id, &strict_id] {
+        node.wait_for_status(refused, "WAITING", WAIT).await;
+    }
     node.stop().await;
 }
 

@@ -117,34 +117,37 @@ impl Client {
     /// Calls `verb` with `body`; the answer, or why it was refused (an error answer,
     /// or `{ok: false, error}`).
     pub async fn call(&self, verb: &str, body: &Value) -> Result<Value, CliError> {
-        let request = self
-            .http
-            .post(format!("{}/v1/actions/{verb}", self.url))
-            .json(body)
-            // A waiting get-job may take up to a minute.
-            .timeout(Duration::from_secs(90));
-        let response = self
-            .authorized(request)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        let status = response.status();
-        let answer = self.json_body(response).await?;
-        if !status.is_success() {
-            let message = answer["message"].as_str().unwrap_or("no message");
-            return Err(CliError::Refused(format!("{verb}: {message} ({status})")));
-        }
-        Ok(answer)
+        // A waiting get-job may take up to a minute.
+        self.post_json(
+            &format!("/v1/actions/{verb}"),
+            verb,
+            body,
+            Duration::from_secs(90),
+        )
+        .await
     }
 
     /// `POST path` with `body` and the token (an admin route): the answer, or why it
     /// was refused.
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        self.post_json(path, path, body, Duration::from_secs(10))
+            .await
+    }
+
+    /// `POST path` with `body` and the token within `timeout`: the answer, or why it
+    /// was refused, naming `what`.
+    async fn post_json(
+        &self,
+        path: &str,
+        what: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Value, CliError> {
         let request = self
             .http
             .post(format!("{}{path}", self.url))
             .json(body)
-            .timeout(Duration::from_secs(10));
+            .timeout(timeout);
         let response = self
             .authorized(request)
             .send()
@@ -154,7 +157,7 @@ impl Client {
         let answer = self.json_body(response).await?;
         if !status.is_success() {
             let message = answer["message"].as_str().unwrap_or("no message");
-            return Err(CliError::Refused(format!("{path}: {message} ({status})")));
+            return Err(CliError::Refused(format!("{what}: {message} ({status})")));
         }
         Ok(answer)
     }
