@@ -228,9 +228,29 @@ pub async fn http_get(router: &Router, path: &str) -> (StatusCode, Value) {
 
 /// GETs `path` on `router` (`/metrics`); the status and the text.
 pub async fn http_get_text(router: &Router, path: &str) -> (StatusCode, String) {
+    send(
+        router,
+        Request::get(path).body(Body::empty()).expect("request"),
+    )
+    .await
+}
+
+/// POSTs `body` as JSON to `path` on `router` (an admin route); the status and the
+/// JSON answer.
+pub async fn http_post(router: &Router, path: &str, body: &Value) -> (StatusCode, Value) {
+    let request = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let (status, text) = send(router, request).await;
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// Sends `request` to `router`; the status and the body as text.
+async fn send(router: &Router, request: Request<Body>) -> (StatusCode, String) {
     let response = router
         .clone()
-        .oneshot(Request::get(path).body(Body::empty()).expect("request"))
+        .oneshot(request)
         .await
         .expect("infallible router");
     let status = response.status();
@@ -341,4 +361,44 @@ pub async fn stored_elements(client: &tokio_postgres::Client, job_id: Option<&st
         .await
         .expect("the stored elements")
         .get(0)
+}
+
+/// Three nodes (`node-a`, `node-b`, `node-c`) of `workers` slots each on the
+/// database at `url`, eight connections each, each config changed by `adjust`.
+pub async fn three_nodes(
+    url: &str,
+    workers: usize,
+    adjust: impl Fn(&mut JobsConfig),
+) -> Vec<JobsNode> {
+    let mut nodes = Vec::new();
+    for name in ["node-a", "node-b", "node-c"] {
+        let mut config = test_config(url, name, workers);
+        config.max_connections = 8;
+        adjust(&mut config);
+        nodes.push(JobsNode::start(config).await);
+    }
+    nodes
+}
+
+/// Submits one job of `workflow` per input text through `submit-workflows`, in calls
+/// of 1,000, each accepted; answers the job ids in order.
+pub async fn submit_texts(node: &JobsNode, workflow: &Value, texts: &[String]) -> Vec<String> {
+    let mut ids = Vec::with_capacity(texts.len());
+    for chunk in texts.chunks(1000) {
+        let submissions: Vec<Value> = chunk
+            .iter()
+            .map(|text| serde_json::json!({ "input": { "text": text } }))
+            .collect();
+        let answer = node
+            .ok(
+                "submit-workflows",
+                serde_json::json!({ "workflow": workflow, "submissions": submissions }),
+            )
+            .await;
+        for item in answer["answers"].as_array().expect("answers") {
+            assert_eq!(item["ok"], true, "every submission is accepted: {item}");
+            ids.push(item["jobId"].as_str().expect("an id").to_owned());
+        }
+    }
+    ids
 }

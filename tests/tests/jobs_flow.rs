@@ -5,14 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use http::StatusCode;
 use jobs_role::JobStatus;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
+use protomolt_e2e::jobs::{
+    JobsNode, eventually, http_get, http_post, submit_texts, test_config, three_nodes,
+};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use workflow::testkit::{FixtureOptions, FixtureServer, leaf_workflow};
 
 /// `leaf` (one Tokenize of `input.text`) keyed on its text with `limit` and
@@ -22,40 +21,6 @@ fn keyed_leaf(target: &str, limit: u32, strategy: &str) -> Value {
     workflow["concurrency"] =
         json!([{ "key": "input.text", "limit": limit, "strategy": strategy }]);
     workflow
-}
-
-/// Three nodes of `workers` slots each on `db`.
-async fn three_nodes(db: &TestDatabase, workers: usize) -> Vec<JobsNode> {
-    let mut nodes = Vec::new();
-    for name in ["node-a", "node-b", "node-c"] {
-        let mut config = test_config(&db.url, name, workers);
-        config.max_connections = 8;
-        nodes.push(JobsNode::start(config).await);
-    }
-    nodes
-}
-
-/// Submits one job per input text through `submit-workflows`, in calls of 1,000;
-/// answers the job ids in order.
-async fn submit_texts(node: &JobsNode, workflow: &Value, texts: &[String]) -> Vec<String> {
-    let mut ids = Vec::with_capacity(texts.len());
-    for chunk in texts.chunks(1000) {
-        let submissions: Vec<Value> = chunk
-            .iter()
-            .map(|text| json!({ "input": { "text": text } }))
-            .collect();
-        let answer = node
-            .ok(
-                "submit-workflows",
-                json!({ "workflow": workflow, "submissions": submissions }),
-            )
-            .await;
-        for item in answer["answers"].as_array().expect("answers") {
-            assert_eq!(item["ok"], true, "every submission is accepted: {item}");
-            ids.push(item["jobId"].as_str().expect("an id").to_owned());
-        }
-    }
-    ids
 }
 
 async fn count(db: &TestDatabase, status: &str) -> i64 {
@@ -79,7 +44,7 @@ async fn a_key_limit_of_two_holds_across_three_nodes_and_a_killed_one() {
     })
     .await;
     let workflow = keyed_leaf(&server.target(), 2, "queue");
-    let mut nodes = three_nodes(&db, 8).await;
+    let mut nodes = three_nodes(&db.url, 8, |_| {}).await;
     let texts: Vec<String> = (0..300).map(|i| format!("key-{}", i % 10)).collect();
     submit_texts(&nodes[0], &workflow, &texts).await;
 
@@ -127,7 +92,7 @@ async fn one_job_of_a_second_key_starts_within_seconds_behind_ten_thousand_of_an
     let loader = JobsNode::start(test_config(&db.url, "loader", 0)).await;
     let many: Vec<String> = vec!["A".to_owned(); 10_000];
     submit_texts(&loader, &workflow, &many).await;
-    let nodes = three_nodes(&db, 8).await;
+    let nodes = three_nodes(&db.url, 8, |_| {}).await;
     eventually("key A's jobs to run", Duration::from_secs(60), || async {
         count(&db, "COMPLETED").await > 0
     })
@@ -263,7 +228,7 @@ async fn a_paused_workflow_is_claimed_by_no_node_until_resumed() {
     })
     .await;
     let workflow = leaf_workflow(&server.target());
-    let nodes = three_nodes(&db, 4).await;
+    let nodes = three_nodes(&db.url, 4, |_| {}).await;
     nodes[0]
         .ok("put-workflow", json!({ "workflow": workflow }))
         .await;
@@ -367,29 +332,14 @@ async fn a_paused_key_waits_while_the_other_keys_run() {
     node.stop().await;
 }
 
-/// `POST /admin/drain` with `body`, or `GET` without one.
+/// `POST /admin/drain` with `body`, or `GET` without one: the answer (200).
 async fn admin_drain(node: &JobsNode, body: Option<Value>) -> Value {
-    let request = match body {
-        Some(body) => Request::post("/admin/drain")
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string())),
-        None => Request::get("/admin/drain").body(Body::empty()),
-    }
-    .expect("request");
-    let response = node
-        .router
-        .clone()
-        .oneshot(request)
-        .await
-        .expect("a response");
-    assert_eq!(response.status(), StatusCode::OK);
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    serde_json::from_slice(&bytes).expect("JSON")
+    let (status, answer) = match body {
+        Some(body) => http_post(&node.router, "/admin/drain", &body).await,
+        None => http_get(&node.router, "/admin/drain").await,
+    };
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    answer
 }
 
 #[tokio::test]

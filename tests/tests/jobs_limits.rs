@@ -4,39 +4,26 @@
 
 use std::time::{Duration, Instant};
 
+use jobs_role::JobStatus;
 use jobs_role::config::TargetLimitConfig;
-use jobs_role::{JobStatus, JobsConfig};
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, test_config};
+use protomolt_e2e::jobs::{JobsNode, submit_texts, test_config, three_nodes};
 use serde_json::{Value, json};
 use workflow::testkit::{FixtureOptions, FixtureServer, leaf_workflow};
 
 /// Three nodes of 8 slots on `db`, each with `limits`.
-async fn three_nodes(db: &TestDatabase, limits: &[TargetLimitConfig]) -> Vec<JobsNode> {
-    let mut nodes = Vec::new();
-    for name in ["node-a", "node-b", "node-c"] {
-        let config = JobsConfig {
-            target_limits: limits.to_vec(),
-            max_connections: 8,
-            ..test_config(&db.url, name, 8)
-        };
-        nodes.push(JobsNode::start(config).await);
-    }
-    nodes
+async fn limited_nodes(db: &TestDatabase, limits: &[TargetLimitConfig]) -> Vec<JobsNode> {
+    three_nodes(&db.url, 8, |config| config.target_limits = limits.to_vec()).await
 }
 
-async fn submit_many(node: &JobsNode, workflow: &Value, texts: &[String]) {
-    let submissions: Vec<Value> = texts
-        .iter()
-        .map(|t| json!({ "input": { "text": t } }))
-        .collect();
-    let answer = node
-        .ok(
-            "submit-workflows",
-            json!({ "workflow": workflow, "submissions": submissions }),
-        )
-        .await;
-    assert_eq!(answer["refused"], 0, "{}", answer["answers"][0]);
+/// When each Tokenize call reached `server`, in arrival order.
+fn arrival_times(server: &FixtureServer) -> Vec<Instant> {
+    server
+        .stats
+        .tokenize_arrivals()
+        .into_iter()
+        .map(|(_, at)| at)
+        .collect()
 }
 
 /// The most calls that arrived within any `window` (sliding over the arrivals).
@@ -76,18 +63,13 @@ async fn a_target_rate_holds_across_three_nodes_and_throttled_jobs_spend_no_atte
         rate: Some("300/min".into()),
         burst: Some(2),
     }];
-    let nodes = three_nodes(&db, &limits).await;
+    let nodes = limited_nodes(&db, &limits).await;
     let texts: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
-    submit_many(&nodes[0], &leaf_workflow(&server.target()), &texts).await;
+    submit_texts(&nodes[0], &leaf_workflow(&server.target()), &texts).await;
     nodes[0]
         .wait_for_count(JobStatus::Completed, 40, Duration::from_secs(120))
         .await;
-    let arrivals: Vec<Instant> = server
-        .stats
-        .tokenize_arrivals()
-        .into_iter()
-        .map(|(_, at)| at)
-        .collect();
+    let arrivals = arrival_times(&server);
     assert_eq!(arrivals.len(), 40, "each job called once");
     for seconds in [1u64, 2, 4] {
         let most = most_within(&arrivals, Duration::from_secs(seconds));
@@ -130,9 +112,9 @@ async fn a_target_cap_holds_calls_in_flight_across_three_nodes() {
         rate: None,
         burst: None,
     }];
-    let nodes = three_nodes(&db, &limits).await;
+    let nodes = limited_nodes(&db, &limits).await;
     let texts: Vec<String> = (0..30).map(|i| format!("t{i}")).collect();
-    submit_many(&nodes[1], &leaf_workflow(&server.target()), &texts).await;
+    submit_texts(&nodes[1], &leaf_workflow(&server.target()), &texts).await;
     nodes[0]
         .wait_for_count(JobStatus::Completed, 30, Duration::from_secs(120))
         .await;
@@ -210,15 +192,10 @@ async fn a_rate_limits_units_take_what_the_expression_computes() {
     );
     let texts: Vec<String> = (0..12).map(|i| format!("text-{i:05}")).collect();
     assert!(texts.iter().all(|t| t.len() == 10));
-    submit_many(&node, &workflow, &texts).await;
+    submit_texts(&node, &workflow, &texts).await;
     node.wait_for_count(JobStatus::Completed, 12, Duration::from_secs(60))
         .await;
-    let arrivals: Vec<Instant> = server
-        .stats
-        .tokenize_arrivals()
-        .into_iter()
-        .map(|(_, at)| at)
-        .collect();
+    let arrivals = arrival_times(&server);
     // Two calls a second after a burst of two: 12 calls take at least 5 s.
     let span = arrivals
         .iter()
