@@ -43,6 +43,10 @@ pub struct JobsConfig {
     /// The longest a call over a fleet-wide limit waits in process for room; a longer
     /// wait gives the job back (attempt kept, `throttled` saying why) until then.
     pub throttle_wait_ms: u64,
+    /// The longest the schedules' firing loop sleeps between two looks (it wakes for
+    /// the soonest tick on its own, and at once when a schedule is put on this node);
+    /// 0: this node fires no schedules (another node of the fleet must).
+    pub schedule_poll_ms: u64,
     /// Retry backoff: base × 2^(attempt − 1).
     pub backoff_base_ms: u64,
     /// Segments in flight per target, per node.
@@ -239,6 +243,7 @@ impl Default for JobsConfig {
             max_child_depth: 8,
             target_limits: Vec::new(),
             throttle_wait_ms: 1_000,
+            schedule_poll_ms: 1_000,
             backoff_base_ms: 5_000,
             max_concurrent_per_target: 8,
             shutdown_grace_ms: 20_000,
@@ -314,6 +319,12 @@ impl JobsConfig {
             if value == 0 {
                 return Err(format!("{key} must be greater than 0"));
             }
+        }
+        if self.schedule_poll_ms > 60_000 {
+            return Err(
+                "jobs.schedule_poll_ms must be at most 60000 (0: this node fires no schedules)"
+                    .into(),
+            );
         }
         if self.max_concurrent_per_target == 0 || self.max_connections == 0 {
             return Err(

@@ -21,6 +21,7 @@
 //! | [`compiled`]| compiled workflows, cached per node by definition (bounded)          |
 //! | [`worker`]  | batched claims, segments with lease renewal, group commit, the sweeper |
 //! | [`drain`]   | drain mode: a node that stops claiming and finishes what it runs     |
+//! | [`schedules`] | durable cron: schedules fired by any node, one job per tick       |
 //! | [`pruner`]  | retention: deleting finished jobs and published events, when set    |
 //! | [`snapshot_mover`] | moving the snapshots of rows written before V21 out, once   |
 //! | [`wake`]    | LISTEN/NOTIFY wake-ups for the idle worker and relays               |
@@ -56,6 +57,7 @@ pub mod module;
 pub mod pruner;
 pub mod relay;
 pub mod routes;
+pub mod schedules;
 pub mod signals;
 pub mod snapshot_mover;
 pub mod status;

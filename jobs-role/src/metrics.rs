@@ -133,6 +133,13 @@ pub struct JobsMetrics {
     /// Concurrency keys by `state`: `with_work` (their lane has queued jobs),
     /// `at_limit` (of those, the ones running their limit: their jobs wait), `paused`.
     pub keys: Family<Labels, Gauge>,
+    /// Schedule ticks this node fired, by `outcome`: `fired` (made a job),
+    /// `already` (its job was there: a tick fired twice), `skipped_overlap`,
+    /// `missed` (the catch-up policy made none), `failed` (its workflow or input
+    /// refused).
+    pub schedule_ticks: Family<Labels, Counter>,
+    /// How late each scheduled job was made after its tick.
+    pub schedule_lag_seconds: HistogramFamily,
     /// The last hour minute by minute, for the console's charts (not exported).
     pub history: std::sync::Arc<crate::history::History>,
     workflows: Admitted,
@@ -172,6 +179,8 @@ impl Default for JobsMetrics {
             limit_in_flight: Family::default(),
             paused_workflows: Gauge::default(),
             keys: Family::default(),
+            schedule_ticks: Family::default(),
+            schedule_lag_seconds: latency_family(),
             history: std::sync::Arc::default(),
             workflows: Admitted::default(),
             steps: Admitted::default(),
@@ -225,6 +234,16 @@ impl JobsMetrics {
             "limit_in_flight",
             "Calls in flight under each capped fleet-wide limit",
             m.limit_in_flight,
+        );
+        jobs.register(
+            "schedule_ticks",
+            "Schedule ticks this node fired, by outcome (fired, already, skipped_overlap, missed, failed)",
+            m.schedule_ticks,
+        );
+        jobs.register(
+            "schedule_lag_seconds",
+            "How late scheduled jobs were made after their tick",
+            m.schedule_lag_seconds,
         );
         jobs.register(
             "paused_workflows",

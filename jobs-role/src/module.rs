@@ -21,6 +21,7 @@ use crate::metrics::{JobsMetrics, metrics_loop};
 use crate::pruner::prune_loop;
 use crate::relay::{Publisher, TopicProbe, missing_topic_hint, relay_loop};
 use crate::routes;
+use crate::schedules::{Scheduler, schedule_loop};
 use crate::snapshot_mover::move_snapshots;
 use crate::store::EventsOut;
 use crate::store::Store;
@@ -189,12 +190,16 @@ impl Role for JobsModule {
             self.config.watchers_per_token(),
         );
         let metrics = JobsMetrics::register(ctx.metrics());
+        let scheduler = Scheduler::new(submitter.clone()).with_metrics(metrics.clone());
+        let schedule_wake = Arc::new(Notify::new());
         let state = Arc::new(JobsState {
             store: store.clone(),
             submitter,
             watchers: watchers.clone(),
             fleet: Default::default(),
             history: metrics.history.clone(),
+            scheduler: scheduler.clone(),
+            schedule_wake: schedule_wake.clone(),
         });
         for action in actions(Some(state.clone()))? {
             ctx.add_action(action);
@@ -255,6 +260,17 @@ impl Role for JobsModule {
                 shutdown.clone(),
             ),
         );
+        if self.config.schedule_poll_ms > 0 {
+            ctx.spawn_task(
+                "schedules",
+                schedule_loop(
+                    scheduler,
+                    Duration::from_millis(self.config.schedule_poll_ms),
+                    schedule_wake,
+                    shutdown.clone(),
+                ),
+            );
+        }
         if self.config.retention.is_on() {
             if self.config.kafka_bootstrap.is_none() && !self.config.retention.prune_unpublished {
                 tracing::warn!(

@@ -580,6 +580,7 @@ impl Submitter {
                 .unwrap_or(self.max_attempts_default),
             concurrency,
             dedupe,
+            schedule: None,
         })
     }
 

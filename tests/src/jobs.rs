@@ -215,6 +215,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             by_name: false,
             concurrency: Vec::new(),
             dedupe: None,
+            schedule: None,
         };
         store.insert_job(&job).await.expect("insert");
     }

@@ -168,6 +168,7 @@ pub async fn hand_driven_lanes_node(
         by_name: false,
         concurrency: Vec::new(),
         dedupe: None,
+        schedule: None,
     };
     node.store.insert_job(&job).await.expect("insert");
     (node, config, job)

@@ -41,6 +41,13 @@ fn base(verb: &str) -> Value {
         "put-workflow" => json!({ "workflow": {} }),
         "send-event" => json!({ "key": "order-1", "payload": { "score": 1 } }),
         "pause-workflow" | "resume-workflow" => json!({ "workflowName": "no-such-workflow" }),
+        "put-schedule" => {
+            json!({ "name": "nightly", "cron": "0 3 * * *", "workflowName": "no-such-workflow" })
+        }
+        "get-schedule" | "delete-schedule" | "pause-schedule" | "resume-schedule"
+        | "trigger-schedule" => json!({ "name": "no-such-schedule" }),
+        "backfill-schedule" => json!({ "name": "no-such-schedule",
+            "from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z" }),
         _ => json!({}),
     }
 }

@@ -328,6 +328,7 @@ async fn a_retry_with_hostile_values_is_refused_and_changes_nothing() {
         by_name: true,
         concurrency: Vec::new(),
         dedupe: None,
+        schedule: None,
     };
     idle.store
         .insert_failed_job(&refused, "INPUT: text: a string is expected")

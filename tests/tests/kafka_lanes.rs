@@ -115,6 +115,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         by_name: false,
         concurrency: Vec::new(),
         dedupe: None,
+        schedule: None,
     };
     let client = db.connect().await;
     client

@@ -315,6 +315,7 @@ async fn a_zone_smuggling_another_host_is_refused_and_never_connects() {
             by_name: false,
             concurrency: Vec::new(),
             dedupe: None,
+            schedule: None,
         })
         .await
         .unwrap();

@@ -39,6 +39,8 @@ pub mod redrive_events;
 pub mod reject_step;
 pub mod retry_job;
 pub mod retry_jobs;
+pub mod schedule_jobs;
+pub mod schedules;
 pub mod send_event;
 pub mod submit;
 pub mod submit_many;
@@ -71,6 +73,11 @@ pub struct JobsState {
     pub fleet: get_fleet::FleetSnapshot,
     /// The last hour minute by minute (the metrics loop and the node's steps keep it).
     pub history: Arc<crate::history::History>,
+    /// Makes schedules' ticks into jobs (triggers and backfills here; the firing
+    /// loop shares it).
+    pub scheduler: crate::schedules::Scheduler,
+    /// Wakes this node's firing loop (a schedule was put or resumed).
+    pub schedule_wake: Arc<tokio::sync::Notify>,
 }
 
 /// The jobs verbs, answering `unavailable` when `state` is `None`.
@@ -239,6 +246,78 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:operate",
             "ResumeWorkflow",
             pause::resume,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "put-schedule",
+            "Make or replace a schedule: a stored workflow (workflowName) run as a job at each tick of a cron expression in an IANA timezone, with overlap (skip, buffer-one, allow, cancel-previous) and catch-up (none, last, all) policies.",
+            "schedules:write",
+            "PutSchedule",
+            schedules::put,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "get-schedule",
+            "Read a schedule: its spec, pause, next 5 ticks, newest tick, last error and newest 20 jobs.",
+            "schedules:read",
+            "GetSchedule",
+            schedules::get,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "list-schedules",
+            "List every schedule by name (up to 1,000), each with its next ticks.",
+            "schedules:read",
+            "ListSchedules",
+            schedules::list,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "delete-schedule",
+            "Delete a schedule: no tick fires again; its jobs stay.",
+            "schedules:write",
+            "DeleteSchedule",
+            schedules::delete,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "pause-schedule",
+            "Pause a schedule across the fleet: no tick fires until resume-schedule (the pause's ticks are not caught up).",
+            "schedules:write",
+            "PauseSchedule",
+            schedules::pause,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "resume-schedule",
+            "Resume a paused schedule from its next tick after now.",
+            "schedules:write",
+            "ResumeSchedule",
+            schedules::resume,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "trigger-schedule",
+            "Make one job of a schedule now, whatever its ticks and pause (jobId makes a retried trigger one job).",
+            "schedules:write",
+            "TriggerSchedule",
+            schedule_jobs::trigger,
+        )?,
+        verb(
+            &pool,
+            &state,
+            "backfill-schedule",
+            "Make a job for each of a schedule's ticks in [from, to), each with its tick's job id, so running it twice makes no more (at most 1,000 ticks).",
+            "schedules:write",
+            "BackfillSchedule",
+            schedule_jobs::backfill,
         )?,
     ])
 }

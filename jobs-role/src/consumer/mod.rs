@@ -640,6 +640,7 @@ impl RequestHandler {
             by_name: true,
             concurrency: Vec::new(),
             dedupe: None,
+            schedule: None,
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })

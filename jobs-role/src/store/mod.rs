@@ -38,6 +38,7 @@ mod parked;
 mod pruning;
 mod reads;
 mod retries;
+mod schedules;
 mod signals;
 mod snapshots;
 pub mod sql;
@@ -64,9 +65,10 @@ pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut, has_checkpoint, outst
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::{FleetState, JobFilter, PoolStatus};
 pub use retries::{RerunFrom, Retry, RetryOutcome};
+pub use schedules::{Fired, Firing, ScheduleRow};
 pub use signals::{MAX_SIGNALS_PER_KEY, Offer, Offering, SignalOutcome};
 pub use snapshots::{MovedSnapshots, PrunedSnapshots};
-pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob};
+pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob, ScheduledTick};
 pub use unstorable::{nul_path, printable};
 pub use watching::{WATCHED_EVENTS_PER_JOB, WatchedEvent};
 pub use writes::{

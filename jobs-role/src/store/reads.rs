@@ -31,6 +31,8 @@ pub struct JobFilter {
     pub after: Option<(String, Uuid)>,
     /// Only the children of this job.
     pub parent_job_id: Option<Uuid>,
+    /// Only the jobs this schedule fired.
+    pub schedule_name: Option<String>,
 }
 
 impl JobFilter {
@@ -139,6 +141,7 @@ impl Store {
                     &after_time,
                     &after_id,
                     &filter.parent_job_id,
+                    &filter.schedule_name,
                 ],
             )
             .await?;

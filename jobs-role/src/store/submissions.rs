@@ -41,6 +41,18 @@ pub struct NewJob {
     pub concurrency: Vec<workflow::compile::ConcurrencyKey>,
     /// Its dedupe key and mode, when the submission gave one.
     pub dedupe: Option<Dedupe>,
+    /// The schedule and tick that fired it, when a schedule did.
+    pub schedule: Option<ScheduledTick>,
+}
+
+/// The schedule tick a job was fired for (`workflow_run.schedule_name`,
+/// `scheduled_for`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledTick {
+    /// The schedule's name.
+    pub name: String,
+    /// The tick (for `trigger-schedule`, when it was asked).
+    pub at: chrono::DateTime<chrono::Utc>,
 }
 
 /// What an insert did.
@@ -391,6 +403,8 @@ pub(super) async fn insert_batch(
                 &rows.trace_contexts,
                 &rows.concurrency_keys,
                 &rows.dedupe_keys,
+                &rows.schedule_names,
+                &rows.scheduled_fors,
             ],
         )
         .await?
@@ -433,6 +447,17 @@ pub(super) async fn insert_batch(
     for (&i, answer) in order.iter().zip(&sorted) {
         if matches!(answer, Ok(Inserted { created: true, .. })) {
             let job = &jobs[i];
+            // A scheduled job's ACCEPTED event names its schedule and tick.
+            let tick = job.schedule.as_ref().map(|tick| {
+                (
+                    tick.name.as_str(),
+                    tick.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                )
+            });
+            let detail: Vec<(&str, &str)> = match &tick {
+                Some((name, at)) => vec![("scheduleName", name), ("scheduledFor", at.as_str())],
+                None => Vec::new(),
+            };
             events.push(&EventFacts {
                 job_id: job.job_id,
                 workflow_name: &job.workflow_name,
@@ -442,7 +467,7 @@ pub(super) async fn insert_batch(
                 verdict: None,
                 error: None,
                 status: JobStatus::Queued,
-                detail: &[],
+                detail: &detail,
                 data: None,
                 waiting_on: None,
             })?;
@@ -508,6 +533,9 @@ struct SnapshotRows<'a> {
     concurrency_keys: Vec<Option<Value>>,
     /// Each job's dedupe key (NULL: none).
     dedupe_keys: Vec<Option<&'a str>>,
+    /// Each job's schedule and tick (NULL: not a scheduled job).
+    schedule_names: Vec<Option<&'a str>>,
+    scheduled_fors: Vec<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -529,6 +557,8 @@ impl<'a> SnapshotRows<'a> {
             trace_contexts: Vec::with_capacity(order.len()),
             concurrency_keys: Vec::with_capacity(order.len()),
             dedupe_keys: Vec::with_capacity(order.len()),
+            schedule_names: Vec::with_capacity(order.len()),
+            scheduled_fors: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -557,6 +587,10 @@ impl<'a> SnapshotRows<'a> {
             rows.trace_contexts.push(job.trace_context.as_deref());
             rows.dedupe_keys
                 .push(job.dedupe.as_ref().map(|d| d.key.as_str()));
+            rows.schedule_names
+                .push(job.schedule.as_ref().map(|tick| tick.name.as_str()));
+            rows.scheduled_fors
+                .push(job.schedule.as_ref().map(|tick| tick.at));
             rows.concurrency_keys
                 .push((!job.concurrency.is_empty()).then(|| {
                     Value::from_iter(job.concurrency.iter().map(|held| held.key.clone()))

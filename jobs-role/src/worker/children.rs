@@ -111,6 +111,7 @@ impl Worker {
                         by_name: false,
                         concurrency,
                         dedupe: None,
+                        schedule: None,
                     },
                     item: i32::try_from(*item).unwrap_or(i32::MAX),
                 });

@@ -26,6 +26,7 @@ pub mod lanes;
 pub mod limits;
 pub mod parked;
 pub mod retention;
+pub mod schedules;
 pub mod signals;
 pub mod snapshots;
 
@@ -37,6 +38,7 @@ pub use lanes::*;
 pub use limits::*;
 pub use parked::*;
 pub use retention::*;
+pub use schedules::*;
 pub use signals::*;
 pub use snapshots::*;
 
@@ -126,7 +128,8 @@ pub const SUBMIT_JOB: &str = submission!(
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
 /// (NULL: now), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
-/// or NULL), `$12` dedupe keys (or NULL). Per distinct snapshot: `$6`
+/// or NULL), `$12` dedupe keys (or NULL), `$13` and `$14` the schedule and tick that
+/// fired each (or NULL). Per distinct snapshot: `$6`
 /// definitions (NULL: filed, as in [`SUBMIT_JOB`]), `$7` digests (NULL: the row
 /// carries the definition and V21's trigger files it). Each snapshot is filed once (see [`SUBMIT_JOB`]), in digest order (two
 /// batches filing the same new snapshots never deadlock).
@@ -138,16 +141,17 @@ WITH filed AS (
      ORDER BY d.digest
     ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
-                          priority, run_after, trace_context, concurrency_keys, dedupe_key)
+                          priority, run_after, trace_context, concurrency_keys, dedupe_key,
+                          schedule_name, scheduled_for)
 SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
        j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context,
        CASE WHEN j.keys IS NOT NULL
             THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END,
-       j.dedupe_key
+       j.dedupe_key, j.schedule_name, j.scheduled_for
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
-              $10::text[], $11::jsonb[], $12::text[])
+              $10::text[], $11::jsonb[], $12::text[], $13::text[], $14::timestamptz[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
-                                trace_context, keys, dedupe_key, at)
+                                trace_context, keys, dedupe_key, schedule_name, scheduled_for, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
@@ -616,7 +620,7 @@ pub const GET_JOB_WITHOUT_DEFINITION: &str = concat!(
 /// `$10` the lowest and highest job id (a prefix of ids, as a primary-key range) or
 /// NULL, `$11` and `$12` the creation time (RFC 3339 text) and id of the job the page
 /// starts after (keyset paging), or NULL, `$13` the parent (only its children) or
-/// NULL.
+/// NULL, `$14` the schedule that fired them or NULL.
 macro_rules! list_jobs {
     ($order:literal, $after:literal) => {
         concat!(
@@ -626,9 +630,11 @@ SELECT json_build_object(
          'attempt', attempt, 'maxAttempts', max_attempts, 'outstandingStep', outstanding_step,
          'verdict', verdict, 'error', error, 'priority', priority, 'runAfter', run_after,
          'cancelRequested', cancel_requested,
-         'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at)
+         'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at,
+         'scheduleName', schedule_name, 'scheduledFor', scheduled_for)
   FROM workflow_run
  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
+   AND ($14::text IS NULL OR schedule_name = $14)
    AND ($5::text IS NULL OR created_at < $5::text::timestamptz)
    AND ($6::text IS NULL OR created_at > $6::text::timestamptz)
    AND ($7::text IS NULL OR outstanding_step = $7 OR $7 = ANY(outstanding_steps))
