@@ -16,6 +16,7 @@ pub mod hostile;
 pub mod invariants;
 pub mod jobs;
 pub mod kafka;
+pub mod process;
 pub mod proxy;
 
 use std::time::{Duration, Instant};

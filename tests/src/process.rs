@@ -1,0 +1,161 @@
+//! Real processes a test can hurt: `protomolt-node` started from its binary, killed
+//! with `kill -9`, frozen with `SIGSTOP` and thawed with `SIGCONT` (what an
+//! in-process node cannot be), and the small helpers around them (free ports, logs).
+
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A free port on 127.0.0.1 (free when asked; kept for the process's restarts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits until something accepts connections on `port`, or panics naming `what`.
+pub fn wait_for_port(port: u16, what: &str, log: &Path) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} never listened on {addr}: see {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `TERM`) to `pid` with the `kill` command.
+pub fn signal(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Opens `path` for appending (a process's log, kept across its restarts).
+pub fn log_file(path: &Path) -> std::fs::File {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Ends `child` gently (SIGTERM), or with SIGKILL after `patience`.
+pub fn terminate(child: &mut Child, patience: Duration) {
+    signal(child.id(), "CONT");
+    signal(child.id(), "TERM");
+    let deadline = Instant::now() + patience;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// One `protomolt-node` process, restartable on its own port and config.
+pub struct Node {
+    /// `n1`, `n2`, ...: also its worker id.
+    pub name: String,
+    /// Its HTTP port on 127.0.0.1.
+    pub port: u16,
+    bin: PathBuf,
+    config: PathBuf,
+    /// Its log (stdout and stderr, across restarts).
+    pub log: PathBuf,
+    child: Mutex<Option<Child>>,
+}
+
+impl Node {
+    /// A node named `name` configured by `config_toml` (written to `dir`), not started.
+    pub fn new(name: &str, port: u16, bin: &Path, dir: &Path, config_toml: &str) -> Node {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, config_toml).expect("the node's config");
+        Node {
+            name: name.to_owned(),
+            port,
+            bin: bin.to_owned(),
+            config,
+            log: dir.join(format!("{name}.log")),
+            child: Mutex::new(None),
+        }
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process and waits until it listens.
+    pub fn up(&self) {
+        let child = Command::new(&self.bin)
+            .env("RUST_LOG", "warn")
+            .env_remove("DATABASE_URL")
+            .env_remove("KAFKA_BOOTSTRAP")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("run")
+            .stdin(Stdio::null())
+            .stdout(log_file(&self.log))
+            .stderr(log_file(&self.log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.bin.display()));
+        *self.child.lock().expect("node lock") = Some(child);
+        wait_for_port(self.port, &self.name, &self.log);
+    }
+
+    /// `kill -9`: the process dies mid-whatever.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().expect("node lock").take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes (`STOP`) or thaws (`CONT`) the process: a node that stalls past its
+    /// lease and then goes on as if nothing happened.
+    pub fn signal(&self, name: &str) {
+        if let Some(child) = self.child.lock().expect("node lock").as_ref() {
+            signal(child.id(), name);
+        }
+    }
+
+    /// Stops the process gently (its shutdown path), as at the end of the run.
+    pub fn down(&self) {
+        if let Some(mut child) = self.child.lock().expect("node lock").take() {
+            terminate(&mut child, Duration::from_secs(30));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.lock().map(|mut c| c.take()).unwrap_or(None) {
+            signal(child.id(), "CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The `protomolt-node` binary `cargo test` built beside `binary` (a binary of this
+/// package, such as `env!("CARGO_BIN_EXE_chaos")`), or a panic saying how to build it.
+pub fn node_binary_beside(binary: &Path) -> PathBuf {
+    let node = binary.with_file_name("protomolt-node");
+    assert!(
+        node.is_file(),
+        "no {}: build it first (cargo build -p host-example --bin protomolt-node)",
+        node.display()
+    );
+    node
+}
