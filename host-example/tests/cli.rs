@@ -667,3 +667,115 @@ async fn pause_resume_and_drain_act_on_the_fleet_and_get_says_what_holds_a_job()
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn schedules_put_list_get_pause_resume_trigger_and_delete_from_the_command_line() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let mut config = test_config(&db.url, "schedules", 2);
+    config.schedule_poll_ms = 0;
+    let node = JobsNode::start(config).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": workflow::testkit::leaf_workflow(&server.target()) }),
+    )
+    .await;
+    let url = serve(&node).await;
+
+    let put = cli(
+        &url,
+        &[
+            "schedules",
+            "put",
+            "nightly",
+            "--cron",
+            "30 2 * * *",
+            "--timezone",
+            "America/New_York",
+            "--workflow",
+            "leaf",
+            "--input",
+            r#"{"text":"night"}"#,
+        ],
+    )
+    .await;
+    assert_eq!(put.status.code(), Some(0), "{}", text(&put));
+    assert!(
+        text(&put).contains("schedule nightly made"),
+        "{}",
+        text(&put)
+    );
+    assert!(text(&put).contains("(America/New_York)"), "{}", text(&put));
+
+    let listed = cli(&url, &["--json", "schedules", "list"]).await;
+    let rows = json_lines(&listed);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["name"], "nightly");
+    assert_eq!(rows[0]["nextFireTimes"].as_array().map(Vec::len), Some(5));
+
+    let paused = cli(
+        &url,
+        &["schedules", "pause", "nightly", "--reason", "a test"],
+    )
+    .await;
+    assert!(
+        text(&paused).contains("schedule nightly paused"),
+        "{}",
+        text(&paused)
+    );
+    let shown = cli(&url, &["schedules", "get", "nightly"]).await;
+    assert!(
+        text(&shown).contains("paused    a test"),
+        "{}",
+        text(&shown)
+    );
+    let resumed = cli(&url, &["schedules", "resume", "nightly"]).await;
+    assert!(
+        text(&resumed).contains("schedule nightly resumed"),
+        "{}",
+        text(&resumed)
+    );
+
+    let triggered = cli(&url, &["--json", "schedules", "trigger", "nightly"]).await;
+    assert_eq!(triggered.status.code(), Some(0), "{}", text(&triggered));
+    let job_id = json_lines(&triggered)[0]["jobId"]
+        .as_str()
+        .expect("a job id")
+        .to_owned();
+    node.wait_for_status(&job_id, "COMPLETED", Duration::from_secs(30))
+        .await;
+    let shown = cli(&url, &["schedules", "get", "nightly"]).await;
+    assert!(
+        text(&shown).contains(&job_id),
+        "the trigger's job is listed: {}",
+        text(&shown)
+    );
+
+    // A refusal names the field and exits 3; an unknown schedule too.
+    let bad = cli(
+        &url,
+        &[
+            "schedules",
+            "put",
+            "bad",
+            "--cron",
+            "61 * * * *",
+            "--workflow",
+            "leaf",
+        ],
+    )
+    .await;
+    assert_eq!(bad.status.code(), Some(3), "{}", text(&bad));
+    assert!(text(&bad).contains("cron"), "{}", text(&bad));
+    let unknown = cli(&url, &["schedules", "trigger", "no-such"]).await;
+    assert_eq!(unknown.status.code(), Some(3), "{}", text(&unknown));
+
+    let deleted = cli(&url, &["schedules", "delete", "nightly"]).await;
+    assert!(
+        text(&deleted).contains("schedule nightly deleted"),
+        "{}",
+        text(&deleted)
+    );
+    let none = cli(&url, &["--json", "schedules", "list"]).await;
+    assert!(json_lines(&none).is_empty());
+}

@@ -172,6 +172,9 @@ pub(crate) enum Command {
     /// Stored workflows.
     #[command(subcommand, visible_alias = "workflow")]
     Workflows(Workflows),
+    /// Schedules: stored workflows run as jobs at the ticks of a cron expression.
+    #[command(subcommand, visible_alias = "schedule")]
+    Schedules(Schedules),
     /// Publish again jobs' dead-lettered (FAILED) events, and those held behind them.
     Redrive {
         /// The jobs' ids.
@@ -276,5 +279,76 @@ pub(crate) enum Proto {
     Export {
         /// Where to write them (created if missing).
         dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Schedules {
+    /// List the schedules, with their next tick.
+    List,
+    /// Show one: its spec, next ticks and newest jobs.
+    Get {
+        /// Its name.
+        name: String,
+    },
+    /// Make or replace one (the flags, over the body of --file when given).
+    Put {
+        /// Its name.
+        name: String,
+        /// A JSON file holding a put-schedule body (the flags override its fields).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The cron expression ("0 9 * * MON-FRI", "@hourly", "@every 90s").
+        #[arg(long)]
+        cron: Option<String>,
+        /// The IANA time zone it is read in (default UTC).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// The stored workflow each tick runs.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Each job's input (JSON).
+        #[arg(long)]
+        input: Option<String>,
+        /// skip, buffer-one, allow or cancel-previous.
+        #[arg(long)]
+        overlap: Option<String>,
+        /// none, last or all.
+        #[arg(long)]
+        catchup: Option<String>,
+    },
+    /// Stop its ticks until resumed.
+    Pause {
+        /// Its name.
+        name: String,
+        /// Why (kept with the pause).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Fire its ticks again, from the next one.
+    Resume {
+        /// Its name.
+        name: String,
+    },
+    /// Make one job of it now.
+    Trigger {
+        /// Its name.
+        name: String,
+    },
+    /// Make a job for each of its ticks in a past range [--from, --to).
+    Backfill {
+        /// Its name.
+        name: String,
+        /// The range's start (RFC 3339).
+        #[arg(long)]
+        from: String,
+        /// The range's end (RFC 3339, not in the future).
+        #[arg(long)]
+        to: String,
+    },
+    /// Delete it (its jobs stay).
+    Delete {
+        /// Its name.
+        name: String,
     },
 }

@@ -25,6 +25,7 @@ mod client;
 mod exit;
 mod follow;
 mod output;
+mod schedules;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -313,6 +314,7 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+        Command::Schedules(command) => schedules::run(&client, out, command).await,
         Command::Workflows(Workflows::List) => {
             let answer = client.call("list-workflows", &json!({})).await?;
             let workflows = answer["workflows"].as_array().cloned().unwrap_or_default();
@@ -619,7 +621,7 @@ fn export_protos(dir: &std::path::Path) -> Result<Vec<&'static str>, CliError> {
 }
 
 /// A JSON argument, or `@file` holding one.
-fn json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
+pub(crate) fn json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
     match text.strip_prefix('@') {
         Some(path) => json_file(flag, &PathBuf::from(path)),
         None => serde_json::from_str(text)
@@ -628,7 +630,7 @@ fn json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
 }
 
 /// A JSON file.
-fn json_file(what: &str, path: &PathBuf) -> Result<Value, CliError> {
+pub(crate) fn json_file(what: &str, path: &PathBuf) -> Result<Value, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::Usage(format!("{what}: cannot read {}: {e}", path.display())))?;
     serde_json::from_str(&text)
