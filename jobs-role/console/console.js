@@ -17,6 +17,7 @@
  *   job.js            a job's page, #/jobs/<id>, with its review form.
  *   inbox.js          the review inbox, #/inbox.
  *   workflows.js      #/workflows and #/workflows/<name>, with the submit form.
+ *   schedules.js      #/schedules and #/schedules/<name>: next runs, last runs, pause, resume, trigger.
  *   console.js        (this file) hash routes, nav, the token form and sign-out wiring.
  *
  * Every view is a function render(main, params, query) that fills <main id="view">
@@ -33,12 +34,15 @@ import { renderFleetView } from './js/fleet.js';
 import { renderJobView } from './js/job.js';
 import { renderInboxView } from './js/inbox.js';
 import { renderWorkflowView, renderWorkflowsView } from './js/workflows.js';
+import { renderScheduleView, renderSchedulesView } from './js/schedules.js';
 
 const ROUTES = [
   { name: 'fleet', pattern: /^\/fleet$/, render: renderFleetView, nav: '#/fleet' },
   { name: 'inbox', pattern: /^\/inbox$/, render: renderInboxView, nav: '#/inbox' },
   { name: 'workflows', pattern: /^\/workflows$/, render: renderWorkflowsView, nav: '#/workflows' },
   { name: 'workflow', pattern: /^\/workflows\/(.+)$/, render: renderWorkflowView, nav: '#/workflows', param: 'name' },
+  { name: 'schedules', pattern: /^\/schedules$/, render: renderSchedulesView, nav: '#/schedules' },
+  { name: 'schedule', pattern: /^\/schedules\/(.+)$/, render: renderScheduleView, nav: '#/schedules', param: 'name' },
   { name: 'job', pattern: /^\/jobs\/(.+)$/, render: renderJobView, nav: null, param: 'id' },
 ];
 

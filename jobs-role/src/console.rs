@@ -1,12 +1,12 @@
-//! The console: a web page for the fleet, every job's story, a human-review inbox and
-//! the stored workflows, served at `/console`.
+//! The console: a web page for the fleet, every job's story, a human-review inbox,
+//! the stored workflows and the schedules, served at `/console`.
 //!
 //! The page is static files embedded in the binary (no Node toolchain to build or run
 //! it, no build step): `console/index.html`, `console/console.css`, and the script as
 //! ES modules, `console/console.js` (the entry module: the router) importing the ones
 //! in `console/js/`, one per concept (`dom`, `api`, `sse`, `forms-rules`, `forms`,
 //! `definition`, `graph`, `map-items`, `charts`, and one per page: `fleet`, `job`, `inbox`,
-//! `workflows`; see the
+//! `workflows`, `schedules`; see the
 //! comment at the top of `console.js`). It holds no privilege of its own: it calls the
 //! same actions route as every client, with the same bearer token (asked for when the
 //! node answers 401, kept in the tab's session storage), and reads a job's events from
@@ -48,6 +48,7 @@ const MODULES: &[(&str, &str)] = modules![
     "inbox.js",
     "job.js",
     "map-items.js",
+    "schedules.js",
     "sse.js",
     "tree.js",
     "workflows.js",

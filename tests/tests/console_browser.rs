@@ -922,3 +922,99 @@ async fn an_operator_pages_the_jobs_by_keyset_and_redrives_dead_lettered_events(
     browser.stop().await;
     console.node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sees_a_schedules_next_and_last_runs_and_pauses_triggers_and_resumes_it() {
+    let console = Console::start(None).await;
+    let server = FixtureServer::start().await;
+    console
+        .node
+        .ok(
+            "put-workflow",
+            json!({ "workflow": workflow::testkit::leaf_workflow(&server.target()) }),
+        )
+        .await;
+    console
+        .node
+        .ok(
+            "put-schedule",
+            json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
+                "workflowName": "leaf", "input": { "text": "night" } }),
+        )
+        .await;
+    let first = console
+        .node
+        .ok("trigger-schedule", json!({ "name": "nightly" }))
+        .await["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    console
+        .node
+        .wait_for_status(&first, "COMPLETED", Duration::from_secs(30))
+        .await;
+
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page("#/schedules")).await.unwrap();
+    let row = "#schedule-list li[data-schedule=\"nightly\"]";
+    element(&page, &format!("{row} .next-runs li:nth-child(3)")).await;
+    element(
+        &page,
+        &format!("{row} .last-runs li[data-job=\"{first}\"][data-status=\"COMPLETED\"]"),
+    )
+    .await;
+    wait_for_text(&page, row, "the schedule's cron and zone", |t| {
+        t.contains("0 3 * * * (Europe/Berlin)")
+    })
+    .await;
+    let found = page.execute(LABELS_AND_WIDTH, vec![]).await.unwrap();
+    assert_eq!(
+        found["unlabelled"],
+        json!([]),
+        "schedules: unlabelled inputs"
+    );
+
+    // Paused from the page: no next runs while paused.
+    click(&page, &format!("{row} button.pause-schedule")).await;
+    element(
+        &page,
+        "#schedule-list li[data-schedule=\"nightly\"][data-paused=\"true\"] .marker.paused",
+    )
+    .await;
+    let shown = console
+        .node
+        .ok("get-schedule", json!({ "name": "nightly" }))
+        .await;
+    assert_eq!(shown["schedule"]["paused"], true);
+    // Triggered from the page: a job now, whatever the pause.
+    click(&page, &format!("{row} button.trigger-schedule")).await;
+    let link = element(&page, &format!("{row} a.triggered-job")).await;
+    let triggered = link.text().await.unwrap();
+    console
+        .node
+        .wait_for_status(&triggered, "COMPLETED", Duration::from_secs(30))
+        .await;
+    screenshot(&page, "schedules").await;
+    // Resumed: it fires again.
+    click(&page, &format!("{row} button.pause-schedule")).await;
+    element(
+        &page,
+        "#schedule-list li[data-schedule=\"nightly\"][data-paused=\"false\"]",
+    )
+    .await;
+    // Its own page: the spec, five next runs, both jobs.
+    page.goto(&console.page("#/schedules/nightly"))
+        .await
+        .unwrap();
+    wait_for_text(&page, ".schedule-facts", "the spec", |t| {
+        t.contains("Europe/Berlin") && t.contains("skip")
+    })
+    .await;
+    element(&page, ".next-runs li:nth-child(5)").await;
+    element(&page, &format!(".last-runs li[data-job=\"{triggered}\"]")).await;
+    element(&page, &format!(".last-runs li[data-job=\"{first}\"]")).await;
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}

@@ -31,6 +31,9 @@ const NEWEST_JOBS: i64 = 20;
 /// The most schedules `list-schedules` answers.
 const MAX_LISTED: i64 = 1_000;
 
+/// How many of each schedule's newest jobs `list-schedules` shows.
+const LISTED_JOBS: i64 = 5;
+
 /// `put-schedule`.
 pub async fn put(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
     if let Some(c) = workflow::compile::hidden_character(request.str("pausedReason")) {
@@ -161,9 +164,18 @@ pub async fn list(state: Arc<JobsState>, _request: ActionRequest) -> Result<Valu
         .list_schedules(MAX_LISTED)
         .await
         .map_err(store_error)?;
+    let mut recent = state
+        .store
+        .recent_schedule_jobs(MAX_LISTED, LISTED_JOBS)
+        .await
+        .map_err(store_error)?;
     let schedules: Vec<Value> = rows
         .iter()
-        .map(|row| view(row, timing_of(row).as_ref()))
+        .map(|row| {
+            let mut schedule = view(row, timing_of(row).as_ref());
+            schedule["lastJobs"] = recent.remove(&row.name).unwrap_or_else(|| json!([]));
+            schedule
+        })
         .collect();
     Ok(json!({ "ok": true, "schedules": schedules }))
 }

@@ -188,6 +188,23 @@ impl Store {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
+    /// Each schedule's (the first `limit` by name) newest `per` jobs by tick, as
+    /// `{jobId, status, scheduledFor}` lists.
+    pub async fn recent_schedule_jobs(
+        &self,
+        limit: i64,
+        per: i64,
+    ) -> Result<std::collections::HashMap<String, Value>, StoreError> {
+        let client = self.shared().await?;
+        let rows = client
+            .query(sql::RECENT_SCHEDULE_JOBS, &[&limit, &per])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| (row.get("name"), row.get("jobs")))
+            .collect())
+    }
+
     /// Fires a due schedule in one transaction: locks it (skipping it when another
     /// node holds it, or answering `locked: false` when it was fired, changed or
     /// paused since it was read), applies the overlap policy against its live jobs,

@@ -127,3 +127,15 @@ SELECT json_build_object('jobId', job_id, 'status', status, 'scheduledFor', sche
  WHERE schedule_name = $1
  ORDER BY scheduled_for DESC, job_id DESC
  LIMIT $2";
+
+/// Each schedule's (the first `$1` by name) newest `$2` jobs by tick, for
+/// `list-schedules`: one statement, each schedule's read from the by-schedule index.
+pub const RECENT_SCHEDULE_JOBS: &str = "\
+SELECT s.name,
+       COALESCE((SELECT json_agg(json_build_object('jobId', j.job_id, 'status', j.status,
+                                                  'scheduledFor', j.scheduled_for)
+                                 ORDER BY j.scheduled_for DESC)
+                   FROM (SELECT job_id, status, scheduled_for FROM workflow_run w
+                          WHERE w.schedule_name = s.name
+                          ORDER BY scheduled_for DESC LIMIT $2) j), '[]') AS jobs
+  FROM workflow_schedules s ORDER BY s.name LIMIT $1";
