@@ -2,7 +2,7 @@
 -- node reads the due rows (next_fire_at <= now(), not paused), prepares the tick's
 -- jobs, then locks the row (FOR UPDATE SKIP LOCKED, on the revision and next_fire_at
 -- it read) and, in one transaction, applies the overlap policy, inserts the jobs and
--- moves next_fire_at on. A tick's job id is derived from (schedule, created_at, tick),
+-- moves next_fire_at on. A tick's job id is derived from (schedule, id_salt, tick),
 -- so a tick fired twice (a node that died after its COMMIT was sent, two nodes racing)
 -- makes one job.
 CREATE TABLE workflow_schedules (
@@ -21,8 +21,10 @@ CREATE TABLE workflow_schedules (
     -- Why the newest tick made no job (its workflow not stored on the firing node,
     -- its input no longer valid), cleared by the next tick that makes one.
     last_error text,
-    -- Part of every tick's job id: a schedule deleted and made again under the same
+    -- Part of every tick's job id, random and never shown: nobody can take a future
+    -- tick's id by guessing it, and a schedule deleted and made again under the same
     -- name is a new schedule whose ticks are not its predecessor's.
+    id_salt uuid NOT NULL DEFAULT gen_random_uuid(),
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
 );

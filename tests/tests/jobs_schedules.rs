@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use http::StatusCode;
 use jobs_role::actions::JobsState;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, test_config};
+use protomolt_e2e::jobs::{JobsNode, http_get_text, test_config};
 use serde_json::json;
 use workflow::testkit::{FixtureOptions, FixtureServer, leaf_workflow};
 
@@ -370,7 +370,7 @@ async fn new_york_and_berlin_schedules_follow_daylight_saving_as_promised() {
 async fn run_slow_schedule(
     overlap: &str,
     seconds: u64,
-) -> (TestDatabase, FixtureServer, Vec<(i64, i64)>) {
+) -> (TestDatabase, FixtureServer, Vec<(i64, i64)>, String) {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start_with(FixtureOptions {
         tokenize_delay: Some(Duration::from_secs(3)),
@@ -412,8 +412,19 @@ async fn run_slow_schedule(
         json!({ "name": "slow", "reason": "done" }),
     )
     .await;
+    let (_, metrics) = http_get_text(&node.router, "/metrics").await;
     node.stop().await;
-    (db, server, samples)
+    (db, server, samples, metrics)
+}
+
+/// `protomolt_jobs_schedule_ticks_total{outcome}` in a scrape (0 when absent).
+fn ticks_counted(metrics: &str, outcome: &str) -> f64 {
+    let prefix = format!("protomolt_jobs_schedule_ticks_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 async fn count_where(db: &TestDatabase, condition: &str) -> i64 {
@@ -432,7 +443,7 @@ async fn count_where(db: &TestDatabase, condition: &str) -> i64 {
 
 #[tokio::test]
 async fn overlap_skip_makes_no_job_while_the_previous_one_runs() {
-    let (db, server, samples) = run_slow_schedule("skip", 10).await;
+    let (db, server, samples, metrics) = run_slow_schedule("skip", 10).await;
     let made = count_where(&db, "true").await;
     assert!(
         (2..=6).contains(&made),
@@ -446,11 +457,21 @@ async fn overlap_skip_makes_no_job_while_the_previous_one_runs() {
     );
     let most = server.stats.max_in_flight_by_text();
     assert_eq!(most.get("skip"), Some(&1), "{most:?}");
+    // The node counted what it fired and what it skipped.
+    assert_eq!(ticks_counted(&metrics, "fired"), made as f64, "{metrics}");
+    assert!(
+        ticks_counted(&metrics, "skipped_overlap") >= 3.0,
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("protomolt_jobs_schedule_lag_seconds_count"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
 async fn overlap_buffer_one_keeps_at_most_one_job_waiting() {
-    let (db, server, samples) = run_slow_schedule("buffer-one", 10).await;
+    let (db, server, samples, _) = run_slow_schedule("buffer-one", 10).await;
     assert!(
         samples
             .iter()
@@ -470,7 +491,7 @@ async fn overlap_buffer_one_keeps_at_most_one_job_waiting() {
 
 #[tokio::test]
 async fn overlap_cancel_previous_cancels_the_running_job() {
-    let (db, server, samples) = run_slow_schedule("cancel-previous", 8).await;
+    let (db, server, samples, _) = run_slow_schedule("cancel-previous", 8).await;
     assert!(
         samples.iter().all(|(_, running)| *running <= 1),
         "the new job starts once the cancelled one stopped: {samples:?}"
@@ -510,4 +531,204 @@ async fn overlap_cancel_previous_cancels_the_running_job() {
             .any(|row| called.contains(&row.get::<_, String>(0))),
         "a job was cancelled while it ran"
     );
+}
+
+#[tokio::test]
+async fn a_tick_fired_twice_under_cancel_previous_keeps_its_own_job() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let (node, state) = clocked_node(&db, &server.target(), 0).await;
+    node.ok(
+        "put-schedule",
+        json!({ "name": "replaced", "cron": "* * * * *", "workflowName": "leaf",
+            "input": { "text": "x" }, "overlap": "cancel-previous",
+            "startAt": "2027-01-01T10:00:00Z" }),
+    )
+    .await;
+    let fire = |at_text: &'static str| {
+        let state = state.clone();
+        async move { state.scheduler.fire_due(at(at_text)).await.expect("fire") }
+    };
+    fire("2027-01-01T10:00:01Z").await;
+    // The row goes back to the tick it fired (a put that raced the fire, a node
+    // that lost its COMMIT's answer): the tick fires again.
+    db.connect()
+        .await
+        .execute(
+            "UPDATE workflow_schedules SET next_fire_at = '2027-01-01T10:00:00Z' WHERE name = 'replaced'",
+            &[],
+        )
+        .await
+        .expect("rewind");
+    let again = fire("2027-01-01T10:00:02Z").await;
+    assert_eq!(again.already, 1, "{again:?}");
+    assert_eq!(
+        again.cancelled, 0,
+        "its own job is not a previous one: {again:?}"
+    );
+    assert_eq!(
+        count_named(&db, "replaced", "status = 'QUEUED'").await,
+        1,
+        "the tick's one job still stands"
+    );
+    // The next tick does cancel it.
+    let next = fire("2027-01-01T10:01:01Z").await;
+    assert_eq!(next.cancelled, 1, "{next:?}");
+    assert_eq!(
+        count_named(&db, "replaced", "status = 'CANCELLED'").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_tick_whose_id_another_job_holds_makes_nothing_and_says_so() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let (node, state) = clocked_node(&db, &server.target(), 0).await;
+    node.ok(
+        "put-schedule",
+        json!({ "name": "guarded", "cron": "* * * * *", "workflowName": "leaf",
+            "input": { "text": "mine" }, "startAt": "2027-01-01T10:00:00Z" }),
+    )
+    .await;
+    // The salt is never shown: the verbs do not give it away.
+    let shown = node.ok("get-schedule", json!({ "name": "guarded" })).await;
+    assert!(!shown.to_string().contains("alt"), "{shown}");
+    // Someone who could read it takes the 10:00 tick's id with another input.
+    let salt: uuid::Uuid = db
+        .connect()
+        .await
+        .query_one(
+            "SELECT id_salt FROM workflow_schedules WHERE name = 'guarded'",
+            &[],
+        )
+        .await
+        .expect("salt")
+        .get(0);
+    let id = jobs_role::schedules::firing::tick_job_id(
+        "guarded",
+        salt,
+        at("2027-01-01T10:00:00Z"),
+        jobs_role::schedules::firing::TickKind::Tick,
+    );
+    node.ok(
+        "submit-workflow",
+        json!({ "workflowName": "leaf", "input": { "text": "theirs" }, "jobId": id.to_string() }),
+    )
+    .await;
+    let report = state
+        .scheduler
+        .fire_due(at("2027-01-01T10:00:01Z"))
+        .await
+        .expect("fire");
+    assert_eq!(report.failed, 1, "{report:?}");
+    let shown = node.ok("get-schedule", json!({ "name": "guarded" })).await;
+    let error = shown["schedule"]["lastError"].as_str().unwrap_or_default();
+    assert!(error.contains("held by another job"), "{shown}");
+    assert_eq!(count_named(&db, "guarded", "true").await, 0);
+}
+
+#[tokio::test]
+async fn a_node_without_the_workflow_leaves_the_tick_to_one_that_has_it() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    // Each in-process node has its own stored workflows: only `with` stores leaf.
+    let (with, with_state) = clocked_node(&db, &server.target(), 0).await;
+    let mut config = test_config(&db.url, "without", 0);
+    config.schedule_poll_ms = 0;
+    let without = JobsNode::start(config).await;
+    let without_state = without
+        .node
+        .get::<Arc<JobsState>>()
+        .expect("the jobs role provides its state");
+    with.ok(
+        "put-schedule",
+        json!({ "name": "deployed", "cron": "* * * * *", "workflowName": "leaf",
+            "input": { "text": "x" }, "startAt": "2027-01-01T10:00:00Z" }),
+    )
+    .await;
+    let left = without_state
+        .scheduler
+        .fire_due(at("2027-01-01T10:00:01Z"))
+        .await
+        .expect("fire");
+    assert_eq!((left.deferred, left.fired), (1, 0), "{left:?}");
+    let fired = with_state
+        .scheduler
+        .fire_due(at("2027-01-01T10:00:02Z"))
+        .await
+        .expect("fire");
+    assert_eq!(fired.made, 1, "{fired:?}");
+    // With no node that has it, the tick is fired without its job after a while,
+    // and the schedule says why.
+    let late = without_state
+        .scheduler
+        .fire_due(at("2027-01-01T10:01:09Z"))
+        .await
+        .expect("fire");
+    assert_eq!((late.fired, late.failed), (1, 1), "{late:?}");
+    let shown = with.ok("get-schedule", json!({ "name": "deployed" })).await;
+    assert!(
+        shown["schedule"]["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("workflowName") || e.contains("no stored workflow")),
+        "{shown}"
+    );
+    assert_eq!(
+        at(shown["schedule"]["nextFireAt"].as_str().expect("next")),
+        at("2027-01-01T10:02:00Z")
+    );
+}
+
+#[tokio::test]
+async fn putting_the_same_schedule_again_changes_nothing_and_an_unreadable_one_is_paused() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let (node, state) = clocked_node(&db, &server.target(), 0).await;
+    let body = json!({ "name": "same", "cron": "*/5 * * * *", "workflowName": "leaf",
+        "input": { "text": "x" } });
+    let first = node.ok("put-schedule", body.clone()).await;
+    let again = node.ok("put-schedule", body).await;
+    assert_eq!(again["created"], false);
+    assert_eq!(again["schedule"]["revision"], first["schedule"]["revision"]);
+    assert_eq!(
+        again["schedule"]["nextFireAt"],
+        first["schedule"]["nextFireAt"]
+    );
+
+    // A row edited by hand into something no node can read is paused, saying why,
+    // not retried on every round.
+    db.connect()
+        .await
+        .execute(
+            "UPDATE workflow_schedules SET spec = jsonb_set(spec, '{cron}', '\"not a cron\"'), next_fire_at = now() - interval '1 minute' WHERE name = 'same'",
+            &[],
+        )
+        .await
+        .expect("edit");
+    state
+        .scheduler
+        .fire_due(chrono::Utc::now())
+        .await
+        .expect("fire");
+    let shown = node.ok("get-schedule", json!({ "name": "same" })).await;
+    assert_eq!(shown["schedule"]["paused"], true, "{shown}");
+    assert!(
+        shown["schedule"]["pausedReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("cron")),
+        "{shown}"
+    );
+}
+
+async fn count_named(db: &TestDatabase, name: &str, condition: &str) -> i64 {
+    db.connect()
+        .await
+        .query_one(
+            &format!("SELECT count(*) FROM workflow_run WHERE schedule_name = $1 AND {condition}"),
+            &[&name],
+        )
+        .await
+        .expect("count")
+        .get(0)
 }

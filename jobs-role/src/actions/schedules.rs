@@ -60,7 +60,7 @@ pub async fn put(state: Arc<JobsState>, request: ActionRequest) -> Result<Value,
     // tick refuses the schedule now.
     let job = state
         .scheduler
-        .job_for(&spec, now, now, TickKind::Tick)
+        .job_for(&spec, uuid::Uuid::nil(), now, TickKind::Tick)
         .await
         .map_err(|refused| match refused {
             SubmitError::UnknownWorkflow(name) => ActionError::invalid(format!(
@@ -76,14 +76,31 @@ pub async fn put(state: Arc<JobsState>, request: ActionRequest) -> Result<Value,
             spec.overlap.as_str()
         )));
     }
-    let Some(first) = spec.first_tick(&timing, now) else {
+    let paused = request.get("paused").and_then(Value::as_bool);
+    let stored = serde_json::to_value(&spec).map_err(ActionError::internal)?;
+    let existing = state
+        .store
+        .schedule(&spec.name)
+        .await
+        .map_err(store_error)?;
+    // The same schedule put again (a deploy re-applying its config) changes nothing:
+    // its next tick, its revision and any fire in flight stand.
+    if let Some(row) = existing
+        .as_ref()
+        .filter(|row| row.spec == stored && paused.is_none_or(|p| p == row.paused))
+    {
+        return Ok(json!({ "ok": true, "created": false, "schedule": view(row, Some(&timing)) }));
+    }
+    // A replaced schedule never goes back to a tick it fired.
+    let from = existing
+        .and_then(|row| row.last_tick_at)
+        .map_or(now, |last| now.max(last + chrono::Duration::seconds(1)));
+    let Some(first) = spec.first_tick(&timing, from) else {
         return Err(ActionError::invalid(format!(
             "endAt: no tick of '{}' falls between now (or startAt) and endAt",
             spec.cron
         )));
     };
-    let paused = request.get("paused").and_then(Value::as_bool);
-    let stored = serde_json::to_value(&spec).map_err(ActionError::internal)?;
     let (created, row) = state
         .store
         .put_schedule(

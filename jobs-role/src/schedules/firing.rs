@@ -27,6 +27,10 @@ const DUE_AT_ONCE: i64 = 32;
 /// schedule held by another node must not spin).
 const MIN_PAUSE: Duration = Duration::from_millis(50);
 
+/// How long a node that does not store a tick's workflow leaves the tick to the
+/// other nodes before firing it without its job (half the on-time grace).
+const LEAVE_TO_OTHERS: chrono::Duration = chrono::Duration::milliseconds(7_500);
+
 /// The most keys a job holds (the claim reads three).
 const MAX_KEYS_PER_JOB: usize = 3;
 
@@ -50,6 +54,8 @@ pub struct FireReport {
     pub failed: usize,
     /// Live jobs `cancel-previous` cancelled.
     pub cancelled: usize,
+    /// Schedules left to other nodes (this one does not store their workflow).
+    pub deferred: usize,
     /// As many schedules were due as a round fires: more may be.
     pub more: bool,
 }
@@ -105,22 +111,31 @@ impl Scheduler {
     /// Fires every schedule due at `now` (the database's clock; a test passes its
     /// own). A schedule another node is firing is skipped.
     pub async fn fire_due(&self, now: DateTime<Utc>) -> Result<FireReport, StoreError> {
-        let due = self.store().due_schedules(now, DUE_AT_ONCE).await?;
-        let mut report = FireReport {
-            more: due.len() as i64 == DUE_AT_ONCE,
-            ..FireReport::default()
-        };
+        let mut due = self.store().due_schedules(now, DUE_AT_ONCE).await?;
+        // Each node starts at its own place in the list, so nodes racing for a burst
+        // of due schedules (a thousand at midnight) mostly take different ones
+        // instead of all preparing the same first one.
+        if !due.is_empty() {
+            let start = (Uuid::new_v4().as_u128() % due.len() as u128) as usize;
+            due.rotate_left(start);
+        }
+        let mut report = FireReport::default();
         for schedule in &due {
             match self.fire(schedule, now, &mut report).await {
                 Ok(()) => {}
-                // One schedule's failure (a lock held too long) leaves it due; the
-                // others still fire.
-                Err(e) if e.is_lock_timeout() || e.is_deadlock() => {
-                    tracing::warn!(schedule = %schedule.name, error = %e, "firing a schedule failed; it stays due")
+                // The server answered: this schedule's fire failed, the connection is
+                // fine, and the other schedules still fire. A lock held too long, a
+                // deadlock: it stays due for the next round.
+                Err(e) if e.is_answered_by_server() => {
+                    tracing::warn!(schedule = %schedule.name, error = %e, "firing a schedule failed; it stays due");
                 }
+                // No database: the round ends, the loop retries.
                 Err(e) => return Err(e),
             }
         }
+        // More may be due only when this round fired as many as it read (schedules
+        // another node holds are not this node's to wait for).
+        report.more = due.len() as i64 == DUE_AT_ONCE && report.fired > 0;
         Ok(report)
     }
 
@@ -134,30 +149,37 @@ impl Scheduler {
         let Some(due) = schedule.next_fire_at else {
             return Ok(());
         };
-        let spec: ScheduleSpec = match serde_json::from_value(schedule.spec.clone()) {
-            Ok(spec) => spec,
+        // A spec this node cannot read (a row edited by hand, a node older than the
+        // schedule) is paused, saying why, not retried every round.
+        let read = serde_json::from_value::<ScheduleSpec>(schedule.spec.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|spec| spec.timing().map(|timing| (spec, timing)));
+        let (spec, timing) = match read {
+            Ok(read) => read,
             Err(e) => {
-                tracing::warn!(schedule = %schedule.name, error = %e, "a schedule's stored spec cannot be read; put it again");
-                return Ok(());
-            }
-        };
-        let timing = match spec.timing() {
-            Ok(timing) => timing,
-            Err(e) => {
-                tracing::warn!(schedule = %schedule.name, error = %e, "a schedule's cron no longer parses; put it again");
+                let reason =
+                    format!("this node cannot read the schedule's spec ({e}); put it again");
+                tracing::warn!(schedule = %schedule.name, %reason, "pausing a schedule");
+                self.store()
+                    .pause_unreadable_schedule(schedule, &reason)
+                    .await?;
                 return Ok(());
             }
         };
         let planned = plan(&spec, &timing, due, now);
         let mut jobs = Vec::with_capacity(planned.ticks.len());
         let mut error = None;
+        let mut unknown_since = None;
         for tick in &planned.ticks {
             match self
-                .job_for(&spec, schedule.created_at, *tick, TickKind::Tick)
+                .job_for(&spec, schedule.id_salt, *tick, TickKind::Tick)
                 .await
             {
                 Ok(job) => jobs.push(job),
                 Err(refused) => {
+                    if matches!(refused, SubmitError::UnknownWorkflow(_)) {
+                        unknown_since.get_or_insert(*tick);
+                    }
                     error = Some(format!(
                         "tick {}: {refused}",
                         tick.to_rfc3339_opts(SecondsFormat::Secs, true)
@@ -165,12 +187,19 @@ impl Scheduler {
                 }
             }
         }
+        // The workflow is not stored on this node (a rolling deploy, a node set up
+        // differently): leave the tick to a node that has it, for a while, before
+        // firing it without its job.
+        if unknown_since.is_some_and(|tick| now - tick < LEAVE_TO_OTHERS) {
+            report.deferred += 1;
+            return Ok(());
+        }
         let failed = planned.ticks.len() - jobs.len();
         let made_at: Vec<DateTime<Utc>> = jobs
             .iter()
             .filter_map(|job| job.schedule.as_ref().map(|tick| tick.at))
             .collect();
-        let fired = self
+        let fired = match self
             .store()
             .fire_schedule(Firing {
                 schedule,
@@ -179,7 +208,26 @@ impl Scheduler {
                 next: planned.next,
                 error: error.clone(),
             })
-            .await?;
+            .await
+        {
+            Ok(fired) => fired,
+            // PostgreSQL refused a value of the ticks' jobs: sending them again can
+            // never pass, so the schedule moves past them, saying why.
+            Err(refused) if refused.is_data_error() => {
+                let error = format!("ticks up to {}: {refused}", due.to_rfc3339());
+                tracing::warn!(schedule = %schedule.name, %error, "a schedule's ticks made no job");
+                if self
+                    .store()
+                    .skip_schedule_ticks(schedule, planned.next, &error)
+                    .await?
+                {
+                    report.fired += 1;
+                    report.failed += planned.ticks.len();
+                }
+                return Ok(());
+            }
+            Err(other) => return Err(other),
+        };
         if !fired.locked {
             return Ok(());
         }
@@ -192,8 +240,8 @@ impl Scheduler {
         report.skipped += fired.skipped;
         report.cancelled += fired.cancelled;
         report.missed += planned.missed;
-        report.failed += failed;
-        self.count(&fired, planned.missed, failed, &made_at, now);
+        report.failed += failed + fired.taken;
+        self.count(&fired, planned.missed, failed + fired.taken, &made_at, now);
         Ok(())
     }
 
@@ -241,7 +289,7 @@ impl Scheduler {
         let (schedule, spec) = self.read(name).await?;
         let (now, _) = self.store().schedule_clock().await?;
         let mut job = self
-            .job_for(&spec, schedule.created_at, now, TickKind::Trigger)
+            .job_for(&spec, schedule.id_salt, now, TickKind::Trigger)
             .await?;
         if let Some(id) = job_id {
             job.job_id = id;
@@ -280,7 +328,7 @@ impl Scheduler {
         let mut jobs = Vec::with_capacity(ticks.len());
         for tick in &ticks {
             jobs.push(
-                self.job_for(&spec, schedule.created_at, *tick, TickKind::Tick)
+                self.job_for(&spec, schedule.id_salt, *tick, TickKind::Tick)
                     .await?,
             );
         }
@@ -325,21 +373,23 @@ impl Scheduler {
     pub async fn job_for(
         &self,
         spec: &ScheduleSpec,
-        created_at: DateTime<Utc>,
+        salt: Uuid,
         tick: DateTime<Utc>,
         kind: TickKind,
     ) -> Result<NewJob, SubmitError> {
-        let job_id = tick_job_id(&spec.name, created_at, tick, kind);
+        let job_id = tick_job_id(&spec.name, salt, tick, kind);
         let jitter = jitter_of(&spec.name, tick, spec.jitter_ms);
         let submission = Submission {
             source: DefinitionSource::Stored(spec.workflow_name.clone()),
             input: spec.input.clone(),
             job_id: Some(job_id),
             max_attempts: spec.max_attempts,
+            // Jitter counts from the tick (the database's time), not from this node's
+            // clock: a late tick's jitter may be over already.
             start: if jitter.is_zero() {
                 Start::Now
             } else {
-                Start::After(jitter)
+                Start::At(std::time::SystemTime::from(tick) + jitter)
             },
             priority: spec.priority,
             dedupe: None,
@@ -370,24 +420,16 @@ pub enum TickKind {
     Trigger,
 }
 
-/// A tick's job id: uuid v5 of the schedule's name, its creation time and the tick,
-/// so every node firing the tick (and every backfill of it) names the same job, and a
-/// schedule deleted and made again is a new schedule.
-pub fn tick_job_id(
-    name: &str,
-    created_at: DateTime<Utc>,
-    tick: DateTime<Utc>,
-    kind: TickKind,
-) -> Uuid {
+/// A tick's job id: uuid v5 of the schedule's name, its salt (random, never shown:
+/// nobody can take a future tick's id by computing it) and the tick, so every node
+/// firing the tick (and every backfill of it) names the same job, and a schedule
+/// deleted and made again is a new schedule.
+pub fn tick_job_id(name: &str, salt: Uuid, tick: DateTime<Utc>, kind: TickKind) -> Uuid {
     let kind = match kind {
         TickKind::Tick => "tick",
         TickKind::Trigger => "trigger",
     };
-    let seed = format!(
-        "{name}\n{}\n{kind}\n{}",
-        created_at.timestamp_micros(),
-        tick.timestamp_micros()
-    );
+    let seed = format!("{name}\n{salt}\n{kind}\n{}", tick.timestamp_micros());
     Uuid::new_v5(&TICK_NAMESPACE, seed.as_bytes())
 }
 
@@ -435,6 +477,9 @@ pub async fn schedule_loop(
                             }
                             pause = if report.more {
                                 Duration::ZERO
+                            } else if report.deferred > 0 && report.fired == 0 {
+                                // Left to other nodes: look again, not at once.
+                                poll.min(Duration::from_millis(500))
                             } else {
                                 MIN_PAUSE
                             };
@@ -467,21 +512,16 @@ mod tests {
 
     #[test]
     fn a_ticks_job_id_is_the_same_on_every_node_and_new_for_a_new_schedule() {
-        let made = Utc::now();
-        let tick = made + chrono::Duration::minutes(1);
-        let id = tick_job_id("nightly", made, tick, TickKind::Tick);
-        assert_eq!(id, tick_job_id("nightly", made, tick, TickKind::Tick));
-        assert_ne!(id, tick_job_id("nightly", made, tick, TickKind::Trigger));
+        let salt = Uuid::new_v4();
+        let tick = Utc::now();
+        let id = tick_job_id("nightly", salt, tick, TickKind::Tick);
+        assert_eq!(id, tick_job_id("nightly", salt, tick, TickKind::Tick));
+        assert_ne!(id, tick_job_id("nightly", salt, tick, TickKind::Trigger));
         assert_ne!(
             id,
-            tick_job_id(
-                "nightly",
-                made + chrono::Duration::microseconds(1),
-                tick,
-                TickKind::Tick
-            )
+            tick_job_id("nightly", Uuid::new_v4(), tick, TickKind::Tick)
         );
-        assert_ne!(id, tick_job_id("weekly", made, tick, TickKind::Tick));
+        assert_ne!(id, tick_job_id("weekly", salt, tick, TickKind::Tick));
     }
 
     #[test]

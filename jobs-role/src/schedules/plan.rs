@@ -45,19 +45,14 @@ pub fn plan(spec: &ScheduleSpec, timing: &Timing, due: DateTime<Utc>, now: DateT
     }
     let next = spec.tick_after(timing, now);
     let late = now - LATE_GRACE;
-    let in_range = |ticks: Vec<DateTime<Utc>>| -> Vec<DateTime<Utc>> {
-        ticks.into_iter().filter(|t| spec.in_range(*t)).collect()
-    };
-    let on_time = in_range(timing.ticks_between(
-        due.max(late + Duration::milliseconds(1)),
-        now,
-        MAX_TICKS_PER_FIRE,
-    ));
-    let missed = if due <= late {
-        in_range(timing.ticks_between(due, late, MAX_TICKS_PER_FIRE))
-    } else {
-        Vec::new()
-    };
+    // One walk over the due ticks, split at the grace: no tick falls between two.
+    let due_ticks: Vec<DateTime<Utc>> = timing
+        .ticks_between(due, now, MAX_TICKS_PER_FIRE)
+        .into_iter()
+        .filter(|t| spec.in_range(*t))
+        .collect();
+    let (missed, on_time): (Vec<DateTime<Utc>>, Vec<DateTime<Utc>>) =
+        due_ticks.into_iter().partition(|t| *t <= late);
     let window_start = now - Duration::milliseconds(spec.catchup_window_ms as i64);
     let caught: Vec<DateTime<Utc>> = match spec.catchup {
         Catchup::None => Vec::new(),
@@ -228,6 +223,20 @@ mod tests {
             fired.ticks,
             [at("2027-01-01T10:04:00Z"), at("2027-01-01T10:05:00Z")]
         );
+    }
+
+    #[test]
+    fn no_tick_falls_between_on_time_and_missed() {
+        // A second-by-second schedule fired just over 15 s after a tick: every tick
+        // is either caught up (all) or on time, none lost at the grace's edge.
+        let (mut all, timing) = spec("@every 1s", Catchup::All);
+        all.catchup_window_ms = 60_000;
+        let due = at("2027-01-01T10:00:00Z");
+        let now = due + Duration::milliseconds(35_999);
+        let fired = plan(&all, &timing, due, now);
+        let expected: Vec<DateTime<Utc>> = (0..=35).map(|s| due + Duration::seconds(s)).collect();
+        assert_eq!(fired.ticks, expected);
+        assert_eq!(fired.missed, 0);
     }
 
     #[test]

@@ -44,7 +44,10 @@ pub struct ScheduleRow {
     pub last_fired_at: Option<DateTime<Utc>>,
     /// Why the newest tick that made no job made none.
     pub last_error: Option<String>,
-    /// When it was made (part of its ticks' job ids).
+    /// A random value, part of its ticks' job ids (never shown: a future tick's id
+    /// cannot be guessed and taken).
+    pub id_salt: Uuid,
+    /// When it was made.
     pub created_at: DateTime<Utc>,
     /// When it was last changed.
     pub updated_at: DateTime<Utc>,
@@ -62,6 +65,7 @@ impl ScheduleRow {
             last_tick_at: row.get("last_tick_at"),
             last_fired_at: row.get("last_fired_at"),
             last_error: row.get("last_error"),
+            id_salt: row.get("id_salt"),
             created_at: row.get("created_at"),
             updated_at: row.get("updated_at"),
         }
@@ -96,6 +100,8 @@ pub struct Fired {
     pub skipped: usize,
     /// Live jobs `cancel-previous` cancelled or asked to cancel.
     pub cancelled: usize,
+    /// Ticks whose job id another job holds (they made nothing).
+    pub taken: usize,
 }
 
 impl Store {
@@ -205,6 +211,53 @@ impl Store {
             .collect())
     }
 
+    /// Moves a schedule as read past ticks that can never make their job, to `next`,
+    /// keeping `error`; false when it was fired, changed or paused meanwhile.
+    pub async fn skip_schedule_ticks(
+        &self,
+        schedule: &ScheduleRow,
+        next: Option<DateTime<Utc>>,
+        error: &str,
+    ) -> Result<bool, StoreError> {
+        let error = printable(error);
+        let client = self.shared().await?;
+        let moved = client
+            .execute(
+                sql::SKIP_SCHEDULE_TICKS,
+                &[
+                    &schedule.name,
+                    &schedule.revision,
+                    &schedule.next_fire_at,
+                    &next,
+                    &error,
+                ],
+            )
+            .await?;
+        Ok(moved > 0)
+    }
+
+    /// Pauses a schedule as read whose spec cannot be read, saying why.
+    pub async fn pause_unreadable_schedule(
+        &self,
+        schedule: &ScheduleRow,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let reason = printable(reason);
+        let client = self.shared().await?;
+        let paused = client
+            .execute(
+                sql::PAUSE_UNREADABLE_SCHEDULE,
+                &[
+                    &schedule.name,
+                    &schedule.revision,
+                    &schedule.next_fire_at,
+                    &reason,
+                ],
+            )
+            .await?;
+        Ok(paused > 0)
+    }
+
     /// Fires a due schedule in one transaction: locks it (skipping it when another
     /// node holds it, or answering `locked: false` when it was fired, changed or
     /// paused since it was read), applies the overlap policy against its live jobs,
@@ -231,8 +284,9 @@ impl Store {
             tx.rollback().await?;
             return Ok(Fired::default());
         }
+        let own: Vec<Uuid> = firing.jobs.iter().map(|job| job.job_id).collect();
         let live = tx
-            .query_one(sql::LIVE_SCHEDULE_JOBS, &[&schedule.name])
+            .query_one(sql::LIVE_SCHEDULE_JOBS, &[&schedule.name, &own])
             .await?;
         let live = LiveJobs {
             started: usize::try_from(live.get::<_, i64>("started")).unwrap_or(usize::MAX),
@@ -263,16 +317,23 @@ impl Store {
                 "schedule '{}' fired its next tick under overlap cancel-previous",
                 schedule.name
             );
-            fired.cancelled = cancel_live_jobs(&tx, &schedule.name, &reason).await?;
+            fired.cancelled = cancel_live_jobs(&tx, &schedule.name, &own, &reason).await?;
         }
+        let mut taken = None;
         for answer in insert_batch(&tx, &jobs, None).await? {
             match answer {
                 Ok(Inserted { created: true, .. }) => fired.made += 1,
                 Ok(_) => fired.already += 1,
-                // The id holds another job (a schedule of this name deleted and made
-                // again within the same microsecond) or one retention pruned: that
-                // tick made its job before.
-                Err(StoreError::Conflict(_) | StoreError::Pruned(_)) => fired.already += 1,
+                // Retention pruned the job the tick made before.
+                Err(StoreError::Pruned(_)) => fired.already += 1,
+                // Another job holds the id (ids are salted, so only someone who read
+                // it from a job could): the tick made nothing, and says so.
+                Err(StoreError::Conflict(id)) => {
+                    fired.taken += 1;
+                    taken = Some(format!(
+                        "a tick's job id {id} is held by another job: that tick made no job"
+                    ));
+                }
                 Err(other) => return Err(other),
             }
         }
@@ -280,9 +341,11 @@ impl Store {
             .iter()
             .filter_map(|job| job.schedule.as_ref().map(|tick| tick.at))
             .max();
+        // Errors quote what a caller wrote (an input): NULs written out.
+        let error = firing.error.or(taken).map(|e| printable(&e));
         tx.execute(
             sql::ADVANCE_SCHEDULE,
-            &[&schedule.name, &firing.next, &newest, &firing.error],
+            &[&schedule.name, &firing.next, &newest, &error],
         )
         .await?;
         tx.commit().await?;
@@ -319,10 +382,11 @@ impl Store {
 async fn cancel_live_jobs(
     tx: &deadpool_postgres::Transaction<'_>,
     name: &str,
+    own: &[Uuid],
     reason: &str,
 ) -> Result<usize, StoreError> {
     let ids: Vec<Uuid> = tx
-        .query(sql::LIVE_SCHEDULE_JOB_IDS, &[&name])
+        .query(sql::LIVE_SCHEDULE_JOB_IDS, &[&name, &own])
         .await?
         .iter()
         .map(|row| row.get("job_id"))

@@ -5,7 +5,7 @@
 macro_rules! schedule_columns {
     () => {
         "name, spec, revision, next_fire_at, paused, paused_reason, last_tick_at, last_fired_at, \
-         last_error, created_at, updated_at"
+         last_error, id_salt, created_at, updated_at"
     };
 }
 
@@ -87,19 +87,21 @@ pub const FIRING_SETTINGS: &str = "\
 SELECT set_config('idle_in_transaction_session_timeout', $1, true),
        set_config('lock_timeout', $2, true), set_config('statement_timeout', '0', true)";
 
-/// Schedule `$1`'s unfinished jobs: how many have started (RUNNING, or WAITING on a
-/// step) and how many are QUEUED.
+/// Schedule `$1`'s unfinished jobs but this fire's own (`$2`: a tick fired again
+/// finds its job there, and it is not a previous one): how many have started
+/// (RUNNING, or WAITING on a step) and how many are QUEUED.
 pub const LIVE_SCHEDULE_JOBS: &str = "\
 SELECT count(*) FILTER (WHERE status = 'QUEUED') AS queued,
        count(*) FILTER (WHERE status <> 'QUEUED') AS started
   FROM workflow_run
- WHERE schedule_name = $1 AND status IN ('QUEUED', 'RUNNING', 'WAITING')";
+ WHERE schedule_name = $1 AND status IN ('QUEUED', 'RUNNING', 'WAITING') AND job_id <> ALL($2)";
 
-/// The ids of schedule `$1`'s unfinished jobs (what `cancel-previous` cancels), in
-/// id order (the lock order of every act).
+/// The ids of schedule `$1`'s unfinished jobs but this fire's own (`$2`): what
+/// `cancel-previous` cancels, in id order (the lock order of every act).
 pub const LIVE_SCHEDULE_JOB_IDS: &str = "\
 SELECT job_id FROM workflow_run
  WHERE schedule_name = $1 AND status IN ('QUEUED', 'RUNNING', 'WAITING') AND NOT cancel_requested
+   AND job_id <> ALL($2)
  ORDER BY job_id";
 
 /// After a fire: schedule `$1`'s next tick `$2` (NULL: none left), its newest tick
@@ -139,3 +141,17 @@ SELECT s.name,
                           WHERE w.schedule_name = s.name
                           ORDER BY scheduled_for DESC LIMIT $2) j), '[]') AS jobs
   FROM workflow_schedules s ORDER BY s.name LIMIT $1";
+
+/// Moves schedule `$1` (as read: revision `$2`, due at `$3`) past ticks that can
+/// never make their job (PostgreSQL refused a value of it) to `$4`, with the error
+/// `$5`; no row: it was fired, changed or paused meanwhile.
+pub const SKIP_SCHEDULE_TICKS: &str = "\
+UPDATE workflow_schedules SET next_fire_at = $4, last_error = $5
+ WHERE name = $1 AND revision = $2 AND next_fire_at = $3 AND NOT paused";
+
+/// Pauses schedule `$1` (as read: revision `$2`, due at `$3`) whose stored spec this
+/// node cannot read, with the reason `$4`: no node fires it again until it is put
+/// again, and the pause says why.
+pub const PAUSE_UNREADABLE_SCHEDULE: &str = "\
+UPDATE workflow_schedules SET paused = true, paused_reason = $4, last_error = $4, updated_at = now()
+ WHERE name = $1 AND revision = $2 AND next_fire_at IS NOT DISTINCT FROM $3 AND NOT paused";
