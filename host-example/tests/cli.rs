@@ -779,3 +779,20 @@ async fn schedules_put_list_get_pause_resume_trigger_and_delete_from_the_command
     let none = cli(&url, &["--json", "schedules", "list"]).await;
     assert!(json_lines(&none).is_empty());
 }
+
+#[tokio::test]
+async fn openapi_prints_the_nodes_document_with_every_verb() {
+    let db = TestDatabase::create().await;
+    let node = JobsNode::start(test_config(&db.url, "openapi", 0)).await;
+    let url = serve(&node).await;
+    let printed = cli(&url, &["openapi"]).await;
+    assert_eq!(printed.status.code(), Some(0), "{}", text(&printed));
+    let document: Value = serde_json::from_slice(&printed.stdout).expect("the document is JSON");
+    assert_eq!(document["openapi"], "3.1.0");
+    for verb in ["submit-workflow", "get-job", "put-schedule", "put-workflow"] {
+        assert!(
+            document["paths"][format!("/v1/actions/{verb}")]["post"].is_object(),
+            "{verb}"
+        );
+    }
+}

@@ -205,6 +205,7 @@ impl Role for JobsModule {
             ctx.add_action(action);
         }
         ctx.add_scoped_routes("jobs:read", routes::router(state.clone()));
+        ctx.document_route("/v1/jobs/{job_id}/events", routes::openapi_item());
         if self.config.console {
             ctx.add_public_routes(crate::console::router());
         }

@@ -45,6 +45,31 @@ pub fn router(state: Arc<JobsState>) -> Router {
         .with_state(state)
 }
 
+/// The route as the node's OpenAPI document describes it.
+pub fn openapi_item() -> serde_json::Value {
+    serde_json::json!({ "get": {
+        "operationId": "watchJobEvents",
+        "summary": "A job's events as Server-Sent Events, as they commit, ending after a terminal event that is still the job's latest.",
+        "description": "Each SSE event carries the event's id as `id`, its type as `event`, and the WorkflowRunEvent in proto3 JSON as `data`. Reconnect with Last-Event-ID to get only what follows; a first `resumed` event (no id) says retention pruned that event. A job not submitted yet is waited for up to 60 s. 204: nothing left to send.",
+        "tags": ["jobs"],
+        "security": [{ "bearer": ["jobs:read"] }],
+        "x-protomolt-scope": "jobs:read",
+        "parameters": [
+            { "name": "job_id", "in": "path", "required": true, "schema": { "type": "string", "format": "uuid" } },
+            { "name": "Last-Event-ID", "in": "header", "required": false, "schema": { "type": "string" } },
+        ],
+        "responses": {
+            "200": { "description": "The event stream.", "content": { "text/event-stream": { "schema": { "type": "string" } } } },
+            "204": { "description": "Nothing left to send: the job finished before the event named by Last-Event-ID." },
+            "400": { "$ref": "#/components/responses/invalid_argument" },
+            "401": { "$ref": "#/components/responses/unauthenticated" },
+            "403": { "$ref": "#/components/responses/permission_denied" },
+            "429": { "$ref": "#/components/responses/resource_exhausted" },
+            "503": { "$ref": "#/components/responses/unavailable" },
+        },
+    }})
+}
+
 /// The event types after which a job's stream ends.
 const TERMINAL: [&str; 4] = ["COMPLETED", "FAILED", "DEAD", "CANCELLED"];
 

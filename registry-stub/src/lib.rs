@@ -19,6 +19,7 @@
 //!        ─► JSON ─► request message
 //!        ─► buf.validate rules ─► the verb's handler ─► JSON answer | {code, message}
 //! GET  /v1/actions        ─► the catalog: name, description, scope, JSON Schemas
+//! GET  /v1/openapi.json   ─► the same verbs (and the roles' routes) as OpenAPI 3.1
 //! ```
 //!
 //! | module         | concept                                                          |
@@ -37,6 +38,7 @@
 //! | [`notes`]      | other roles' notes on stored workflows in `list-workflows`       |
 //! | [`registry`]   | the registry role and its four verbs                             |
 //! | [`schema`]     | JSON Schema of a protobuf message, for the catalog               |
+//! | [`openapi`]    | the node's OpenAPI 3.1 document, generated from the catalog      |
 //! | [`telemetry`]  | traces over OTLP, and the W3C trace context across processes     |
 
 #![deny(unsafe_code)]
@@ -52,6 +54,7 @@ pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod notes;
+pub mod openapi;
 pub mod registry;
 pub mod repository;
 pub mod route;

@@ -101,6 +101,8 @@ pub struct MountContext {
     actions: BTreeMap<String, (String, Action)>,
     routes: Vec<Router>,
     scoped_routes: Vec<(String, Router)>,
+    /// The routes roles described for the OpenAPI document: (path, path item).
+    documented: Vec<(String, serde_json::Value)>,
     public_routes: Vec<Router>,
     readiness: Vec<(String, ReadinessCheck)>,
     metrics: prometheus_client::registry::Registry,
@@ -117,6 +119,7 @@ impl MountContext {
             actions: BTreeMap::new(),
             routes: Vec::new(),
             scoped_routes: Vec::new(),
+            documented: Vec::new(),
             public_routes: Vec::new(),
             readiness: Vec::new(),
             metrics: prometheus_client::registry::Registry::default(),
@@ -130,6 +133,13 @@ impl MountContext {
     /// The role being mounted.
     pub fn role(&self) -> &str {
         &self.role
+    }
+
+    /// Describes a route this role adds (`path`, an OpenAPI 3.1 path item) in the
+    /// node's OpenAPI document, beside the verbs (which are described from the
+    /// catalog on their own).
+    pub fn document_route(&mut self, path: &str, item: serde_json::Value) {
+        self.documented.push((path.to_owned(), item));
     }
 
     /// Contributes a verb to the shared catalog.
@@ -310,7 +320,8 @@ impl Node {
         );
         let gate = Arc::new(Gate::new(self.auth, self.hosts));
         let http = HttpMetrics::register(&mut ctx.metrics);
-        let mut router = actions_router(Arc::new(catalog), gate.clone(), http);
+        let openapi = Arc::new(crate::openapi::document(catalog.actions(), &ctx.documented));
+        let mut router = actions_router(Arc::new(catalog), openapi, gate.clone(), http);
         // Layers apply to the routes a router has when they are added, so each group
         // is wrapped before it is merged and the actions route keeps its own checks.
         let protected = ctx.routes.into_iter().fold(Router::new(), Router::merge);

@@ -57,6 +57,11 @@ impl Catalog {
         self.actions.get(name)
     }
 
+    /// Every verb, by name.
+    pub fn actions(&self) -> impl Iterator<Item = &Action> {
+        self.actions.values()
+    }
+
     /// The catalog as JSON.
     pub fn describe(&self) -> Value {
         let actions: Vec<Value> = self
@@ -79,15 +84,23 @@ impl Catalog {
 #[derive(Clone)]
 struct RouteState {
     catalog: Arc<Catalog>,
+    openapi: Arc<Value>,
     gate: Arc<Gate>,
     metrics: HttpMetrics,
 }
 
 /// The actions route over `catalog`, behind `gate` (each verb's scope is checked here,
-/// once the verb is known), counting calls in `metrics`.
-pub fn actions_router(catalog: Arc<Catalog>, gate: Arc<Gate>, metrics: HttpMetrics) -> Router {
+/// once the verb is known), counting calls in `metrics`; beside it the catalog and
+/// the node's OpenAPI document `openapi` (any accepted token reads them).
+pub fn actions_router(
+    catalog: Arc<Catalog>,
+    openapi: Arc<Value>,
+    gate: Arc<Gate>,
+    metrics: HttpMetrics,
+) -> Router {
     Router::new()
         .route("/v1/actions", get(list_actions))
+        .route("/v1/openapi.json", get(openapi_document))
         .route(
             "/v1/actions/{verb}",
             post(call_action).fallback(verb_method_not_allowed),
@@ -97,6 +110,7 @@ pub fn actions_router(catalog: Arc<Catalog>, gate: Arc<Gate>, metrics: HttpMetri
         .layer(from_fn_with_state((gate.clone(), None), guard))
         .with_state(RouteState {
             catalog,
+            openapi,
             gate,
             metrics,
         })
@@ -146,6 +160,10 @@ async fn limit_body(request: Request, next: Next) -> Response {
 
 async fn list_actions(State(state): State<RouteState>) -> Response {
     (StatusCode::OK, axum::Json(state.catalog.describe())).into_response()
+}
+
+async fn openapi_document(State(state): State<RouteState>) -> Response {
+    (StatusCode::OK, axum::Json(state.openapi.as_ref().clone())).into_response()
 }
 
 async fn call_action(

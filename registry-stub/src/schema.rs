@@ -1,9 +1,13 @@
-//! JSON Schema of a protobuf message as proto3 JSON carries it, for the catalog.
+//! JSON Schema of a protobuf message as proto3 JSON carries it.
 //!
-//! It says what the route's parser accepts, not only the canonical form: each field
-//! under its JSON name and, as an alias, its proto name (`jobId` or `job_id`);
-//! integers as numbers or decimal strings; floats also as `"NaN"`, `"Infinity"`,
-//! `"-Infinity"`; enums by name or number; well-known types in their JSON forms.
+//! Two flavours. [`json_schema`], for the catalog, says what the route's parser
+//! accepts, not only the canonical form: each field under its JSON name and, as an
+//! alias, its proto name (`jobId` or `job_id`); integers as numbers or decimal
+//! strings; floats also as `"NaN"`, `"Infinity"`, `"-Infinity"`; enums by name or
+//! number; well-known types in their JSON forms. [`canonical_schema`], for the
+//! OpenAPI document, says what a client should send and will read: JSON names only,
+//! integers as numbers, enums by name, so a generated client has one name and one
+//! type per field.
 
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 use serde_json::{Map, Value, json};
@@ -11,15 +15,36 @@ use serde_json::{Map, Value, json};
 /// Nesting beyond this is described as a plain object (recursive messages).
 const MAX_DEPTH: usize = 8;
 
+/// Which form a schema describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavour {
+    /// Everything the parser accepts (the catalog).
+    Lenient,
+    /// The canonical form a client sends and reads (the OpenAPI document).
+    Canonical,
+}
+
 /// The JSON Schema (draft 2020-12 vocabulary) of `message`'s proto3 JSON form.
 pub fn json_schema(message: &MessageDescriptor) -> Value {
-    let mut schema = message_schema(message, 0);
+    let mut schema = message_schema(message, 0, Flavour::Lenient);
     schema["$schema"] = json!("https://json-schema.org/draft/2020-12/schema");
     schema["title"] = json!(message.full_name());
     schema
 }
 
-fn message_schema(message: &MessageDescriptor, depth: usize) -> Value {
+/// The JSON Schema of `message`'s canonical proto3 JSON form: JSON names only,
+/// integers as numbers, enums by name. `closed`: unknown properties are refused (a
+/// request); open for an answer, which may gain fields.
+pub fn canonical_schema(message: &MessageDescriptor, closed: bool) -> Value {
+    let mut schema = message_schema(message, 0, Flavour::Canonical);
+    schema["title"] = json!(message.full_name());
+    if !closed && let Some(fields) = schema.as_object_mut() {
+        fields.remove("additionalProperties");
+    }
+    schema
+}
+
+fn message_schema(message: &MessageDescriptor, depth: usize, flavour: Flavour) -> Value {
     match message.full_name() {
         "google.protobuf.Struct" => return json!({ "type": "object" }),
         "google.protobuf.Value" => return json!({}),
@@ -33,9 +58,13 @@ fn message_schema(message: &MessageDescriptor, depth: usize) -> Value {
         "google.protobuf.Any" => {
             return json!({ "type": "object", "properties": { "@type": { "type": "string" } }, "required": ["@type"] });
         }
-        "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => return float_schema(),
-        "google.protobuf.Int64Value" | "google.protobuf.UInt64Value" => return integer_schema(),
-        "google.protobuf.Int32Value" | "google.protobuf.UInt32Value" => return integer_schema(),
+        "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => {
+            return float_schema(flavour);
+        }
+        "google.protobuf.Int64Value"
+        | "google.protobuf.UInt64Value"
+        | "google.protobuf.Int32Value"
+        | "google.protobuf.UInt32Value" => return integer_schema(flavour),
         "google.protobuf.BoolValue" => return json!({ "type": "boolean" }),
         "google.protobuf.StringValue" => return json!({ "type": "string" }),
         "google.protobuf.BytesValue" => {
@@ -48,8 +77,8 @@ fn message_schema(message: &MessageDescriptor, depth: usize) -> Value {
     }
     let mut properties = Map::new();
     for field in message.fields() {
-        let schema = field_schema(&field, depth);
-        if field.name() != field.json_name() {
+        let schema = field_schema(&field, depth, flavour);
+        if flavour == Flavour::Lenient && field.name() != field.json_name() {
             let mut alias = schema.clone();
             alias["description"] = json!(format!(
                 "the proto name of `{}`, accepted as an alias",
@@ -62,16 +91,19 @@ fn message_schema(message: &MessageDescriptor, depth: usize) -> Value {
     json!({ "type": "object", "properties": properties, "additionalProperties": false })
 }
 
-fn field_schema(field: &FieldDescriptor, depth: usize) -> Value {
+fn field_schema(field: &FieldDescriptor, depth: usize, flavour: Flavour) -> Value {
     if field.is_map() {
         let value = field
             .kind()
             .as_message()
             .map(|entry| entry.map_entry_value_field())
-            .map_or_else(|| json!({}), |value| kind_schema(&value.kind(), depth + 1));
+            .map_or_else(
+                || json!({}),
+                |value| kind_schema(&value.kind(), depth + 1, flavour),
+            );
         return json!({ "type": "object", "additionalProperties": value });
     }
-    let single = kind_schema(&field.kind(), depth + 1);
+    let single = kind_schema(&field.kind(), depth + 1, flavour);
     if field.is_list() {
         json!({ "type": "array", "items": single })
     } else {
@@ -79,19 +111,26 @@ fn field_schema(field: &FieldDescriptor, depth: usize) -> Value {
     }
 }
 
-/// proto3 JSON integers: a number, or a decimal string.
-fn integer_schema() -> Value {
-    json!({ "type": ["integer", "string"], "pattern": "^-?[0-9]+$" })
+/// proto3 JSON integers: a number, or a decimal string (canonical: a number).
+fn integer_schema(flavour: Flavour) -> Value {
+    match flavour {
+        Flavour::Lenient => json!({ "type": ["integer", "string"], "pattern": "^-?[0-9]+$" }),
+        Flavour::Canonical => json!({ "type": "integer" }),
+    }
 }
 
-/// proto3 JSON floats: a number, a decimal string, or a named special value.
-fn float_schema() -> Value {
-    json!({ "type": ["number", "string"] })
+/// proto3 JSON floats: a number, a decimal string, or a named special value
+/// (canonical: a number).
+fn float_schema(flavour: Flavour) -> Value {
+    match flavour {
+        Flavour::Lenient => json!({ "type": ["number", "string"] }),
+        Flavour::Canonical => json!({ "type": "number" }),
+    }
 }
 
-fn kind_schema(kind: &Kind, depth: usize) -> Value {
+fn kind_schema(kind: &Kind, depth: usize, flavour: Flavour) -> Value {
     match kind {
-        Kind::Double | Kind::Float => float_schema(),
+        Kind::Double | Kind::Float => float_schema(flavour),
         Kind::Int32
         | Kind::Sint32
         | Kind::Sfixed32
@@ -101,16 +140,19 @@ fn kind_schema(kind: &Kind, depth: usize) -> Value {
         | Kind::Sint64
         | Kind::Sfixed64
         | Kind::Uint64
-        | Kind::Fixed64 => integer_schema(),
+        | Kind::Fixed64 => integer_schema(flavour),
         Kind::Bool => json!({ "type": "boolean" }),
         Kind::String => json!({ "type": "string" }),
         Kind::Bytes => json!({ "type": "string", "contentEncoding": "base64" }),
         Kind::Enum(e) => {
             let names = e.values().map(|v| json!(v.name()));
+            if flavour == Flavour::Canonical {
+                return json!({ "type": "string", "enum": names.collect::<Vec<_>>() });
+            }
             let numbers = e.values().map(|v| json!(v.number()));
             json!({ "type": ["string", "integer"], "enum": names.chain(numbers).collect::<Vec<_>>() })
         }
-        Kind::Message(m) => message_schema(m, depth),
+        Kind::Message(m) => message_schema(m, depth, flavour),
     }
 }
 
@@ -147,5 +189,33 @@ mod tests {
             json!(["COLOR_UNSPECIFIED", "RED", 0, 1])
         );
         assert_eq!(properties["score"]["type"], json!(["number", "string"]));
+    }
+
+    #[test]
+    fn the_canonical_schema_has_one_name_and_one_type_per_field() {
+        let pool = workflow::schema::compile_proto_pool(
+            "canonical.proto",
+            r#"syntax = "proto3";
+               package canonical;
+               enum Color { COLOR_UNSPECIFIED = 0; RED = 1; }
+               message Request { string job_id = 1; int64 max_attempts = 2; Color color = 3; double score = 4; }"#,
+        )
+        .unwrap();
+        let message = pool.get_message_by_name("canonical.Request").unwrap();
+        let request = canonical_schema(&message, true);
+        let properties = &request["properties"];
+        assert!(properties.get("job_id").is_none(), "no proto-name alias");
+        assert_eq!(properties["maxAttempts"], json!({ "type": "integer" }));
+        assert_eq!(
+            properties["color"],
+            json!({ "type": "string", "enum": ["COLOR_UNSPECIFIED", "RED"] })
+        );
+        assert_eq!(properties["score"], json!({ "type": "number" }));
+        assert_eq!(request["additionalProperties"], false);
+        let answer = canonical_schema(&message, false);
+        assert!(
+            answer.get("additionalProperties").is_none(),
+            "an answer may gain fields"
+        );
     }
 }

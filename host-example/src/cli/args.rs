@@ -204,6 +204,9 @@ pub(crate) enum Command {
     Token(Token),
     /// Whether the node is ready (its database, its broker).
     Health,
+    /// Print the node's OpenAPI 3.1 document (every verb of its roles), to generate a
+    /// client from: `protomolt openapi > openapi.json`.
+    Openapi,
     /// Print shell completions.
     Completions {
         /// The shell.

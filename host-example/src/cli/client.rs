@@ -164,13 +164,26 @@ impl Client {
 
     /// `GET path` without a token: the status and the JSON answer.
     pub async fn get(&self, path: &str) -> Result<(u16, Value), CliError> {
-        let response = self
+        self.get_json(path, false).await
+    }
+
+    /// `GET path` with the token (the catalog, the OpenAPI document): the status and
+    /// the JSON answer.
+    pub async fn get_authorized(&self, path: &str) -> Result<(u16, Value), CliError> {
+        self.get_json(path, true).await
+    }
+
+    async fn get_json(&self, path: &str, with_token: bool) -> Result<(u16, Value), CliError> {
+        let request = self
             .http
             .get(format!("{}{path}", self.url))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
+            .timeout(Duration::from_secs(10));
+        let request = if with_token {
+            self.authorized(request)
+        } else {
+            request
+        };
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
         let status = response.status().as_u16();
         let answer = self.json_body(response).await?;
         Ok((status, answer))

@@ -473,6 +473,20 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+        Command::Openapi => {
+            let (status, document) = client.get_authorized("/v1/openapi.json").await?;
+            if status != 200 {
+                return Err(CliError::Refused(format!(
+                    "GET /v1/openapi.json answered {status}: {document}"
+                )));
+            }
+            // Pretty, as a file someone reads and commits.
+            match serde_json::to_string_pretty(&document) {
+                Ok(text) => say!("{text}"),
+                Err(e) => return Err(CliError::Refused(format!("the document: {e}"))),
+            }
+            Ok(0)
+        }
         Command::Health => {
             let (status, answer) = client.get("/readyz").await?;
             if status != 200 {
