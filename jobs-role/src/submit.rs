@@ -57,6 +57,67 @@ pub struct Submission {
     /// Its dedupe key (as given: the submitter scopes it to the workflow), mode and
     /// window ([`dedupe_of`]).
     pub dedupe: Option<Dedupe>,
+    /// Its metadata, checked by [`metadata_of`] (`None`: none).
+    pub metadata: Option<Value>,
+}
+
+/// The most metadata entries a submission may give.
+pub const MAX_METADATA_ENTRIES: usize = 32;
+
+/// The longest metadata key, in characters.
+pub const MAX_METADATA_KEY_CHARS: usize = 64;
+
+/// The longest metadata value, in bytes (UTF-8).
+pub const MAX_METADATA_VALUE_BYTES: usize = 512;
+
+/// A submission's `metadata` (a JSON object of strings; absent, null or empty: none),
+/// or the error naming the key: at most [`MAX_METADATA_ENTRIES`] entries, keys of 1 to
+/// [`MAX_METADATA_KEY_CHARS`] characters `[a-z0-9_.-]`, values of at most
+/// [`MAX_METADATA_VALUE_BYTES`] bytes without a NUL (PostgreSQL cannot store one).
+pub fn metadata_of(value: Option<&Value>) -> Result<Option<Value>, String> {
+    let fields = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(fields)) => fields,
+        Some(other) => {
+            return Err(format!(
+                "metadata: a JSON object of strings ({{\"customer\": \"acme\"}}), not {other}"
+            ));
+        }
+    };
+    if fields.len() > MAX_METADATA_ENTRIES {
+        return Err(format!(
+            "metadata: {} entries; at most {MAX_METADATA_ENTRIES}",
+            fields.len()
+        ));
+    }
+    for (key, value) in fields {
+        let fine = !key.is_empty()
+            && key.chars().count() <= MAX_METADATA_KEY_CHARS
+            && key.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-')
+            });
+        if !fine {
+            return Err(format!(
+                "metadata: key '{}' is not 1 to {MAX_METADATA_KEY_CHARS} of a-z, 0-9, '_', '.', '-'",
+                key.escape_debug()
+            ));
+        }
+        let Some(text) = value.as_str() else {
+            return Err(format!("metadata.{key}: a string, not {value}"));
+        };
+        if text.len() > MAX_METADATA_VALUE_BYTES {
+            return Err(format!(
+                "metadata.{key}: {} bytes; at most {MAX_METADATA_VALUE_BYTES}",
+                text.len()
+            ));
+        }
+        if text.contains('\0') {
+            return Err(format!(
+                "metadata.{key}: holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it"
+            ));
+        }
+    }
+    Ok((!fields.is_empty()).then(|| Value::Object(fields.clone())))
 }
 
 /// The longest dedupe key a submission may give, in characters.
@@ -581,6 +642,7 @@ impl Submitter {
             concurrency,
             dedupe,
             schedule: None,
+            metadata: submission.metadata,
         })
     }
 

@@ -216,6 +216,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             concurrency: Vec::new(),
             dedupe: None,
             schedule: None,
+            metadata: None,
         };
         store.insert_job(&job).await.expect("insert");
     }

@@ -169,6 +169,7 @@ pub async fn hand_driven_lanes_node(
         concurrency: Vec::new(),
         dedupe: None,
         schedule: None,
+        metadata: None,
     };
     node.store.insert_job(&job).await.expect("insert");
     (node, config, job)

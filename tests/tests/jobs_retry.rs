@@ -329,6 +329,7 @@ async fn a_retry_with_hostile_values_is_refused_and_changes_nothing() {
         concurrency: Vec::new(),
         dedupe: None,
         schedule: None,
+        metadata: None,
     };
     idle.store
         .insert_failed_job(&refused, "INPUT: text: a string is expected")

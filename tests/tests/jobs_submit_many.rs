@@ -366,6 +366,7 @@ async fn a_submission_still_in_flight_when_the_commit_loop_stops_is_committed_al
             start: jobs_role::submit::Start::Now,
             priority: None,
             dedupe: None,
+            metadata: None,
         })
         .await
         .expect("committed on its own");

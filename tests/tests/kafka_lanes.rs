@@ -116,6 +116,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         concurrency: Vec::new(),
         dedupe: None,
         schedule: None,
+        metadata: None,
     };
     let client = db.connect().await;
     client

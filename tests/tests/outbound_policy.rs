@@ -316,6 +316,7 @@ async fn a_zone_smuggling_another_host_is_refused_and_never_connects() {
             concurrency: Vec::new(),
             dedupe: None,
             schedule: None,
+            metadata: None,
         })
         .await
         .unwrap();

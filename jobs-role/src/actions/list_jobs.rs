@@ -1,5 +1,5 @@
 //! `list-jobs {status?, workflowName?, createdBefore?, createdAfter?, outstandingStep?,
-//! priority?, jobIdPrefix?, scheduleName?, oldestFirst?, limit?, offset?}` → summaries newest first
+//! priority?, jobIdPrefix?, scheduleName?, metadata?, oldestFirst?, limit?, offset?}` → summaries newest first
 //! (oldest first with `oldestFirst`, as a review inbox reads them).
 //! `jobIdPrefix` selects the ids that begin with those hex digits (dashes ignored),
 //! read as a range of the primary key, so it stays cheap on any number of rows.
@@ -50,6 +50,9 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         created_after: given("createdAfter"),
         outstanding_step: given("outstandingStep"),
         schedule_name: given("scheduleName"),
+        // Checked as a submission's is: a filter for keys no job can hold says so.
+        metadata: crate::submit::metadata_of(request.get("metadata"))
+            .map_err(ActionError::invalid)?,
         // The request rule has checked it is 0..=9.
         priority: request
             .get("priority")

@@ -12,7 +12,9 @@ use uuid::Uuid;
 
 use super::{JobsState, store_error};
 use crate::store::StoreError;
-use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitted, dedupe_of};
+use crate::submit::{
+    DefinitionSource, Start, Submission, SubmitError, Submitted, dedupe_of, metadata_of,
+};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
@@ -55,6 +57,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .get("priority")
             .and_then(Value::as_i64)
             .and_then(|p| i16::try_from(p).ok()),
+        metadata: metadata_of(request.get("metadata")).map_err(ActionError::invalid)?,
     };
     match state.submitter.submit(submission).await {
         Ok(submitted) => {

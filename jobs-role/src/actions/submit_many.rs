@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::JobsState;
 use super::submit::{answered, submit_error};
-use crate::submit::{DefinitionSource, Start, Submission, dedupe_of};
+use crate::submit::{DefinitionSource, Start, Submission, dedupe_of, metadata_of};
 
 /// Longest stored workflow name an item may give (as `submit-workflow` allows).
 const MAX_NAME_CHARS: usize = 200;
@@ -147,6 +147,7 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
     };
     let dedupe = dedupe_of(text("dedupeKey"), text("dedupeMode"), window, start)
         .map_err(ActionError::invalid)?;
+    let metadata = metadata_of(item.get("metadata")).map_err(ActionError::invalid)?;
     Ok(Submission {
         source,
         input: item.get("input").cloned().unwrap_or_else(|| json!({})),
@@ -155,6 +156,7 @@ fn submission(item: &Value, shared: Option<&DefinitionSource>) -> Result<Submiss
         start,
         priority,
         dedupe,
+        metadata,
     })
 }
 

@@ -566,6 +566,7 @@ impl RequestHandler {
             start: Start::Now,
             priority: None,
             dedupe,
+            metadata: None,
         };
         match self.submitter.submit(submission).await {
             Ok(submitted) => Ok(Disposition::Submitted {
@@ -641,6 +642,7 @@ impl RequestHandler {
             concurrency: Vec::new(),
             dedupe: None,
             schedule: None,
+            metadata: None,
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })

@@ -393,6 +393,7 @@ impl Scheduler {
             },
             priority: spec.priority,
             dedupe: None,
+            metadata: None,
         };
         let (mut job, _) = self.submitter.prepare(submission).await?;
         job.schedule = Some(ScheduledTick {

@@ -33,6 +33,8 @@ pub struct JobFilter {
     pub parent_job_id: Option<Uuid>,
     /// Only the jobs this schedule fired.
     pub schedule_name: Option<String>,
+    /// Only the jobs whose metadata holds every entry of this object.
+    pub metadata: Option<serde_json::Value>,
 }
 
 impl JobFilter {
@@ -142,6 +144,7 @@ impl Store {
                     &after_id,
                     &filter.parent_job_id,
                     &filter.schedule_name,
+                    &filter.metadata,
                 ],
             )
             .await?;

@@ -43,6 +43,8 @@ pub struct NewJob {
     pub dedupe: Option<Dedupe>,
     /// The schedule and tick that fired it, when a schedule did.
     pub schedule: Option<ScheduledTick>,
+    /// Its metadata, a JSON object of strings (`None`: none), checked by the submitter.
+    pub metadata: Option<Value>,
 }
 
 /// The schedule tick a job was fired for (`workflow_run.schedule_name`,
@@ -161,7 +163,7 @@ impl Store {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let statement = tx.prepare_cached(first.statement).await?;
-        let params: [&(dyn ToSql + Sync); 12] = [
+        let params: [&(dyn ToSql + Sync); 13] = [
             &job.job_id,
             &job.workflow_name,
             &definition,
@@ -174,6 +176,7 @@ impl Store {
             &event_id,
             &events::type_name(first.event),
             &payload,
+            &job.metadata,
         ];
         // The settings and the write are sent together (one round trip); PostgreSQL
         // runs them in order.
@@ -405,6 +408,7 @@ pub(super) async fn insert_batch(
                 &rows.dedupe_keys,
                 &rows.schedule_names,
                 &rows.scheduled_fors,
+                &rows.metadata,
             ],
         )
         .await?
@@ -536,6 +540,8 @@ struct SnapshotRows<'a> {
     /// Each job's schedule and tick (NULL: not a scheduled job).
     schedule_names: Vec<Option<&'a str>>,
     scheduled_fors: Vec<Option<chrono::DateTime<chrono::Utc>>>,
+    /// Each job's metadata (NULL: none).
+    metadata: Vec<Option<&'a Value>>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -559,6 +565,7 @@ impl<'a> SnapshotRows<'a> {
             dedupe_keys: Vec::with_capacity(order.len()),
             schedule_names: Vec::with_capacity(order.len()),
             scheduled_fors: Vec::with_capacity(order.len()),
+            metadata: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -591,6 +598,7 @@ impl<'a> SnapshotRows<'a> {
                 .push(job.schedule.as_ref().map(|tick| tick.name.as_str()));
             rows.scheduled_fors
                 .push(job.schedule.as_ref().map(|tick| tick.at));
+            rows.metadata.push(job.metadata.as_ref());
             rows.concurrency_keys
                 .push((!job.concurrency.is_empty()).then(|| {
                     Value::from_iter(job.concurrency.iter().map(|held| held.key.clone()))

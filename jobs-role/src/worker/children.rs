@@ -112,6 +112,7 @@ impl Worker {
                         concurrency,
                         dedupe: None,
                         schedule: None,
+                        metadata: None,
                     },
                     item: i32::try_from(*item).unwrap_or(i32::MAX),
                 });

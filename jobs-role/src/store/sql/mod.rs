@@ -111,12 +111,13 @@ SELECT job.status,
 
 /// Submits a QUEUED job with its ACCEPTED event ([`submission!`]'s parameters): `$5`
 /// max attempts, `$8` when it becomes claimable (NULL, or a time past: now, so a past
-/// start never jumps the queue).
+/// start never jumps the queue), `$13` its metadata (NULL: none).
 pub const SUBMIT_JOB: &str = submission!(
     "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts,
-                              definition_digest, priority, run_after, trace_context)
+                              definition_digest, priority, run_after, trace_context, metadata)
     SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, $5::integer,
-           $6::text, $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text"
+           $6::text, $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text,
+           $13::jsonb"
 );
 
 /// Inserts a batch of jobs in one statement, each unless its id exists, sending each
@@ -129,7 +130,7 @@ pub const SUBMIT_JOB: &str = submission!(
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
 /// (NULL: now), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
 /// or NULL), `$12` dedupe keys (or NULL), `$13` and `$14` the schedule and tick that
-/// fired each (or NULL). Per distinct snapshot: `$6`
+/// fired each (or NULL), `$15` each one's metadata (or NULL). Per distinct snapshot: `$6`
 /// definitions (NULL: filed, as in [`SUBMIT_JOB`]), `$7` digests (NULL: the row
 /// carries the definition and V21's trigger files it). Each snapshot is filed once (see [`SUBMIT_JOB`]), in digest order (two
 /// batches filing the same new snapshots never deadlock).
@@ -142,16 +143,16 @@ WITH filed AS (
     ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after, trace_context, concurrency_keys, dedupe_key,
-                          schedule_name, scheduled_for)
+                          schedule_name, scheduled_for, metadata)
 SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
        j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context,
        CASE WHEN j.keys IS NOT NULL
             THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END,
-       j.dedupe_key, j.schedule_name, j.scheduled_for
+       j.dedupe_key, j.schedule_name, j.scheduled_for, j.metadata
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
-              $10::text[], $11::jsonb[], $12::text[], $13::text[], $14::timestamptz[])
+              $10::text[], $11::jsonb[], $12::text[], $13::text[], $14::timestamptz[], $15::jsonb[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
-                                trace_context, keys, dedupe_key, schedule_name, scheduled_for, at)
+                                trace_context, keys, dedupe_key, schedule_name, scheduled_for, metadata, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
@@ -166,9 +167,9 @@ RETURNING job_id";
 /// redelivery from a conflict).
 pub const SUBMIT_FAILED_JOB: &str = submission!(
     "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error,
-                              finished_at, definition_digest, priority, run_after, trace_context)
+                              finished_at, definition_digest, priority, run_after, trace_context, metadata)
     SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, 'FAILED', $5::text,
-           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now()), $9::text"
+           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now()), $9::text, $13::jsonb"
 );
 
 /// What an existing job was submitted with, to tell a resubmission from a conflict.
@@ -620,7 +621,8 @@ pub const GET_JOB_WITHOUT_DEFINITION: &str = concat!(
 /// `$10` the lowest and highest job id (a prefix of ids, as a primary-key range) or
 /// NULL, `$11` and `$12` the creation time (RFC 3339 text) and id of the job the page
 /// starts after (keyset paging), or NULL, `$13` the parent (only its children) or
-/// NULL, `$14` the schedule that fired them or NULL.
+/// NULL, `$14` the schedule that fired them or NULL, `$15` metadata every job holds
+/// (`{key: value, ...}`, a containment the GIN index answers) or NULL.
 macro_rules! list_jobs {
     ($order:literal, $after:literal) => {
         concat!(
@@ -631,10 +633,11 @@ SELECT json_build_object(
          'verdict', verdict, 'error', error, 'priority', priority, 'runAfter', run_after,
          'cancelRequested', cancel_requested,
          'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at,
-         'scheduleName', schedule_name, 'scheduledFor', scheduled_for)
+         'scheduleName', schedule_name, 'scheduledFor', scheduled_for, 'metadata', metadata)
   FROM workflow_run
  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
    AND ($14::text IS NULL OR schedule_name = $14)
+   AND ($15::jsonb IS NULL OR metadata @> $15::jsonb)
    AND ($5::text IS NULL OR created_at < $5::text::timestamptz)
    AND ($6::text IS NULL OR created_at > $6::text::timestamptz)
    AND ($7::text IS NULL OR outstanding_step = $7 OR $7 = ANY(outstanding_steps))
