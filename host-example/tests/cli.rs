@@ -796,3 +796,57 @@ async fn openapi_prints_the_nodes_document_with_every_verb() {
         );
     }
 }
+
+#[tokio::test]
+async fn submit_and_list_take_metadata_with_meta() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "meta", 0)).await;
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": workflow::testkit::leaf_workflow(&server.target()) }),
+    )
+    .await;
+    let url = serve(&node).await;
+    let submitted = cli(
+        &url,
+        &[
+            "--json",
+            "submit",
+            "--name",
+            "leaf",
+            "--input",
+            r#"{"text":"m"}"#,
+            "--meta",
+            "customer=acme",
+            "--meta",
+            "region=eu",
+        ],
+    )
+    .await;
+    assert_eq!(submitted.status.code(), Some(0), "{}", text(&submitted));
+    let job_id = json_lines(&submitted)[0]["jobId"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    cli(
+        &url,
+        &[
+            "submit",
+            "--name",
+            "leaf",
+            "--input",
+            r#"{"text":"n"}"#,
+            "--meta",
+            "customer=other",
+        ],
+    )
+    .await;
+    let listed = cli(&url, &["--json", "list", "--meta", "customer=acme"]).await;
+    let rows = json_lines(&listed);
+    assert_eq!(rows.len(), 1, "{}", text(&listed));
+    assert_eq!(rows[0]["jobId"], job_id);
+    assert_eq!(rows[0]["metadata"]["region"], "eu");
+    let bad = cli(&url, &["list", "--meta", "no-equals-sign"]).await;
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}

@@ -1,5 +1,5 @@
-//! Job metadata (issue 36, first part): a submission's own attributes, stored with the
-//! job, shown by `get-job`, found by `list-jobs` on one key or several, refused when a
+//! Job metadata (issue 36): a submission's own attributes, stored with the job, shown
+//! by `get-job`, found by `list-jobs` and the bulk acts on one key or several, refused when a
 //! key or value breaks the bounds (a 400 naming the key, nothing written), and a
 //! filter that stays an index scan on 100,000 jobs.
 
@@ -85,6 +85,45 @@ async fn metadata_is_stored_shown_and_found_by_one_key_or_two() {
     assert_eq!(
         summary["jobs"][0]["metadata"]["customer"], "acme",
         "{summary}"
+    );
+
+    // The bulk acts select by metadata too: acme's jobs cancelled, then retried.
+    let cancelled = node
+        .ok(
+            "cancel-jobs",
+            json!({ "filter": { "metadata": { "customer": "acme" } }, "limit": 100,
+                "reason": "acme asked" }),
+        )
+        .await;
+    let mut changed: Vec<String> = cancelled["changedJobIds"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|id| id.as_str().expect("an id").to_owned())
+        .collect();
+    changed.sort();
+    assert_eq!(changed, acme, "{cancelled}");
+    let retried = node
+        .ok(
+            "retry-jobs",
+            json!({ "filter": { "status": "CANCELLED",
+                "metadata": { "customer": "acme", "region": "us" } }, "limit": 100 }),
+        )
+        .await;
+    assert_eq!(retried["changedJobIds"], json!([acme_us]), "{retried}");
+    let (status, answer) = node
+        .call(
+            "cancel-jobs",
+            json!({ "filter": { "metadata": { "Customer": "acme" } }, "limit": 1, "reason": "x" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("filter.metadata"),
+        "{answer}"
     );
 
     // Bad keys and values: a 400 naming the key, and no job is written.

@@ -55,6 +55,9 @@ pub(crate) enum Command {
         /// Attempts allowed.
         #[arg(long)]
         max_attempts: Option<u32>,
+        /// Metadata to find the job by (repeat: --meta customer=acme --meta region=eu).
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
         /// Wait until the job finishes (or parks on a step) and print its result, or
         /// what the step asks.
         #[arg(long, conflicts_with = "watch")]
@@ -83,6 +86,9 @@ pub(crate) enum Command {
         /// At most this many (up to 500).
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Only jobs whose metadata holds this entry (repeat for several).
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
     },
     /// Follow a job's events as they land, until it ends.
     Watch {

@@ -77,6 +77,7 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             priority,
             run_at,
             max_attempts,
+            meta,
             wait,
             watch,
         } => {
@@ -97,6 +98,9 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             }
             if let Some(max) = max_attempts {
                 body["maxAttempts"] = json!(max);
+            }
+            if !meta.is_empty() {
+                body["metadata"] = metadata_arg(&meta)?;
             }
             let answer = ok(client.call("submit-workflow", &body).await?)?;
             let id = answer["jobId"].as_str().unwrap_or_default().to_owned();
@@ -139,8 +143,12 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             status,
             workflow,
             limit,
+            meta,
         } => {
             let mut body = json!({ "limit": limit });
+            if !meta.is_empty() {
+                body["metadata"] = metadata_arg(&meta)?;
+            }
             if let Some(status) = status {
                 body["status"] = json!(status.to_uppercase());
             }
@@ -632,6 +640,20 @@ fn export_protos(dir: &std::path::Path) -> Result<Vec<&'static str>, CliError> {
         written.push(*path);
     }
     Ok(written)
+}
+
+/// `--meta KEY=VALUE` arguments as a metadata object (the node checks the bounds).
+fn metadata_arg(entries: &[String]) -> Result<Value, CliError> {
+    let mut metadata = serde_json::Map::new();
+    for entry in entries {
+        let Some((key, value)) = entry.split_once('=') else {
+            return Err(CliError::Usage(format!(
+                "--meta: '{entry}' is not KEY=VALUE (for example --meta customer=acme)"
+            )));
+        };
+        metadata.insert(key.to_owned(), json!(value));
+    }
+    Ok(Value::Object(metadata))
 }
 
 /// A JSON argument, or `@file` holding one.

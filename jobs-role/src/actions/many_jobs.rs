@@ -104,6 +104,8 @@ pub fn named_jobs(
         created_before: text("createdBefore"),
         created_after: text("createdAfter"),
         finished_before,
+        metadata: crate::submit::metadata_of(filter.get("metadata"))
+            .map_err(|e| ActionError::invalid(format!("filter.{e}")))?,
         limit: request
             .get("limit")
             .and_then(Value::as_i64)

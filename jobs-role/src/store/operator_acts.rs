@@ -302,6 +302,8 @@ pub struct JobSelection {
     pub created_after: Option<String>,
     /// Only jobs that finished before this instant (RFC 3339).
     pub finished_before: Option<String>,
+    /// Only jobs whose metadata holds every entry of this object.
+    pub metadata: Option<serde_json::Value>,
     /// At most this many, oldest first.
     pub limit: i64,
 }
@@ -344,6 +346,7 @@ impl Store {
                     &selection.created_after,
                     &(selection.limit + 1),
                     &selection.finished_before,
+                    &selection.metadata,
                 ],
             )
             .await?;

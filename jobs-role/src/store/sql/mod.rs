@@ -494,7 +494,7 @@ UPDATE workflow_run SET cancel_requested = true, cancel_reason = $2, updated_at 
 
 /// The bulk acts' selections: jobs in `$1` (statuses), of `$2` (workflow name),
 /// created before `$3` and after `$4`, finished before `$6` (RFC 3339 text; each
-/// NULL for any), oldest first, at most `$5`. One ordered scan of
+/// NULL for any), holding the metadata `$7` (NULL for any), oldest first, at most `$5`. One ordered scan of
 /// `workflow_run_by_status` per status, merged, so a few rare statuses never walk the
 /// whole history.
 macro_rules! bulk_selection {
@@ -510,6 +510,7 @@ macro_rules! bulk_selection {
                    AND ($3::text IS NULL OR created_at < $3::text::timestamptz)
                    AND ($4::text IS NULL OR created_at > $4::text::timestamptz)
                    AND ($6::text IS NULL OR finished_at < $6::text::timestamptz)
+                   AND ($7::jsonb IS NULL OR metadata @> $7::jsonb)
                  ORDER BY created_at, job_id
                  LIMIT $5) AS picked
  ORDER BY picked.created_at, picked.job_id
