@@ -93,6 +93,7 @@ async fn by_topic(fleet: &Fleet, text: &str, fields: &Value) -> String {
         dedupe_key: fields["dedupeKey"].as_str().unwrap_or_default().into(),
         dedupe_mode: fields["dedupeMode"].as_str().unwrap_or_default().into(),
         dedupe_window_ms: fields["dedupeWindowMs"].as_i64().unwrap_or(0),
+        ..Default::default()
     };
     let producer = producer();
     let payload = request.encode_validated().expect("a valid request");

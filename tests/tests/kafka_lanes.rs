@@ -999,3 +999,62 @@ async fn redrive_events_selects_by_workflow_and_limit_and_refuses_ambiguity() {
     assert_eq!(failed().await, 0);
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_requests_metadata_is_stored_and_a_bad_key_fails_its_job_saying_which() {
+    use prost::Message as _;
+    let Stored {
+        db: _db,
+        server: _server,
+        node,
+        requests,
+        events: _,
+    } = stored_workflow_node().await;
+    let producer = producer();
+    let record = |job_id: &str, metadata: &[(&str, &str)]| {
+        jobs_proto::v1::WorkflowRunRequest {
+            job_id: job_id.into(),
+            workflow_name: "embed-text".into(),
+            input: Some(prost_types::Struct {
+                fields: [(
+                    "text".to_owned(),
+                    prost_types::Value {
+                        kind: Some(prost_types::value::Kind::StringValue("meta".into())),
+                    },
+                )]
+                .into(),
+            }),
+            metadata: metadata
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let good = uuid::Uuid::new_v4().to_string();
+    produce(
+        &producer,
+        &requests,
+        &good,
+        &record(&good, &[("customer", "acme")]),
+    )
+    .await;
+    let job = node.wait_for_status(&good, "COMPLETED", WAIT).await;
+    assert_eq!(job["metadata"], json!({ "customer": "acme" }));
+
+    let bad = uuid::Uuid::new_v4().to_string();
+    produce(
+        &producer,
+        &requests,
+        &bad,
+        &record(&bad, &[("Customer", "acme")]),
+    )
+    .await;
+    let job = node.wait_for_status(&bad, "FAILED", WAIT).await;
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("VALIDATION: metadata: key 'Customer'"),
+        "{error}"
+    );
+}

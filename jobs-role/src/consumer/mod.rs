@@ -51,7 +51,9 @@ use stall::{Reading, Remedy, StallWatch};
 use crate::config::JobsConfig;
 use crate::relay::{LaneError, client_config};
 use crate::store::{NewJob, Store, StoreError};
-use crate::submit::{DefinitionSource, Start, Submission, SubmitError, Submitter, dedupe_of};
+use crate::submit::{
+    DefinitionSource, Start, Submission, SubmitError, Submitter, dedupe_of, metadata_of,
+};
 pub use disposition::Disposition;
 use disposition::{dead_letter, log_disposition};
 pub use signals::SignalHandler;
@@ -558,6 +560,20 @@ impl RequestHandler {
                     .await;
             }
         };
+        let given: serde_json::Map<String, Value> = request
+            .metadata
+            .iter()
+            .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+            .collect();
+        let metadata = match metadata_of(Some(&Value::Object(given))) {
+            Ok(metadata) => metadata,
+            Err(why) => {
+                let error = format!("VALIDATION: {why} ({where_from})");
+                return self
+                    .failed_row(job_id, &request.workflow_name, Value::Null, input, error)
+                    .await;
+            }
+        };
         let submission = Submission {
             source: DefinitionSource::Stored(request.workflow_name.clone()),
             input: input.clone(),
@@ -566,7 +582,7 @@ impl RequestHandler {
             start: Start::Now,
             priority: None,
             dedupe,
-            metadata: None,
+            metadata,
         };
         match self.submitter.submit(submission).await {
             Ok(submitted) => Ok(Disposition::Submitted {
