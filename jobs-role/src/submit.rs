@@ -97,9 +97,13 @@ pub fn metadata_of(value: Option<&Value>) -> Result<Option<Value>, String> {
                 c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-')
             });
         if !fine {
+            // Shown cut short: a hostile key of a megabyte must not land in an error
+            // that every list of failed jobs repeats.
+            let shown: String = key.chars().take(MAX_METADATA_KEY_CHARS).collect();
+            let cut = if shown.len() < key.len() { "..." } else { "" };
             return Err(format!(
-                "metadata: key '{}' is not 1 to {MAX_METADATA_KEY_CHARS} of a-z, 0-9, '_', '.', '-'",
-                key.escape_debug()
+                "metadata: key '{}{cut}' is not 1 to {MAX_METADATA_KEY_CHARS} of a-z, 0-9, '_', '.', '-'",
+                shown.escape_debug()
             ));
         }
         let Some(text) = value.as_str() else {

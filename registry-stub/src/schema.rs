@@ -38,10 +38,35 @@ pub fn json_schema(message: &MessageDescriptor) -> Value {
 pub fn canonical_schema(message: &MessageDescriptor, closed: bool) -> Value {
     let mut schema = message_schema(message, 0, Flavour::Canonical);
     schema["title"] = json!(message.full_name());
-    if !closed && let Some(fields) = schema.as_object_mut() {
-        fields.remove("additionalProperties");
+    if !closed {
+        open_answer(&mut schema);
     }
     schema
+}
+
+/// An answer's schema as answers are written: any object may gain fields, and a
+/// scalar field may be `null` (a summary's `finishedAt` before the job finished).
+fn open_answer(schema: &mut Value) {
+    let Some(fields) = schema.as_object_mut() else {
+        return;
+    };
+    if fields.get("additionalProperties") == Some(&Value::Bool(false)) {
+        fields.remove("additionalProperties");
+    }
+    if let Some(Value::String(kind)) = fields.get("type")
+        && matches!(kind.as_str(), "string" | "integer" | "number" | "boolean")
+    {
+        let kind = kind.clone();
+        fields.insert("type".into(), json!([kind, "null"]));
+    }
+    if let Some(Value::Object(properties)) = fields.get_mut("properties") {
+        for property in properties.values_mut() {
+            open_answer(property);
+        }
+    }
+    if let Some(items) = fields.get_mut("items") {
+        open_answer(items);
+    }
 }
 
 fn message_schema(message: &MessageDescriptor, depth: usize, flavour: Flavour) -> Value {
@@ -216,6 +241,10 @@ mod tests {
         assert!(
             answer.get("additionalProperties").is_none(),
             "an answer may gain fields"
+        );
+        assert_eq!(
+            answer["properties"]["jobId"]["type"],
+            json!(["string", "null"])
         );
     }
 }

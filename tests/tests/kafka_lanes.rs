@@ -1043,6 +1043,17 @@ async fn a_requests_metadata_is_stored_and_a_bad_key_fails_its_job_saying_which(
     let job = node.wait_for_status(&good, "COMPLETED", WAIT).await;
     assert_eq!(job["metadata"], json!({ "customer": "acme" }));
 
+    // A job failed after its metadata was checked keeps it.
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let mut request = jobs_proto::v1::WorkflowRunRequest::decode(
+        record(&unknown, &[("customer", "acme")]).as_slice(),
+    )
+    .expect("decodes");
+    request.workflow_name = "no-such-workflow".into();
+    produce(&producer, &requests, &unknown, &request.encode_to_vec()).await;
+    let job = node.wait_for_status(&unknown, "FAILED", WAIT).await;
+    assert_eq!(job["metadata"], json!({ "customer": "acme" }), "{job}");
+
     let bad = uuid::Uuid::new_v4().to_string();
     produce(
         &producer,

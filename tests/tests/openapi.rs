@@ -134,6 +134,11 @@ async fn the_document_names_every_verb_passes_a_validator_and_a_generated_client
         .await;
     assert_eq!(result["status"], "QUEUED", "{result}");
     assert_eq!(result["read"]["job"]["jobId"], job_id, "{result}");
+    assert_eq!(result["listed"]["jobs"][0]["jobId"], job_id, "{result}");
+    assert_eq!(
+        result["listed"]["jobs"][0]["metadata"]["via"], "generated",
+        "{result}"
+    );
 }
 
 /// Submits a job and reads it back through the generated client only.
@@ -143,19 +148,22 @@ import os
 
 from generated import Client
 from generated.api.workflow import submit_workflow
-from generated.api.jobs import get_job
+from generated.api.jobs import get_job, list_jobs
 from generated.models.protomolt_jobs_verbs_v1_submit_workflow_request import (
     ProtomoltJobsVerbsV1SubmitWorkflowRequest,
 )
 from generated.models.protomolt_jobs_verbs_v1_get_job_request import (
     ProtomoltJobsVerbsV1GetJobRequest,
 )
+from generated.models.protomolt_jobs_verbs_v1_list_jobs_request import (
+    ProtomoltJobsVerbsV1ListJobsRequest,
+)
 
 client = Client(base_url=os.environ["NODE_URL"], raise_on_unexpected_status=True)
 submitted = submit_workflow.sync(
     client=client,
     body=ProtomoltJobsVerbsV1SubmitWorkflowRequest.from_dict(
-        {"workflowName": "leaf", "input": {"text": "generated"}}
+        {"workflowName": "leaf", "input": {"text": "generated"}, "metadata": {"via": "generated"}}
     ),
 )
 job_id = submitted.job_id
@@ -163,5 +171,11 @@ read = get_job.sync(
     client=client,
     body=ProtomoltJobsVerbsV1GetJobRequest.from_dict({"jobId": job_id, "waitMs": 20000}),
 )
-print(json.dumps({"jobId": job_id, "status": submitted.status, "read": read.to_dict()}))
+# A page of summaries (null fields and all) parses too.
+listed = list_jobs.sync(
+    client=client,
+    body=ProtomoltJobsVerbsV1ListJobsRequest.from_dict({"metadata": {"via": "generated"}}),
+)
+print(json.dumps({"jobId": job_id, "status": submitted.status, "read": read.to_dict(),
+                  "listed": listed.to_dict()}))
 "#;

@@ -574,6 +574,9 @@ impl RequestHandler {
                     .await;
             }
         };
+        // A job that fails from here on keeps the request's metadata (an operator
+        // filtering by it finds the failures too).
+        let kept = metadata.clone();
         let submission = Submission {
             source: DefinitionSource::Stored(request.workflow_name.clone()),
             input: input.clone(),
@@ -592,7 +595,7 @@ impl RequestHandler {
             }),
             Err(SubmitError::UnknownWorkflow(name)) => {
                 let error = format!("WORKFLOW: no stored workflow named '{name}' ({where_from})");
-                self.failed_row(job_id, &name, Value::Null, input, error)
+                self.failed_row_with(job_id, &name, Value::Null, input, error, kept)
                     .await
             }
             Err(SubmitError::Findings(findings)) => {
@@ -600,8 +603,15 @@ impl RequestHandler {
                     "WORKFLOW: the stored workflow '{}' does not compile ({where_from}): {findings}",
                     request.workflow_name
                 );
-                self.failed_row(job_id, &request.workflow_name, Value::Null, input, error)
-                    .await
+                self.failed_row_with(
+                    job_id,
+                    &request.workflow_name,
+                    Value::Null,
+                    input,
+                    error,
+                    kept,
+                )
+                .await
             }
             Err(SubmitError::Input(e)) => {
                 let definition = self
@@ -609,8 +619,15 @@ impl RequestHandler {
                     .stored_envelope(&request.workflow_name)
                     .unwrap_or(Value::Null);
                 let error = format!("VALIDATION: {} ({where_from})", e.located("input"));
-                self.failed_row(job_id, &request.workflow_name, definition, input, error)
-                    .await
+                self.failed_row_with(
+                    job_id,
+                    &request.workflow_name,
+                    definition,
+                    input,
+                    error,
+                    kept,
+                )
+                .await
             }
             Err(key @ SubmitError::ConcurrencyKey(_)) => {
                 let definition = self
@@ -618,8 +635,15 @@ impl RequestHandler {
                     .stored_envelope(&request.workflow_name)
                     .unwrap_or(Value::Null);
                 let error = format!("VALIDATION: {key} ({where_from})");
-                self.failed_row(job_id, &request.workflow_name, definition, input, error)
-                    .await
+                self.failed_row_with(
+                    job_id,
+                    &request.workflow_name,
+                    definition,
+                    input,
+                    error,
+                    kept,
+                )
+                .await
             }
             Err(SubmitError::Unstorable(path)) => {
                 let error = format!(
@@ -638,6 +662,20 @@ impl RequestHandler {
         definition: Value,
         input: Value,
         error: String,
+    ) -> Result<Disposition, StoreError> {
+        self.failed_row_with(job_id, workflow_name, definition, input, error, None)
+            .await
+    }
+
+    /// [`Self::failed_row`] keeping the request's (checked) metadata.
+    async fn failed_row_with(
+        &self,
+        job_id: Uuid,
+        workflow_name: &str,
+        definition: Value,
+        input: Value,
+        error: String,
+        metadata: Option<Value>,
     ) -> Result<Disposition, StoreError> {
         let name_fits = (1..=200).contains(&workflow_name.chars().count());
         let job = NewJob {
@@ -658,7 +696,7 @@ impl RequestHandler {
             concurrency: Vec::new(),
             dedupe: None,
             schedule: None,
-            metadata: None,
+            metadata,
         };
         self.store.insert_failed_job(&job, &error).await?;
         Ok(Disposition::FailedRow { job_id, error })

@@ -335,7 +335,8 @@ impl Store {
     ) -> Result<Selected, StoreError> {
         let client = self.shared().await?;
         let statuses: Vec<&str> = selection.statuses.iter().map(|s| s.as_str()).collect();
-        // One more than the limit tells whether more matched.
+        // One more than the limit tells whether more matched. Planned for these values
+        // each call (see `Store::list_jobs`: never a cached, generic plan).
         let rows = client
             .query(
                 statement,

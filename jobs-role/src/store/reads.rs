@@ -126,6 +126,9 @@ impl Store {
         } else {
             sql::LIST_JOBS_NEWEST
         };
+        // Planned for these values each call (`query` prepares an unnamed statement):
+        // a cached, generic plan could not use the metadata filter's GIN index, whose
+        // `$15 IS NULL OR metadata @> $15` only folds away with the value known.
         let rows = client
             .query(
                 statement,

@@ -634,7 +634,8 @@ SELECT json_build_object(
          'verdict', verdict, 'error', error, 'priority', priority, 'runAfter', run_after,
          'cancelRequested', cancel_requested,
          'createdAt', created_at, 'updatedAt', updated_at, 'finishedAt', finished_at,
-         'scheduleName', schedule_name, 'scheduledFor', scheduled_for, 'metadata', metadata)
+         'scheduleName', schedule_name, 'scheduledFor', scheduled_for,
+         'metadata', COALESCE(metadata, '{}'::jsonb))
   FROM workflow_run
  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow_name = $2)
    AND ($14::text IS NULL OR schedule_name = $14)
