@@ -246,6 +246,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
         token: 1,
         attempt: 1,
         workflow_name: "embed-text".into(),
+        metadata: None,
     };
 
     // The sweeper requeues it once the lease passes; worker B resumes at embed.

@@ -1,13 +1,55 @@
 //! Job metadata (issue 36): a submission's own attributes, stored with the job, shown
 //! by `get-job`, found by `list-jobs` and the bulk acts on one key or several, refused when a
 //! key or value breaks the bounds (a 400 naming the key, nothing written), and a
-//! filter that stays an index scan on 100,000 jobs.
+//! filter that stays an index scan on 100,000 jobs; and carried in every event of the
+//! job, whichever path writes it.
 
 use http::StatusCode;
 use protomolt_e2e::TestDatabase;
+use std::time::Duration;
+
+use jobs_proto::WireMessage;
+use jobs_proto::v1::WorkflowRunEvent;
 use protomolt_e2e::jobs::{JobsNode, file_snapshot, test_config};
 use serde_json::{Value, json};
-use workflow::testkit::{FixtureServer, leaf_workflow};
+use workflow::testkit::{FixtureServer, leaf_workflow, three_step_workflow, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Each event of `job_id` as (type, its detail's `metadata` as JSON, or null).
+async fn event_metadata(node: &JobsNode, job_id: &str) -> Vec<(String, Value)> {
+    let rows = node
+        .store
+        .job_events(uuid::Uuid::parse_str(job_id).expect("an id"))
+        .await
+        .expect("the job's events");
+    rows.iter()
+        .map(|row| {
+            let event = WorkflowRunEvent::decode_validated(&row.payload).expect("an event");
+            let metadata = event
+                .detail
+                .as_ref()
+                .and_then(|detail| detail.fields.get("metadata"))
+                .map(|value| match &value.kind {
+                    Some(prost_types::value::Kind::StructValue(fields)) => Value::Object(
+                        fields
+                            .fields
+                            .iter()
+                            .map(|(key, value)| match &value.kind {
+                                Some(prost_types::value::Kind::StringValue(text)) => {
+                                    (key.clone(), json!(text))
+                                }
+                                other => panic!("metadata.{key} is {other:?}"),
+                            })
+                            .collect(),
+                    ),
+                    other => panic!("detail.metadata is {other:?}"),
+                })
+                .unwrap_or(Value::Null);
+            (row.event_type.clone(), metadata)
+        })
+        .collect()
+}
 
 async fn jobs_listed(node: &JobsNode, metadata: Value) -> Vec<String> {
     let answer = node.ok("list-jobs", json!({ "metadata": metadata })).await;
@@ -226,4 +268,111 @@ async fn a_metadata_filter_on_a_hundred_thousand_jobs_is_an_index_scan() {
     let answer = node.ok("list-jobs", json!({ "metadata": filter })).await;
     let found = answer["jobs"].as_array().expect("jobs").len();
     assert!(found > 0 && found <= 50, "{found}");
+}
+
+/// Every event a job has carries its metadata under `detail.metadata`: accepted,
+/// checkpoints, a park, an answer, a cancel, an operator's retry, a rejection, a
+/// settlement DEAD; a job without metadata has no such entry.
+#[tokio::test]
+async fn metadata_rides_in_every_event_of_its_job() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "metadata-events", 2)).await;
+    let tags = json!({ "customer": "acme", "order.id": "o-17" });
+    let submit = |workflow: Value, input: Value, extra: Value| {
+        let mut body = json!({ "workflow": workflow, "input": input, "metadata": tags });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        let node = &node;
+        async move {
+            node.ok("submit-workflow", body).await["jobId"]
+                .as_str()
+                .expect("an id")
+                .to_owned()
+        }
+    };
+    let reviewed = three_step_workflow(&server.target());
+
+    // Parked, answered, completed.
+    let answered = submit(reviewed.clone(), json!({ "text": "hi" }), json!({})).await;
+    node.wait_for_status(&answered, "WAITING", WAIT).await;
+    node.ok(
+        "complete-step",
+        json!({ "jobId": answered, "stepName": "review", "response": { "notes": "fine", "score": 8 } }),
+    )
+    .await;
+    node.wait_for_status(&answered, "COMPLETED", WAIT).await;
+
+    // Parked, cancelled, retried by an operator, parked again, rejected.
+    let rejected = submit(reviewed.clone(), json!({ "text": "hi" }), json!({})).await;
+    node.wait_for_status(&rejected, "WAITING", WAIT).await;
+    node.ok(
+        "cancel-job",
+        json!({ "jobId": rejected, "reason": "wrong customer" }),
+    )
+    .await;
+    node.ok("retry-job", json!({ "jobId": rejected })).await;
+    eventually_parked_again(&node, &rejected).await;
+    node.ok(
+        "reject-step",
+        json!({ "jobId": rejected, "stepName": "review", "reason": "not this one" }),
+    )
+    .await;
+    node.wait_for_status(&rejected, "FAILED", WAIT).await;
+
+    // Out of attempts: DEAD.
+    let dead = submit(
+        two_step_workflow(&server.target()),
+        json!({ "text": "x", "fail": true }),
+        json!({ "maxAttempts": 1 }),
+    )
+    .await;
+    node.wait_for_status(&dead, "DEAD", WAIT).await;
+
+    let mut seen = std::collections::BTreeSet::new();
+    for job in [&answered, &rejected, &dead] {
+        for (kind, metadata) in event_metadata(&node, job).await {
+            assert_eq!(metadata, tags, "{kind} of {job}");
+            seen.insert(kind);
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ACCEPTED",
+            "CANCELLED",
+            "COMPLETED",
+            "DEAD",
+            "FAILED",
+            "RETRIED",
+            "STEP_CHECKPOINT",
+            "WAITING"
+        ]
+    );
+
+    // A job without metadata: no entry at all.
+    let plain = node
+        .submit(&leaf_workflow(&server.target()), json!({ "text": "plain" }))
+        .await;
+    node.wait_for_status(&plain, "COMPLETED", WAIT).await;
+    for (kind, metadata) in event_metadata(&node, &plain).await {
+        assert_eq!(metadata, Value::Null, "{kind}");
+    }
+}
+
+/// Waits until a retried job is parked on its review again (its first WAITING after
+/// the RETRIED event).
+async fn eventually_parked_again(node: &JobsNode, job_id: &str) {
+    protomolt_e2e::jobs::eventually("the retried job to park again", WAIT, || async {
+        let kinds: Vec<String> = event_metadata(node, job_id)
+            .await
+            .into_iter()
+            .map(|(kind, _)| kind)
+            .collect();
+        let retried = kinds.iter().position(|k| k == "RETRIED");
+        retried.is_some_and(|at| kinds[at..].iter().any(|k| k == "WAITING"))
+    })
+    .await;
 }

@@ -101,8 +101,16 @@ impl Act for CancelAct {
                 CancelOutcome::Cancelled => {
                     now.push(job_id);
                     let name: String = row.get("workflow_name");
+                    let metadata: Option<Value> = row.get("metadata");
                     events.push(
-                        &cancelled_event(job_id, &name, row.get("attempt"), &self.reason).facts(),
+                        &cancelled_event(
+                            job_id,
+                            &name,
+                            row.get("attempt"),
+                            &self.reason,
+                            metadata.as_ref(),
+                        )
+                        .facts(),
                     )?;
                 }
                 CancelOutcome::CancelRequested => requested.push(job_id),
@@ -187,7 +195,7 @@ impl Store {
 }
 
 /// The CANCELLED event of a job a statement just cancelled; `row` carries its
-/// `attempt` and `cancel_reason`.
+/// `attempt`, `cancel_reason` and `metadata`.
 pub(super) async fn insert_cancelled_event(
     tx: &Transaction<'_>,
     job_id: Uuid,
@@ -195,11 +203,13 @@ pub(super) async fn insert_cancelled_event(
     row: &tokio_postgres::Row,
 ) -> Result<(), StoreError> {
     let reason: Option<String> = row.get("cancel_reason");
+    let metadata: Option<Value> = row.try_get("metadata")?;
     let event = cancelled_event(
         job_id,
         workflow_name,
         row.get("attempt"),
         reason.as_deref().unwrap_or_default(),
+        metadata.as_ref(),
     );
     insert_event(tx, &event.facts()).await
 }
@@ -210,6 +220,7 @@ struct CancelledEvent<'a> {
     workflow_name: &'a str,
     attempt: i32,
     detail: [(&'static str, &'a str); 1],
+    metadata: Option<&'a Value>,
 }
 
 fn cancelled_event<'a>(
@@ -217,12 +228,14 @@ fn cancelled_event<'a>(
     workflow_name: &'a str,
     attempt: i32,
     reason: &'a str,
+    metadata: Option<&'a Value>,
 ) -> CancelledEvent<'a> {
     CancelledEvent {
         job_id,
         workflow_name,
         attempt,
         detail: [("reason", reason)],
+        metadata,
     }
 }
 
@@ -240,6 +253,7 @@ impl CancelledEvent<'_> {
             detail: &self.detail,
             data: None,
             waiting_on: None,
+            metadata: self.metadata,
         }
     }
 }

@@ -20,6 +20,8 @@ pub struct Claim {
     pub attempt: i32,
     /// The job's workflow (for events).
     pub workflow_name: String,
+    /// The job's metadata (for events; `None`: none).
+    pub metadata: Option<Value>,
 }
 
 impl Claim {
@@ -132,6 +134,7 @@ impl Store {
                     token: row.get("claims"),
                     attempt: row.get("attempt"),
                     workflow_name: row.get("workflow_name"),
+                    metadata: row.get("metadata"),
                 },
                 definition_digest: row.get("definition_digest"),
                 input: row.get("input"),

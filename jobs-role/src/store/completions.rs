@@ -170,6 +170,7 @@ mod tests {
             token: 1,
             attempt: 1,
             workflow_name: "w".into(),
+            metadata: None,
         };
         let entry = json_entry(&result);
         ClaimWrite::settle(

@@ -47,6 +47,10 @@ pub struct EventFacts<'a> {
     /// What a parked job waits on (WAITING: per step its kind, and an event step's
     /// key or a sleep as written), under `waitingOn`, bounded as `data` is.
     pub waiting_on: Option<&'a Value>,
+    /// The job's metadata (a JSON object of strings, set at submission and never
+    /// changed), carried under `metadata` in every event of the job so a consumer can
+    /// route by it; `None` or an empty object: no `metadata` entry.
+    pub metadata: Option<&'a Value>,
 }
 
 /// Largest JSON value an event carries in its detail, in bytes of compact JSON and in
@@ -220,6 +224,12 @@ pub fn encode_as(
                         .map(|value| data_entries("waitingOn", value))
                         .unwrap_or_default(),
                 )
+                .chain(
+                    facts
+                        .metadata
+                        .filter(|metadata| metadata.as_object().is_some_and(|m| !m.is_empty()))
+                        .map(|metadata| ("metadata".to_owned(), proto_value(metadata))),
+                )
                 .chain([("status".to_owned(), status)])
                 .collect(),
         }),
@@ -265,6 +275,7 @@ mod tests {
             detail: &[],
             data: None,
             waiting_on: None,
+            metadata: None,
         };
         let (id, payload) = encode(&facts).expect("a cut error still encodes");
         let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
@@ -289,6 +300,7 @@ mod tests {
             detail: &[],
             data,
             waiting_on: None,
+            metadata: None,
         };
         let (_, payload) = encode(&facts(Some(("result", &small)))).unwrap();
         let event = WorkflowRunEvent::decode_validated(&payload).unwrap();
@@ -366,6 +378,7 @@ mod tests {
             detail: &[],
             data: None,
             waiting_on: None,
+            metadata: None,
         };
         assert!(encode(&facts).is_err());
     }

@@ -80,6 +80,7 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         detail: &[],
         data: None,
         waiting_on: None,
+        metadata: claim.metadata.as_ref(),
     };
     let checkpointed = write.checkpoint.as_ref().map(|checkpoint| EventFacts {
         data: write.timing.as_ref().map(|timing| ("timing", timing)),

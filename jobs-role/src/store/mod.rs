@@ -596,8 +596,8 @@ impl BatchFailure {
     }
 }
 
-/// The DEAD event of a job a statement just landed DEAD; `row` carries its `attempt`
-/// and `error`.
+/// The DEAD event of a job a statement just landed DEAD; `row` carries its `attempt`,
+/// `error` and `metadata`.
 async fn insert_dead_event(
     tx: &Transaction<'_>,
     job_id: Uuid,
@@ -605,6 +605,7 @@ async fn insert_dead_event(
     row: &tokio_postgres::Row,
 ) -> Result<(), StoreError> {
     let error: Option<String> = row.get("error");
+    let metadata: Option<Value> = row.try_get("metadata")?;
     let event = EventFacts {
         job_id,
         workflow_name,
@@ -617,6 +618,7 @@ async fn insert_dead_event(
         detail: &[],
         data: None,
         waiting_on: None,
+        metadata: metadata.as_ref(),
     };
     insert_event(tx, &event).await
 }

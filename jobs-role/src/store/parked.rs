@@ -120,6 +120,7 @@ pub(super) async fn answer_parked_step(
                 .any(|step| !still_waiting.contains(&step.name)));
     let workflow_name: String = row.get("workflow_name");
     let attempt: i32 = row.get("attempt");
+    let metadata: Option<Value> = row.get("metadata");
     // The answered step's STEP_CHECKPOINT event, the job `status` after it.
     let checkpointed = |status| EventFacts {
         job_id,
@@ -133,6 +134,7 @@ pub(super) async fn answer_parked_step(
         detail: &[],
         data: None,
         waiting_on: None,
+        metadata: metadata.as_ref(),
     };
     let status = match answer {
         ParkedAnswer::Accept { checkpoint } if !resumes => {
@@ -171,6 +173,7 @@ pub(super) async fn answer_parked_step(
                 detail: &[],
                 data: None,
                 waiting_on: None,
+                metadata: metadata.as_ref(),
             };
             insert_event(tx, &event).await?;
             JobStatus::Failed
@@ -248,6 +251,7 @@ impl Store {
             let job_id: Uuid = row.get("job_id");
             let name: String = row.get("workflow_name");
             let (step, error): (String, String) = (row.get("step"), row.get("error"));
+            let metadata: Option<Value> = row.get("metadata");
             let (kind, counted) = if status == JobStatus::Dead {
                 (Type::Dead, &mut report.dead)
             } else {
@@ -266,6 +270,7 @@ impl Store {
                 detail: &[],
                 data: None,
                 waiting_on: None,
+                metadata: metadata.as_ref(),
             };
             insert_event(&tx, &event).await?;
             *counted += 1;

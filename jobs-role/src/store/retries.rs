@@ -91,14 +91,20 @@ impl Act for RetryAct {
         rows: &[tokio_postgres::Row],
     ) -> Result<Vec<(Uuid, RetryOutcome)>, StoreError> {
         let mut outcomes = Vec::with_capacity(rows.len());
-        // The jobs to re-queue, with the status each leaves and its workflow's name.
-        let mut retried: Vec<(Uuid, JobStatus, String)> = Vec::new();
+        // The jobs to re-queue, with the status each leaves, its workflow's name and
+        // its metadata.
+        let mut retried: Vec<(Uuid, JobStatus, String, Option<Value>)> = Vec::new();
         for row in rows {
             let job_id: Uuid = row.get("job_id");
             let status: JobStatus = row.get::<_, String>("status").parse()?;
             match RetryOutcome::of(status, row.get("claims"), self.from_step.is_some()) {
                 Some(refused) => outcomes.push((job_id, refused)),
-                None => retried.push((job_id, status, row.get("workflow_name"))),
+                None => retried.push((
+                    job_id,
+                    status,
+                    row.get("workflow_name"),
+                    row.get("metadata"),
+                )),
             }
         }
         if retried.is_empty() {
@@ -117,16 +123,21 @@ impl Act for RetryAct {
                 .map(|(_, at)| i32::try_from(*at + 1).unwrap_or(i32::MAX))
                 .collect()
         });
-        let ids: Vec<Uuid> = retried.iter().map(|(id, _, _)| *id).collect();
+        let ids: Vec<Uuid> = retried.iter().map(|(id, ..)| *id).collect();
         // A retried parent re-runs only the children that did not complete: their
         // slots are forgotten and they are re-queued too (from their checkpoints).
-        let children: Vec<(Uuid, JobStatus, String)> = tx
+        let children: Vec<(Uuid, JobStatus, String, Option<Value>)> = tx
             .query(sql::FORGET_FAILED_CHILDREN, &[&ids])
             .await?
             .iter()
             .map(|row| {
                 let status: JobStatus = row.get::<_, String>("status").parse()?;
-                Ok((row.get("job_id"), status, row.get("workflow_name")))
+                Ok((
+                    row.get("job_id"),
+                    status,
+                    row.get("workflow_name"),
+                    row.get("metadata"),
+                ))
             })
             .collect::<Result<_, StoreError>>()?;
         let kept: std::collections::HashMap<Uuid, Option<i32>> = tx
@@ -147,7 +158,7 @@ impl Act for RetryAct {
             tx.execute(sql::DETACH_CHILDREN, &[&ids, dropped]).await?;
         }
         if !children.is_empty() {
-            let child_ids: Vec<Uuid> = children.iter().map(|(id, _, _)| *id).collect();
+            let child_ids: Vec<Uuid> = children.iter().map(|(id, ..)| *id).collect();
             let none: Option<Vec<&str>> = None;
             let no_positions: Option<Vec<i32>> = None;
             tx.execute(
@@ -157,11 +168,11 @@ impl Act for RetryAct {
             .await?;
         }
         let mut events = EventBatch::default();
-        for (job_id, was, name) in &children {
+        for (job_id, was, name, metadata) in &children {
             let detail = [("from", was.as_str()), ("reason", "its parent was retried")];
-            events.push(&retried_event(*job_id, name, &detail))?;
+            events.push(&retried_event(*job_id, name, &detail, metadata.as_ref()))?;
         }
-        for (job_id, was, name) in &retried {
+        for (job_id, was, name, metadata) in &retried {
             let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];
             if let Some((step, _)) = &self.from_step {
                 detail.push(("fromStep", step));
@@ -169,7 +180,7 @@ impl Act for RetryAct {
             if let Some(reason) = &self.reason {
                 detail.push(("reason", reason));
             }
-            events.push(&retried_event(*job_id, name, &detail))?;
+            events.push(&retried_event(*job_id, name, &detail, metadata.as_ref()))?;
             outcomes.push((
                 *job_id,
                 RetryOutcome::Retried {
@@ -191,6 +202,7 @@ fn retried_event<'a>(
     job_id: Uuid,
     workflow_name: &'a str,
     detail: &'a [(&'a str, &'a str)],
+    metadata: Option<&'a Value>,
 ) -> EventFacts<'a> {
     EventFacts {
         job_id,
@@ -204,6 +216,7 @@ fn retried_event<'a>(
         detail,
         data: None,
         waiting_on: None,
+        metadata,
     }
 }
 

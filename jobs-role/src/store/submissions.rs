@@ -159,6 +159,7 @@ impl Store {
             detail: &[],
             data: None,
             waiting_on: None,
+            metadata: job.metadata.as_ref(),
         })?;
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
@@ -474,6 +475,7 @@ pub(super) async fn insert_batch(
                 detail: &detail,
                 data: None,
                 waiting_on: None,
+                metadata: job.metadata.as_ref(),
             })?;
         }
     }

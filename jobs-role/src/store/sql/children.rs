@@ -56,7 +56,7 @@ DELETE FROM workflow_run_items i USING workflow_run c, workflow_run p
    AND NOT COALESCE(p.checkpoints @> jsonb_build_array(jsonb_build_object('name', i.step)), false)
    AND c.parent_job_id = i.job_id AND c.parent_step = i.step AND c.parent_item = i.item
    AND c.status <> 'COMPLETED'
-RETURNING c.job_id, c.workflow_name, c.status";
+RETURNING c.job_id, c.workflow_name, c.status, c.metadata";
 
 /// Detaches the children of the parents `$1`'s steps `$2` (a retry from a step
 /// re-runs them with new children): a detached child runs on, but its end no longer

@@ -240,7 +240,7 @@ RETURNING job_id, workflow_name, input, claims, attempt, max_attempts, priority,
           CASE WHEN jsonb_typeof(waits) = 'array' THEN
               (SELECT jsonb_object_agg(p ->> 'step', p -> 'untilMs') FROM jsonb_array_elements(waits) AS p
                 WHERE p ->> 'kind' = 'sleep' AND jsonb_typeof(p -> 'untilMs') = 'number') END AS sleeps,
-          floor(extract(epoch FROM now()) * 1000)::bigint AS claimed_at_ms, child_ends";
+          floor(extract(epoch FROM now()) * 1000)::bigint AS claimed_at_ms, child_ends, metadata";
 
 /// Gives back the RUNNING jobs a claim statement whose answer never came took (the
 /// connection broke after it was sent): stamped with `$1` (the node's worker id) and
@@ -378,13 +378,14 @@ pub const SETTLE_RETRY: &str = unless_cancel_requested!(fenced!(
 ));
 
 /// Settles CANCELLED a job an operator asked to cancel while it ran; matches nothing
-/// when no cancel was asked for. Returns the attempt and the operator's reason.
+/// when no cancel was asked for. Returns the attempt, the operator's reason and the
+/// job's metadata (for the event).
 pub const SETTLE_CANCELLED: &str = concat!(
     fenced!(
         "UPDATE workflow_run SET status = 'CANCELLED',
        lease_owner = NULL, lease_until = NULL, releases = 0, finished_at = now(), updated_at = now()"
     ),
-    "\n   AND cancel_requested\nRETURNING attempt, cancel_reason"
+    "\n   AND cancel_requested\nRETURNING attempt, cancel_reason, metadata"
 );
 
 /// Gives a claim back without burning its attempt (shutdown, or a transient store
@@ -411,7 +412,7 @@ pub const RELEASE_CLAIM: &str = concat!(
        run_after = now() + $4::bigint * interval '1 millisecond',
        lease_owner = NULL, lease_until = NULL, updated_at = now()"
     )),
-    "\nRETURNING status, attempt, error"
+    "\nRETURNING status, attempt, error, metadata"
 );
 
 /// Requeues RUNNING rows whose lease has passed (their worker went quiet), keeping the
@@ -432,7 +433,7 @@ UPDATE workflow_run w
                      ORDER BY lease_until
                      FOR UPDATE SKIP LOCKED
                      LIMIT $1)
-RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason";
+RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason, w.metadata";
 
 /// Locks the jobs an operator's act names (`$1` ids), in job-id order, answering
 /// `job_id`, `status`, whether the job finished before `$2` (RFC 3339 text; NULL:
@@ -456,17 +457,17 @@ macro_rules! lock_jobs_for_an_act {
 
 /// Locks jobs for `cancel-job` and `cancel-jobs`, skipping held rows.
 pub const LOCK_JOBS_FOR_CANCEL: &str =
-    lock_jobs_for_an_act!("attempt, cancel_requested", " SKIP LOCKED");
+    lock_jobs_for_an_act!("attempt, cancel_requested, metadata", " SKIP LOCKED");
 
 /// Locks a job for `cancel-job` and `cancel-jobs`, waiting for it.
 pub const LOCK_JOBS_FOR_CANCEL_WAITING: &str =
-    lock_jobs_for_an_act!("attempt, cancel_requested", "");
+    lock_jobs_for_an_act!("attempt, cancel_requested, metadata", "");
 
 /// Locks jobs for `retry-job` and `retry-jobs`, skipping held rows.
-pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims", " SKIP LOCKED");
+pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims, metadata", " SKIP LOCKED");
 
 /// Locks a job for `retry-job` and `retry-jobs`, waiting for it.
-pub const LOCK_JOBS_FOR_RETRY_WAITING: &str = lock_jobs_for_an_act!("claims", "");
+pub const LOCK_JOBS_FOR_RETRY_WAITING: &str = lock_jobs_for_an_act!("claims, metadata", "");
 
 /// Bounds the transaction's waits for a row lock by `$1` (`'250ms'`; never `'0'`,
 /// which would mean no bound), and lifts any `statement_timeout` the database sets

@@ -20,7 +20,7 @@ UPDATE workflow_run w
          FOR UPDATE SKIP LOCKED
          LIMIT $1) parked
  WHERE w.job_id = parked.job_id AND w.status = 'WAITING' AND w.wait_until < now()
-RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outstanding_step AS step";
+RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, parked.outstanding_step AS step, w.metadata";
 
 /// Wakes WAITING rows whose first wait to end is a sleep that has ended (a sleep
 /// beside a step that waits for an answer or an event): QUEUED now, the attempt given
@@ -42,7 +42,8 @@ RETURNING w.job_id";
 /// Locks a job for `complete-step`. `$1` job id.
 pub const LOCK_JOB: &str = "\
 SELECT w.status, w.outstanding_step, w.outstanding_steps, w.waits, w.workflow_name,
-       COALESCE(w.workflow_definition, s.definition) AS workflow_definition, w.checkpoints, w.attempt
+       COALESCE(w.workflow_definition, s.definition) AS workflow_definition, w.checkpoints, w.attempt,
+       w.metadata
   FROM workflow_run w LEFT JOIN workflow_snapshot s ON s.digest = w.definition_digest
  WHERE w.job_id = $1
    FOR UPDATE OF w";
