@@ -113,7 +113,13 @@ fn message_schema(message: &MessageDescriptor, depth: usize, flavour: Flavour) -
         }
         properties.insert(field.json_name().to_owned(), schema);
     }
-    json!({ "type": "object", "properties": properties, "additionalProperties": false })
+    let mut schema =
+        json!({ "type": "object", "properties": properties, "additionalProperties": false });
+    if flavour == Flavour::Canonical {
+        // A generated client names the nested message's type after it.
+        schema["title"] = json!(message.full_name());
+    }
+    schema
 }
 
 fn field_schema(field: &FieldDescriptor, depth: usize, flavour: Flavour) -> Value {

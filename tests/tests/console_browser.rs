@@ -839,9 +839,17 @@ async fn every_page_labels_its_inputs_and_fits_a_phone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_pages_the_jobs_by_keyset_and_redrives_dead_lettered_events() {
     let console = Console::start(None).await;
-    // 60 jobs that wait an hour (more than one page of 50).
+    // 60 jobs that wait an hour (more than one page of 50); three of them tagged for
+    // a customer, one of those also for a region.
     let submissions: Vec<Value> = (0..60)
-        .map(|i| json!({ "input": { "text": format!("{i}") }, "delayMs": 3_600_000 }))
+        .map(|i| {
+            let metadata = match i {
+                0 => json!({ "customer": "acme", "region": "eu" }),
+                1 | 2 => json!({ "customer": "acme" }),
+                _ => json!({}),
+            };
+            json!({ "input": { "text": format!("{i}") }, "delayMs": 3_600_000, "metadata": metadata })
+        })
         .collect();
     let answer = console
         .node
@@ -873,6 +881,32 @@ async fn an_operator_pages_the_jobs_by_keyset_and_redrives_dead_lettered_events(
     );
     click(&page, "#page-prev").await;
     wait_for_exact_text(&page, "#page-info", "Jobs 1–50").await;
+
+    // The metadata filter: one key typed in, two keys from a link, a malformed one.
+    fill(&page, "#filter-metadata", "customer=acme").await;
+    click(&page, "#apply-filters").await;
+    wait_for_exact_text(&page, "#page-info", "Jobs 1–3").await;
+    page.goto(&console.page("#/fleet?meta=customer%3Dacme%2C%20region%3Deu"))
+        .await
+        .unwrap();
+    wait_for_exact_text(&page, "#page-info", "Jobs 1–1").await;
+    wait_for_exact_text(
+        &page,
+        &format!(
+            "#jobs-table tr[data-job-id=\"{}\"] td[data-col=\"metadata\"]",
+            ids[0]
+        ),
+        "customer=acme, region=eu",
+    )
+    .await;
+    page.goto(&console.page("#/fleet?meta=acme")).await.unwrap();
+    wait_for_text(
+        &page,
+        "#filter-message",
+        "the metadata filter's hint",
+        |t| t.starts_with("Metadata: write key=value pairs"),
+    )
+    .await;
 
     // Two jobs' events dead-lettered.
     let client = console._db.connect().await;

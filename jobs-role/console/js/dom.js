@@ -60,7 +60,7 @@ export function workflowHref(name) {
 /** The fleet page's hash for these filters and page (fleet.js reads it back; the inbox links to it). */
 export function fleetHash(filters) {
   const query = new URLSearchParams();
-  for (const key of ['status', 'workflow', 'createdAfter', 'createdBefore', 'jobId']) if (filters[key]) query.set(key, filters[key]);
+  for (const key of ['status', 'workflow', 'createdAfter', 'createdBefore', 'jobId', 'meta']) if (filters[key]) query.set(key, filters[key]);
   if (filters.after) {
     query.set('after', filters.after);
     query.set('page', String(filters.page));

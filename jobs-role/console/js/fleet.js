@@ -36,6 +36,7 @@ function filtersFromQuery(query) {
     createdAfter: query.get('createdAfter') || '',
     createdBefore: query.get('createdBefore') || '',
     jobId: query.get('jobId') || '',
+    meta: query.get('meta') || '',
     after,
     page: after ? Math.max(1, parseInt(query.get('page') || '1', 10) || 1) : 0,
   };
@@ -46,6 +47,27 @@ function cursorFromText(text) {
   const comma = text.lastIndexOf(',');
   if (comma <= 0) return null;
   return { createdAt: text.slice(0, comma), jobId: text.slice(comma + 1) };
+}
+
+/**
+ * The metadata filter's text ('customer=acme, region=eu') -> list-jobs' `metadata`
+ * object; null when a pair has no '=' or no key; {} when empty.
+ */
+export function metadataFromText(text) {
+  const out = {};
+  for (const pair of text.split(',')) {
+    if (pair.trim() === '') continue;
+    const at = pair.indexOf('=');
+    if (at <= 0 || pair.slice(0, at).trim() === '') return null;
+    out[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
+  }
+  return out;
+}
+
+/** A job's metadata as 'key=value, ...' ('—' for none). */
+function metadataText(metadata) {
+  const pairs = metadata && typeof metadata === 'object' ? Object.entries(metadata) : [];
+  return pairs.length ? pairs.map(([k, v]) => k + '=' + String(v)).join(', ') : '—';
 }
 
 /** datetime-local text (the browser's local time) -> RFC 3339 UTC, or '' when unset or invalid. */
@@ -90,11 +112,12 @@ export function renderFleetView(main, params, query) {
   const afterInput = el('input', { id: 'filter-created-after', type: 'datetime-local', step: '1' });
   const beforeInput = el('input', { id: 'filter-created-before', type: 'datetime-local', step: '1' });
   const jobIdInput = el('input', { id: 'filter-job-id', type: 'text', autocomplete: 'off', spellcheck: 'false', class: 'mono' });
+  const metaInput = el('input', { id: 'filter-metadata', type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'customer=acme, region=eu' });
   const filterMessage = el('p', { id: 'filter-message', class: 'field-error', 'aria-live': 'polite' });
   const labelled = (text, control) => el('div', { class: 'filter' }, el('label', { for: control.id, text }), control);
   const filterForm = el('form', { id: 'job-filters', class: 'filters', novalidate: true },
     labelled('Status', statusSelect), labelled('Workflow', workflowInput), labelled('Created after', afterInput),
-    labelled('Created before', beforeInput), labelled('Job id or prefix', jobIdInput),
+    labelled('Created before', beforeInput), labelled('Job id or prefix', jobIdInput), labelled('Metadata', metaInput),
     el('div', { class: 'filter filter-submit' }, el('button', { type: 'submit', id: 'apply-filters', text: 'Apply filters' })),
     filterMessage);
 
@@ -109,9 +132,9 @@ export function renderFleetView(main, params, query) {
   // Table.
   const selectAll = el('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'Select all jobs on this page' });
   const tbody = el('tbody');
-  const emptyRow = el('tr', { class: 'empty-row' }, el('td', { colspan: '9', text: 'Loading…' }));
+  const emptyRow = el('tr', { class: 'empty-row' }, el('td', { colspan: '10', text: 'Loading…' }));
   tbody.appendChild(emptyRow);
-  const head = ['Job', 'Workflow', 'Status', 'Attempt', 'Priority', 'Outstanding step', 'Created', 'Updated'];
+  const head = ['Job', 'Workflow', 'Status', 'Attempt', 'Priority', 'Outstanding step', 'Metadata', 'Created', 'Updated'];
   const table = el('table', { id: 'jobs-table' },
     el('caption', { class: 'visually-hidden', text: 'Jobs, newest first' }),
     el('thead', null, el('tr', null, el('th', { scope: 'col', class: 'select-col' }, selectAll), head.map((h) => el('th', { scope: 'col', text: h })))),
@@ -132,6 +155,7 @@ export function renderFleetView(main, params, query) {
     afterInput.value = filters.createdAfter;
     beforeInput.value = filters.createdBefore;
     jobIdInput.value = filters.jobId;
+    metaInput.value = filters.meta;
   }
 
   async function refreshCounts() {
@@ -187,6 +211,8 @@ export function renderFleetView(main, params, query) {
     if (localToUtc(filters.createdAfter)) body.createdAfter = localToUtc(filters.createdAfter);
     if (localToUtc(filters.createdBefore)) body.createdBefore = localToUtc(filters.createdBefore);
     if (jobId) body.jobIdPrefix = jobId;
+    const metadata = metadataFromText(filters.meta);
+    if (metadata && Object.keys(metadata).length) body.metadata = metadata;
     const answer = await loadVerb('list-jobs', body, abort.signal);
     if (answer.next && answer.next.createdAt && answer.next.jobId) nextCursor = answer.next.createdAt + ',' + answer.next.jobId;
     return Array.isArray(answer.jobs) ? answer.jobs : [];
@@ -196,6 +222,11 @@ export function renderFleetView(main, params, query) {
     const jobId = filters.jobId.trim();
     if (jobId && !/^[0-9a-fA-F-]{1,36}$/.test(jobId)) {
       filterMessage.textContent = 'Job id: type 1 to 36 hex digits and dashes.';
+      drawRows([]);
+      return;
+    }
+    if (metadataFromText(filters.meta) === null) {
+      filterMessage.textContent = 'Metadata: write key=value pairs separated by commas (customer=acme, region=eu).';
       drawRows([]);
       return;
     }
@@ -225,13 +256,14 @@ export function renderFleetView(main, params, query) {
       attempt: el('td', { class: 'num' }),
       priority: el('td', { class: 'num' }),
       step: el('td'),
+      metadata: el('td', { 'data-col': 'metadata', class: 'metadata' }),
       created: el('td'),
       updated: el('td'),
     };
     parts.tr.append(
       el('td', { class: 'select-col' }, checkbox),
       el('td', null, el('a', { href: jobHref(id), class: 'mono job-link', title: id, text: shortId(id) })),
-      parts.workflow, parts.status, parts.attempt, parts.priority, parts.step, parts.created, parts.updated);
+      parts.workflow, parts.status, parts.attempt, parts.priority, parts.step, parts.metadata, parts.created, parts.updated);
     return parts;
   }
 
@@ -242,6 +274,7 @@ export function renderFleetView(main, params, query) {
     parts.attempt.textContent = displayValue(job.attempt) + '/' + displayValue(job.maxAttempts);
     parts.priority.textContent = displayValue(job.priority);
     parts.step.textContent = job.outstandingStep ? String(job.outstandingStep) : '—';
+    parts.metadata.textContent = metadataText(job.metadata);
     parts.created.replaceChildren(timeAgo(job.createdAt));
     parts.updated.replaceChildren(timeAgo(job.updatedAt));
   }
@@ -331,6 +364,7 @@ export function renderFleetView(main, params, query) {
       createdAfter: afterInput.value,
       createdBefore: beforeInput.value,
       jobId: jobIdInput.value.trim(),
+      meta: metaInput.value.trim(),
       after: '',
       page: 0,
     };
