@@ -136,10 +136,10 @@ async fn stage(name: &str) -> Stage {
     let env = [
         ("PROTOMOLT_URL", base),
         ("PROTOMOLT_TOKEN", ADMIN.to_owned()),
-        ("PROTOMOLT_LIMITED_TOKEN", LIMITED.to_owned()),
-        ("PROTOMOLT_CONTROL_URL", control),
-        ("PROTOMOLT_REQUESTS_TOPIC", requests),
-        ("PROTOMOLT_EVENTS_TOPIC", events),
+        ("CLIENTS_LIMITED_TOKEN", LIMITED.to_owned()),
+        ("CLIENTS_CONTROL_URL", control),
+        ("CLIENTS_REQUESTS_TOPIC", requests),
+        ("CLIENTS_EVENTS_TOPIC", events),
         ("KAFKA_BOOTSTRAP", protomolt_e2e::kafka_bootstrap()),
         ("PYTHONDONTWRITEBYTECODE", "1".to_owned()),
     ]

@@ -38,7 +38,7 @@ def node(url, token):
 @pytest.fixture(scope="session")
 def outage():
     """Takes the node's database away for `ms` milliseconds, starting now."""
-    control = env("PROTOMOLT_CONTROL_URL")
+    control = env("CLIENTS_CONTROL_URL")
 
     def take_away(ms: int) -> None:
         httpx.post(f"{control}/outage", params={"ms": ms}, timeout=10).raise_for_status()

@@ -118,7 +118,7 @@ def test_a_503_is_retried_until_the_node_is_back(url, token, outage):
 
 
 def test_a_429_is_waited_out_by_retry_after(url):
-    token = os.environ["PROTOMOLT_LIMITED_TOKEN"]
+    token = os.environ["CLIENTS_LIMITED_TOKEN"]
     waits = []
     with Client(url, token, on_retry=lambda verb, error, pause, attempt: waits.append((error, pause))) as node:
         for _ in range(75):  # the token's budget is 60 a minute
@@ -161,13 +161,13 @@ def test_kafka_requests_and_events(node):
     bootstrap = os.environ["KAFKA_BOOTSTRAP"]
     producer = Producer({"bootstrap.servers": bootstrap})
     job_id = pkafka.produce_request(
-        producer, "leaf", {"text": "from kafka"}, topic=os.environ["PROTOMOLT_REQUESTS_TOPIC"],
+        producer, "leaf", {"text": "from kafka"}, topic=os.environ["CLIENTS_REQUESTS_TOPIC"],
         metadata={"via": "kafka"})
     assert node.wait(job_id, timeout=90).status == "COMPLETED"
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"client-test-{uuid.uuid4()}",
                          "auto.offset.reset": "earliest"})
-    consumer.subscribe([os.environ["PROTOMOLT_EVENTS_TOPIC"]])
+    consumer.subscribe([os.environ["CLIENTS_EVENTS_TOPIC"]])
     seen = []
     try:
         for _ in range(600):

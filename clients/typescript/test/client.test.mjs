@@ -114,7 +114,7 @@ test("an error carries its code, message and details", async () => {
 test("a 503 is retried until the node is back", async () => {
   const retries = [];
   const patient = new Client(url, { token, onRetry: (verb, error) => retries.push(error) });
-  const control = env("PROTOMOLT_CONTROL_URL");
+  const control = env("CLIENTS_CONTROL_URL");
   const outage = await fetch(`${control}/outage?ms=2500`, { method: "POST" });
   assert.equal(outage.status, 200);
   const { jobId } = await patient.submit("leaf", { text: "through an outage" });
@@ -123,7 +123,7 @@ test("a 503 is retried until the node is back", async () => {
 });
 
 test("a 429 is waited out by Retry-After", async () => {
-  const limitedToken = env("PROTOMOLT_LIMITED_TOKEN");
+  const limitedToken = env("CLIENTS_LIMITED_TOKEN");
   const waits = [];
   const limited = new Client(url, { token: limitedToken, onRetry: (verb, error, pauseMs) => waits.push({ error, pauseMs }) });
   for (let i = 0; i < 75; i++) await limited.getFleet();

@@ -27,6 +27,8 @@ pub const NOT_CONFIG_VARIABLES: &[&str] = &[
     "PROTOMOLT_URL",
     "PROTOMOLT_TOKEN",
     "PROTOMOLT_PEER_MODULES",
+    // Rewrites the clients' generated files from a live node (tests/tests/clients.rs).
+    "PROTOMOLT_UPDATE_CLIENTS",
 ];
 
 /// The warning for a `PROTOMOLT_*` variable that sets nothing, naming the variable it
