@@ -129,6 +129,48 @@ def ts_type(schema: dict) -> str:
     return f"{out} | null" if nullable else out
 
 
+#: Names the hand-written clients use beside the generated verbs and models: a verb
+#: or message named so would shadow them, and the generator refuses it.
+PYTHON_MEMBERS = {"call", "close", "aclose", "submit", "wait", "watch", "retry", "timeout",
+                  "base_url", "on_retry", "self"}
+TYPESCRIPT_MEMBERS = {"call", "send", "read", "submit", "wait", "watch", "retry", "baseUrl",
+                      "headers", "fetchImpl", "onRetry"}
+TYPESCRIPT_EXPORTS = {"Client", "ClientOptions", "ProtoMoltError", "WaitTimeout", "RetryPolicy",
+                      "RetryHook", "DEFAULT_RETRY", "UNSAFE_TO_RESEND", "mayRetry", "TERMINAL",
+                      "Job", "JobEvent", "Verbs", "VerbTypes", "CallOptions"}
+MODEL_MEMBERS = {"extra", "to_json", "from_json", "self"}
+
+
+def check_names(document: dict, messages: "Messages") -> None:
+    """Refuses names that would make invalid or shadowed code."""
+    problems = []
+    for verb in verbs_of(document):
+        if snake(verb["verb"].replace("-", "_")) in PYTHON_MEMBERS:
+            problems.append(f"verb {verb['verb']} would shadow the Python client's own member")
+        if camel(verb["verb"]) in TYPESCRIPT_MEMBERS:
+            problems.append(f"verb {verb['verb']} would shadow the TypeScript client's own member")
+    for name, schema in messages.by_name.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            problems.append(f"message {name} is not a valid class name")
+        if name in TYPESCRIPT_EXPORTS or name in ("Model", "MODELS"):
+            problems.append(f"message {name} would clash with a hand-written export")
+        attributes = {}
+        for prop in schema["properties"]:
+            attribute = snake(prop)
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", attribute) or attribute in MODEL_MEMBERS:
+                problems.append(f"{name}.{prop} makes no usable Python attribute")
+            if attribute in attributes:
+                problems.append(f"{name}.{prop} and {name}.{attributes[attribute]} are both {attribute}")
+            attributes[attribute] = prop
+    if problems:
+        sys.exit("generate.py: " + "; ".join(problems))
+
+
+def ts_key(name: str) -> str:
+    """A TypeScript property name, quoted unless it is an identifier."""
+    return name if re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$]*", name) else json.dumps(name)
+
+
 def verbs_of(document: dict) -> list[dict]:
     out = []
     for path, item in sorted(document["paths"].items()):
@@ -234,7 +276,7 @@ def typescript(document: dict, messages: Messages) -> str:
         lines.append(f"/** `{messages.full[name]}` */")
         lines.append(f"export interface {name} {{")
         for prop, sub in schema["properties"].items():
-            lines.append(f"  {prop}?: {ts_type(sub)};")
+            lines.append(f"  {ts_key(prop)}?: {ts_type(sub)};")
         lines.append("}")
         lines.append("")
     lines += [
@@ -281,6 +323,7 @@ def main() -> int:
     messages = Messages()
     for schema in document["components"]["schemas"].values():
         messages.visit(schema)
+    check_names(document, messages)
     outputs = {
         PYTHON_MODELS: python_models(messages),
         PYTHON_VERBS: python_verbs(document, messages),

@@ -3,8 +3,9 @@
 //! `GET /v1/jobs/{jobId}/events` (scope `jobs:read`): the job's events as
 //! Server-Sent Events, from the outbox as they commit (the Kafka lanes may be off):
 //! first those already written, then each as it lands, ending after a terminal event
-//! (COMPLETED, FAILED, DEAD, CANCELLED) that is still the job's latest (a retried
-//! job's stream goes on); a job not submitted yet is waited for, up to
+//! (COMPLETED, FAILED, DEAD, CANCELLED) that is still the job's latest, or whose
+//! place cannot be read (the database away: a client resumes with `Last-Event-ID`)
+//! (a retried job's stream goes on); a job not submitted yet is waited for, up to
 //! [`UNKNOWN_JOB_WAIT`] (watch, then submit with your own `jobId`). A stream with
 //! nothing left to send (a finished job resumed after its last event) answers 204,
 //! which tells a browser's `EventSource` to stop reconnecting. The streams end when
@@ -235,8 +236,10 @@ async fn next_event(
             .store
             .latest_event_position(stream.job_id)
             .await
-            // Unsure (the database is away): keep the stream; the client decides.
-            .is_ok_and(|latest| latest <= event.seq);
+            // Unsure (the database is away): end it too. A stream left open would hold
+            // its watcher slot for as long as keep-alives flow, and resuming is exact:
+            // `Last-Event-ID` gets what followed, or 204 when nothing did.
+            .map_or(true, |latest| latest <= event.seq);
     let sse = sse_event(&event);
     Some((Ok(sse), (!ends).then_some(stream)))
 }

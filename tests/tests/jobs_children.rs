@@ -54,7 +54,7 @@ async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
         .ok(
             "submit-workflow",
             json!({ "workflowName": "embed-all", "input": { "text": distinct_text(100) },
-                    "priority": 7, "maxAttempts": 5 }),
+                    "priority": 7, "maxAttempts": 5, "metadata": { "tenant": "acme" } }),
         )
         .await;
     let parent = answer["jobId"].as_str().unwrap().to_owned();
@@ -101,6 +101,15 @@ async fn a_parent_maps_a_hundred_children_and_gets_their_outputs_in_order() {
         (&child["priority"], &child["max_attempts"]),
         (&json!(7), &json!(5))
     );
+    // And its metadata, so a search by it finds the whole tree.
+    assert_eq!(child["metadata"], json!({ "tenant": "acme" }));
+    let tree = node
+        .ok(
+            "list-jobs",
+            json!({ "metadata": { "tenant": "acme" }, "limit": 500 }),
+        )
+        .await;
+    assert_eq!(tree["jobs"].as_array().unwrap().len(), 101);
     node.stop().await;
 }
 

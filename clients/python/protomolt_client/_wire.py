@@ -3,7 +3,11 @@ and the Server-Sent Events parser."""
 
 from __future__ import annotations
 
+import copy
+import math
 import random
+import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -26,11 +30,15 @@ _OWN_IDS = {
 class RetryPolicy:
     """When and how long to retry a call the node did not take.
 
-    Retried: `unavailable` (503), `resource_exhausted` (429, waiting out
-    `Retry-After` when the node sends it), 502/504, and a node that cannot be reached.
-    Delays grow from `base_delay` by doubling up to `max_delay`, each drawn at random
-    below its bound (full jitter), so a fleet of clients does not retry in step. A call
-    gives up after `max_attempts` tries or once `max_elapsed` seconds have passed.
+    Retried: `unavailable` (503), 502/504 and a connection that broke, for every verb
+    whose call is safe to send twice (all but those in `UNSAFE_TO_RESEND`, which are
+    retried only when the request never left or was refused before it ran); a 429 that
+    names its `Retry-After` (a request budget: waited out, plus jitter), for every
+    verb. A 429 without it (a body over the token's limit, too many watchers) is not:
+    sending the same again cannot pass. Other delays double from `base_delay` up to
+    `max_delay`, each drawn at random below its bound (full jitter), so a fleet of
+    clients does not retry in step. A call gives up after `max_attempts` tries or once
+    `max_elapsed` seconds have passed (and, inside `wait`, at its deadline).
     """
 
     max_attempts: int = 12
@@ -41,20 +49,70 @@ class RetryPolicy:
     def delay(self, attempt: int, error: ProtoMoltError) -> float:
         """The pause before try `attempt + 1` (attempt counts from 1)."""
         if error.retry_after is not None:
-            # The node said when; a little jitter keeps many clients apart.
-            return error.retry_after + random.uniform(0, min(1.0, error.retry_after * 0.1))
+            # The node said when; jitter of up to half of it (at least half a second)
+            # keeps clients refused in the same second from coming back together.
+            return error.retry_after + random.uniform(0, max(0.5, error.retry_after / 2))
         bound = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
-        return random.uniform(bound / 2, bound)
+        return random.uniform(0, bound)
 
 
 #: Called before each retry with (verb, the error, the pause in seconds, the attempt
 #: that failed).
 RetryHook = Callable[[str, ProtoMoltError, float, int], None]
 
+#: Verbs whose effect is not keyed by an id, so a call sent twice may act twice:
+#: `run-workflow` runs the steps again, `retry-job(s)` may retry a job that failed
+#: again meanwhile, `cancel-jobs` with a filter takes the next batch. They are retried
+#: only when the request never reached the node (no connection) or on a 429.
+UNSAFE_TO_RESEND = frozenset({"run-workflow", "retry-job", "retry-jobs", "cancel-jobs"})
+
+
+def may_retry(verb: str, error: ProtoMoltError) -> bool:
+    """Whether `error` of a call of `verb` is worth a retry (see `RetryPolicy`)."""
+    if error.code == "connection" and not error.sent:
+        return True
+    if error.status == 429:
+        return error.retry_after is not None
+    if verb in UNSAFE_TO_RESEND:
+        return False
+    return error.code in ("unavailable", "connection") or error.status in (502, 503, 504)
+
+
+class Retries:
+    """One call's retries (or one watch's reconnects): whether to retry and how long
+    to pause first. `deadline` (a `time.monotonic()` value) ends them early."""
+
+    def __init__(self, policy: RetryPolicy, hook: Optional[RetryHook], verb: str,
+                 deadline: Optional[float] = None) -> None:
+        self.policy, self.hook, self.verb, self.deadline = policy, hook, verb, deadline
+        self.attempt = 0
+        self.started = time.monotonic()
+
+    def progress(self) -> None:
+        """Something arrived (a watch's event): the count starts again."""
+        self.attempt = 0
+        self.started = time.monotonic()
+
+    def pause(self, error: ProtoMoltError) -> float:
+        """The pause before the next try; raises `error` when it is not retried."""
+        self.attempt += 1
+        if not may_retry(self.verb, error) or self.attempt >= self.policy.max_attempts:
+            raise error
+        pause = self.policy.delay(self.attempt, error)
+        now = time.monotonic()
+        if now - self.started + pause > self.policy.max_elapsed:
+            raise error
+        if self.deadline is not None and now + pause >= self.deadline:
+            raise error
+        if self.hook is not None:
+            self.hook(self.verb, error, pause, self.attempt)
+        return pause
+
 
 def request_body(verb: str, request: Any) -> Dict[str, Any]:
-    """The JSON of `request`, with the ids a retried call needs filled in."""
-    body = request.to_json() if hasattr(request, "to_json") else dict(request or {})
+    """The JSON of `request` (a copy: the caller's dicts are never changed), with the
+    ids a retried call needs filled in."""
+    body = request.to_json() if hasattr(request, "to_json") else copy.deepcopy(dict(request or {}))
     own = _OWN_IDS.get(verb)
     if own and not body.get(own):
         body[own] = str(uuid.uuid4())
@@ -66,13 +124,25 @@ def request_body(verb: str, request: Any) -> Dict[str, Any]:
 
 
 def retry_after(headers: Any) -> Optional[float]:
+    """`Retry-After` in seconds when the node sent a usable one (positive, finite)."""
     value = headers.get("retry-after") if headers is not None else None
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         return None  # an HTTP date: the node never sends one
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def request_timeout(base: float, body: Dict[str, Any], deadline: Optional[float]) -> float:
+    """One request's timeout: the client's, plus a long poll's `waitMs`, cut at
+    `deadline`."""
+    wait_ms = body.get("waitMs")
+    timeout = base + (wait_ms / 1000 if isinstance(wait_ms, (int, float)) and wait_ms > 0 else 0)
+    if deadline is not None:
+        timeout = min(timeout, max(0.5, deadline - time.monotonic() + 1.0))
+    return timeout
 
 
 def error_of(status: int, headers: Any, text: str) -> ProtoMoltError:
@@ -99,8 +169,12 @@ def _code_of(status: int) -> str:
     }.get(status, "unavailable" if status in (502, 504) else "internal")
 
 
-def connection_error(error: Exception) -> ProtoMoltError:
-    return ProtoMoltError("connection", f"the node could not be reached: {error}")
+def connection_error(error: Exception, sent: bool = True) -> ProtoMoltError:
+    """A connection that failed; `sent` False when the request never left (no
+    connection was made), so even a verb unsafe to send twice may be retried."""
+    failure = ProtoMoltError("connection", f"the node could not be reached: {error}")
+    failure.sent = sent
+    return failure
 
 
 class Job(dict):
@@ -175,6 +249,33 @@ def event_of(sse_id: Optional[str], sse_type: str, data: str) -> JobEvent:
         occurred_at=str(body.get("occurredAt", "")),
         data=body,
     )
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class LineSplitter:
+    """Splits a stream's text at CR, LF and CRLF only, as Server-Sent Events do (not
+    at U+2028 and the other breaks `str.splitlines` knows: a job's metadata or result
+    may hold them, inside an event's JSON)."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+
+    def feed(self, chunk: str) -> List[str]:
+        self._buffer += chunk
+        lines = []
+        while True:
+            found = _LINE_END.search(self._buffer)
+            # A CR at the very end may be the first half of a CRLF: wait for more.
+            if found is None or (found.group() == "\r" and found.end() == len(self._buffer)):
+                return lines
+            lines.append(self._buffer[:found.start()])
+            self._buffer = self._buffer[found.end():]
+
+    def flush(self) -> List[str]:
+        rest, self._buffer = self._buffer, ""
+        return [rest.rstrip("\r")] if rest else []
 
 
 class SseParser:

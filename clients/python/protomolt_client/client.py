@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import random
 import time
 import urllib.parse
 import uuid
@@ -14,30 +16,42 @@ from ._wire import (
     TERMINAL,
     Job,
     JobEvent,
+    LineSplitter,
+    Retries,
     RetryHook,
     RetryPolicy,
     SseParser,
     connection_error,
     error_of,
     event_of,
-    job_of,
+    may_retry,
     request_body,
+    request_timeout,
 )
 from .errors import ProtoMoltError, WaitTimeout
 from .verbs import Verbs
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
+#: A stream with no byte for this long is taken as broken and resumed (the node sends
+#: a keep-alive every 15 s).
+STREAM_IDLE_SECONDS = 45.0
+
+
+def settled(job: Optional[Job], until_parked: bool) -> bool:
+    """Whether `wait` is done with `job`."""
+    return job is not None and (job.status in TERMINAL or (until_parked and job.status == "WAITING"))
+
 
 class Client(Verbs):
     """A node's verbs, called over HTTP.
 
     `base_url` is the node (`PROTOMOLT_URL`'s form, `http://127.0.0.1:8080`), `token`
-    a bearer token when the node has `[auth]`. Every call is retried by `retry` (see
-    `RetryPolicy`); verbs that make something (`submit-workflow`, `submit-workflows`'
-    items, `trigger-schedule`, `send-event`) get an id of the client's making when the
-    caller gives none, so a retried call never makes it twice. Use it as a context
-    manager, or call `close()`.
+    a bearer token when the node has `[auth]`, `timeout` each request's (a long poll's
+    `waitMs` is added to it). Calls are retried as `RetryPolicy` says; verbs that make
+    something (`submit-workflow`, `submit-workflows`' items, `trigger-schedule`,
+    `send-event`) get an id of the client's making when the caller gives none, so a
+    retried call never makes it twice. Use it as a context manager, or call `close()`.
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, token: Optional[str] = None, *,
@@ -47,6 +61,7 @@ class Client(Verbs):
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.on_retry = on_retry
+        self.timeout = timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http or httpx.Client(timeout=timeout, headers=headers)
         if http is not None and token:
@@ -71,32 +86,20 @@ class Client(Verbs):
     def _call(self, verb: str, request: Any, answer: Any) -> Any:
         return answer.from_json(self._send(verb, request_body(verb, request)))
 
-    def _send(self, verb: str, body: Dict[str, Any]) -> Dict[str, Any]:
+    def _send(self, verb: str, body: Dict[str, Any], deadline: Optional[float] = None) -> Dict[str, Any]:
         url = f"{self.base_url}/v1/actions/{verb}"
-        started = time.monotonic()
-        attempt = 0
+        retries = Retries(self.retry, self.on_retry, verb, deadline)
         while True:
-            attempt += 1
             try:
-                response = self._http.post(url, json=body)
+                response = self._http.post(url, json=body, timeout=request_timeout(self.timeout, body, deadline))
                 if response.status_code == 200:
                     return response.json()
                 error = error_of(response.status_code, response.headers, response.text)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                error = connection_error(e, sent=False)
             except httpx.TransportError as e:
                 error = connection_error(e)
-            pause = self._pause(verb, error, attempt, started)
-            time.sleep(pause)
-
-    def _pause(self, verb: str, error: ProtoMoltError, attempt: int, started: float) -> float:
-        """The pause before the next try, or raises `error` when it is not retried."""
-        if not error.retryable or attempt >= self.retry.max_attempts:
-            raise error
-        pause = self.retry.delay(attempt, error)
-        if time.monotonic() - started + pause > self.retry.max_elapsed:
-            raise error
-        if self.on_retry is not None:
-            self.on_retry(verb, error, pause, attempt)
-        return pause
+            time.sleep(retries.pause(error))
 
     # --- conveniences ------------------------------------------------------------
 
@@ -112,95 +115,120 @@ class Client(Verbs):
     def wait(self, job_id: str, timeout: float = 60.0, *, until_parked: bool = False) -> Job:
         """The job once it has finished (COMPLETED, FAILED, DEAD, CANCELLED), or with
         `until_parked` also once it waits on a step. Follows the job's event stream;
-        where the stream cannot be had, polls `get-job` with `waitMs`. Raises
-        `WaitTimeout` after `timeout` seconds."""
+        where the stream cannot be had, polls `get-job`. Raises `WaitTimeout` after
+        `timeout` seconds (every call inside is bounded by it)."""
         deadline = time.monotonic() + timeout
         try:
-            for event in self.watch(job_id, timeout=timeout):
-                if event.terminal or (until_parked and event.type == "WAITING"):
-                    job = self._done(job_id, until_parked)
-                    if job is not None:
-                        return job
-                if time.monotonic() > deadline:
-                    break
+            with contextlib.closing(self.watch(job_id, timeout=timeout)) as events:
+                for event in events:
+                    if event.terminal or (until_parked and event.type == "WAITING"):
+                        job = self._read(job_id, deadline)
+                        if settled(job, until_parked):
+                            return job  # type: ignore[return-value]
         except ProtoMoltError as e:
-            if e.code == "timeout":
+            if e.code == "timeout" or time.monotonic() >= deadline:
                 raise WaitTimeout(job_id, timeout, None) from None
             # No stream here (too many watchers, a proxy that refuses streams): poll.
         return self._poll(job_id, deadline, timeout, until_parked)
 
-    def _done(self, job_id: str, until_parked: bool) -> Optional[Job]:
-        job = job_of(self.get_job(job_id=job_id))
-        if job is not None and (job.status in TERMINAL or (until_parked and job.status == "WAITING")):
-            return job
-        return None
+    def _read(self, job_id: str, deadline: float, wait_ms: int = 0) -> Optional[Job]:
+        body: Dict[str, Any] = {"jobId": job_id}
+        if wait_ms > 0:
+            body["waitMs"] = wait_ms
+        answer = self._send("get-job", body, deadline)
+        return Job(answer["job"]) if isinstance(answer.get("job"), dict) else None
 
     def _poll(self, job_id: str, deadline: float, timeout: float, until_parked: bool) -> Job:
-        job = None
+        job: Optional[Job] = None
+        long_polls = True
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WaitTimeout(job_id, timeout, job)
+            wait_ms = int(min(remaining, 20.0) * 1000) if long_polls else 0
             try:
-                job = job_of(self.get_job(job_id=job_id, wait_ms=int(min(remaining, 20.0) * 1000)))
+                job = self._read(job_id, deadline, wait_ms)
             except ProtoMoltError as e:
-                if e.code != "not_found":
+                if time.monotonic() >= deadline:
+                    raise WaitTimeout(job_id, timeout, job) from None
+                if e.code != "resource_exhausted" or not long_polls:
                     raise
-                job = None
-            if job is not None and (job.status in TERMINAL or (until_parked and job.status == "WAITING")):
-                return job
-            if job is None or job.status == "WAITING":
-                # get-job answers at once for a parked (or unknown) job: do not spin.
-                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+                # No watcher slot for a long poll either: plain reads, spaced out.
+                long_polls = False
+                continue
+            if settled(job, until_parked):
+                return job  # type: ignore[return-value]
+            if job is None or job.status == "WAITING" or not long_polls:
+                # A read that answers at once (a parked or unknown job, a plain read):
+                # never spin, and never in step with other clients.
+                pause = random.uniform(1.0, 2.0) if not long_polls else 0.5
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
     def watch(self, job_id: str, *, last_event_id: Optional[str] = None,
               timeout: Optional[float] = None) -> Iterator[JobEvent]:
         """Yields the job's events as they commit, from its first (or after
         `last_event_id`), ending after the event that ends the job. A broken stream is
-        resumed where it stopped; a refused one raises `ProtoMoltError`; past
-        `timeout` seconds, `ProtoMoltError('timeout')`."""
+        resumed where it stopped (giving up after `RetryPolicy`'s tries without an
+        event); a refused one raises `ProtoMoltError`; past `timeout` seconds,
+        `ProtoMoltError('timeout')`."""
         url = f"{self.base_url}/v1/jobs/{urllib.parse.quote(job_id, safe='')}/events"
         deadline = None if timeout is None else time.monotonic() + timeout
-        started = time.monotonic()
-        attempt = 0
+        retries = Retries(self.retry, self.on_retry, "watch", deadline)
         last = last_event_id
+
+        def timed_out() -> ProtoMoltError:
+            return ProtoMoltError("timeout", f"no end of job {job_id} within {timeout:g} s")
+
         while True:
             if deadline is not None and time.monotonic() >= deadline:
-                raise ProtoMoltError("timeout", f"no end of job {job_id} within {timeout:g} s")
+                raise timed_out()
             headers = {"Accept": "text/event-stream"}
             if last:
                 headers["Last-Event-ID"] = last
-            read = 30.0 if deadline is None else max(0.1, min(30.0, deadline - time.monotonic()))
+            read = STREAM_IDLE_SECONDS if deadline is None else max(
+                0.1, min(STREAM_IDLE_SECONDS, deadline - time.monotonic()))
             ended = False
             try:
                 with self._http.stream("GET", url, headers=headers,
-                                       timeout=httpx.Timeout(10.0, read=read)) as response:
+                                       timeout=httpx.Timeout(min(10.0, read), read=read)) as response:
                     if response.status_code == 204:
                         return
                     if response.status_code != 200:
                         response.read()
                         error = error_of(response.status_code, response.headers, response.text)
-                        attempt += 1
-                        time.sleep(self._pause("watch", error, attempt, started))
-                        continue
-                    attempt, started = 0, time.monotonic()
-                    for sse_id, sse_type, data in SseParser().events(response.iter_lines()):
-                        if sse_id:
-                            last = sse_id
-                        if sse_type == "resumed":
-                            continue
-                        event = event_of(sse_id, sse_type, data)
-                        ended = event.terminal
-                        yield event
-            except (httpx.TimeoutException, httpx.TransportError) as e:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise ProtoMoltError("timeout", f"no end of job {job_id} within {timeout:g} s") from e
-                attempt += 1
-                time.sleep(self._pause("watch", connection_error(e), attempt, started))
-                continue
-            if ended:
-                return
-            # The stream closed before the job ended (a node going down): resume.
-            attempt += 1
-            time.sleep(self._pause("watch", ProtoMoltError("unavailable", "the event stream closed"),
-                                   attempt, started))
+                    else:
+                        splitter, parser = LineSplitter(), SseParser()
+                        for chunk in response.iter_text():
+                            for line in splitter.feed(chunk):
+                                parsed = parser.feed(line)
+                                if parsed is None:
+                                    continue
+                                sse_id, sse_type, data = parsed
+                                if sse_id:
+                                    last = sse_id
+                                if sse_type == "resumed":
+                                    continue
+                                event = event_of(sse_id, sse_type, data)
+                                ended = event.terminal
+                                retries.progress()
+                                yield event
+                        if ended:
+                            return
+                        error = ProtoMoltError("unavailable", "the event stream closed before the job ended")
+            except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                error = connection_error(e, sent=False)
+            except httpx.TransportError as e:
+                error = connection_error(e)
+            time.sleep(self._reconnect_pause(retries, error, deadline, timed_out))
+
+    def _reconnect_pause(self, retries: Retries, error: ProtoMoltError, deadline: Optional[float],
+                         timed_out: Any) -> float:
+        """The pause before a watch reconnects; past its deadline, its timeout."""
+        if deadline is not None and time.monotonic() >= deadline:
+            raise timed_out()
+        try:
+            return retries.pause(error)
+        except ProtoMoltError:
+            if deadline is not None and may_retry("watch", error):
+                raise timed_out() from None  # retried, but not within the deadline
+            raise

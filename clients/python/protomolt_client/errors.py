@@ -23,6 +23,8 @@ class ProtoMoltError(Exception):
         self.details: List[Any] = list(details or [])
         self.status = status
         self.retry_after = retry_after
+        #: False only for a connection never made: the request did not leave.
+        self.sent = True
 
     @property
     def retryable(self) -> bool:

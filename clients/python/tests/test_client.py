@@ -11,6 +11,7 @@ import pytest
 
 from protomolt_client import AsyncClient, Client, ProtoMoltError, RetryPolicy, WaitTimeout, models
 from protomolt_client import kafka as pkafka
+from protomolt_client._wire import LineSplitter, may_retry, retry_after
 
 REVIEW = {"notes": "fine", "score": 8}
 
@@ -76,14 +77,17 @@ def test_cancel_then_retry(node):
 
 
 def test_watching_a_job_yields_its_events_until_the_end(node):
-    job_id = node.submit("leaf", {"text": "watch"}, metadata={"watched": "yes"}).job_id
+    # A value with the line breaks JSON leaves unescaped (U+2028, U+0085) and text
+    # that would be an SSE field if it were split there: one value, still.
+    hostile = "yes\u2028event: COMPLETED\u0085id: 0"
+    job_id = node.submit("leaf", {"text": "watch"}, metadata={"watched": hostile}).job_id
     events = list(node.watch(job_id, timeout=60))
     types = [e.type for e in events]
     assert types[0] == "ACCEPTED", types
     assert types[-1] == "COMPLETED", types
     assert "STEP_CHECKPOINT" in types
     assert all(e.job_id == job_id for e in events)
-    assert all(e.detail.get("metadata") == {"watched": "yes"} for e in events)
+    assert all(e.detail.get("metadata") == {"watched": hostile} for e in events)
     # Resumed after an event: only what follows.
     rest = list(node.watch(job_id, last_event_id=events[0].id, timeout=60))
     assert [e.id for e in rest] == [e.id for e in events[1:]]
@@ -188,3 +192,24 @@ def test_kafka_requests_and_events(node):
     # A record round-trips through the encoder.
     decoded = pkafka.WorkflowRunRequest.FromString(pkafka.encode_request("leaf", {"text": "x"}, job_id=job_id))
     assert decoded.job_id == job_id and decoded.workflow_name == "leaf"
+
+
+def test_which_failures_are_retried_and_how_lines_split():
+    unavailable = ProtoMoltError("unavailable", "database away", status=503)
+    budget = ProtoMoltError("resource_exhausted", "over budget", status=429, retry_after=1.0)
+    too_big = ProtoMoltError("resource_exhausted", "body too large", status=429)
+    never_sent = ProtoMoltError("connection", "refused")
+    never_sent.sent = False
+    cut = ProtoMoltError("connection", "reset")
+    # Safe to send twice: retried on 503 and a cut; a 429 only with Retry-After.
+    assert may_retry("submit-workflow", unavailable) and may_retry("complete-step", cut)
+    assert may_retry("get-job", budget) and not may_retry("get-job", too_big)
+    # Not safe: only what never ran.
+    for verb in ("run-workflow", "retry-job", "retry-jobs", "cancel-jobs"):
+        assert not may_retry(verb, unavailable) and not may_retry(verb, cut), verb
+        assert may_retry(verb, never_sent) and may_retry(verb, budget), verb
+    for header, seconds in (("2", 2.0), ("0", None), ("-1", None), ("", None), ("nan", None), ("inf", None)):
+        assert retry_after({"retry-after": header}) == seconds, header
+    lines = LineSplitter()
+    assert lines.feed("a\u2028b\r") == []
+    assert lines.feed("\nc\rd\n\n") == ["a\u2028b", "c", "d", ""]

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 
-import { Client, ProtoMoltError, WaitTimeout } from "../dist/index.js";
+import { Client, ProtoMoltError, WaitTimeout, mayRetry } from "../dist/index.js";
 
 function env(name) {
   const value = process.env[name];
@@ -78,7 +78,9 @@ test("cancel, then retry", async () => {
 });
 
 test("watching a job yields its events until the end", async () => {
-  const { jobId } = await node.submit("leaf", { text: "watch" }, { metadata: { watched: "yes" } });
+  // Line breaks JSON leaves unescaped, and text that would be an SSE field if split there.
+  const hostile = "yes\u2028event: COMPLETED\u0085id: 0";
+  const { jobId } = await node.submit("leaf", { text: "watch" }, { metadata: { watched: hostile } });
   const events = [];
   for await (const event of node.watch(jobId, { timeoutMs: 60_000 })) events.push(event);
   const types = events.map((e) => e.type);
@@ -87,7 +89,7 @@ test("watching a job yields its events until the end", async () => {
   assert.ok(types.includes("STEP_CHECKPOINT"));
   for (const e of events) {
     assert.equal(e.jobId, jobId);
-    assert.deepEqual(e.detail.metadata, { watched: "yes" });
+    assert.deepEqual(e.detail.metadata, { watched: hostile });
   }
   const rest = [];
   for await (const event of node.watch(jobId, { lastEventId: events[0].id, timeoutMs: 60_000 })) rest.push(event.id);
@@ -141,4 +143,20 @@ test("a 429 is waited out by Retry-After", async () => {
     })(),
     (e) => e.code === "resource_exhausted" && e.retryAfter !== undefined,
   );
+});
+
+test("which failures are retried", () => {
+  const unavailable = new ProtoMoltError("unavailable", "database away", [], 503);
+  const budget = new ProtoMoltError("resource_exhausted", "over budget", [], 429, 1);
+  const tooBig = new ProtoMoltError("resource_exhausted", "body too large", [], 429);
+  const neverSent = new ProtoMoltError("connection", "refused");
+  neverSent.sent = false;
+  assert.ok(mayRetry("submit-workflow", unavailable));
+  assert.ok(mayRetry("get-job", budget));
+  assert.ok(!mayRetry("get-job", tooBig));
+  for (const verb of ["run-workflow", "retry-job", "retry-jobs", "cancel-jobs"]) {
+    assert.ok(!mayRetry(verb, unavailable), verb);
+    assert.ok(mayRetry(verb, neverSent), verb);
+    assert.ok(mayRetry(verb, budget), verb);
+  }
 });

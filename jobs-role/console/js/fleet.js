@@ -54,7 +54,8 @@ function cursorFromText(text) {
  * object; null when a pair has no '=' or no key; {} when empty.
  */
 export function metadataFromText(text) {
-  const out = {};
+  // No prototype: a key such as `__proto__` (a valid metadata key) stays a key.
+  const out = Object.create(null);
   for (const pair of text.split(',')) {
     if (pair.trim() === '') continue;
     const at = pair.indexOf('=');

@@ -112,7 +112,9 @@ impl Worker {
                         concurrency,
                         dedupe: None,
                         schedule: None,
-                        metadata: None,
+                        // As the parent's: whoever routes or finds jobs by metadata
+                        // (a tenant, an order) finds the children too.
+                        metadata: job.claim.metadata.clone(),
                     },
                     item: i32::try_from(*item).unwrap_or(i32::MAX),
                 });
