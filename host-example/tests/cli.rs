@@ -195,7 +195,12 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
     // A CANCELLED job: exit 1.
     let got = cli(&url, &["get", &job_id]).await;
     assert_eq!(got.status.code(), Some(1), "{}", text(&got));
-    assert!(String::from_utf8_lossy(&got.stdout).contains("CANCELLED"));
+    let shown = String::from_utf8_lossy(&got.stdout);
+    assert!(shown.contains("CANCELLED"), "{shown}");
+    assert!(
+        shown.contains("reason    by mistake"),
+        "the reason is shown: {shown}"
+    );
     // Cancelling it again changes nothing and says so (ALREADY_CANCELLED is ok).
     let again = cli(&url, &["cancel", &job_id, "--reason", "twice"]).await;
     assert_eq!(
@@ -407,6 +412,12 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     assert!(said.contains("waits on step 'approve'"), "{said}");
     assert!(
         said.contains(r#"it asks to approve: {"ids":[97,98]}"#),
+        "{said}"
+    );
+    // How to answer names the type and sketches its fields.
+    assert!(
+        said.contains(r#"answer it with a jobs.test.Review: protomolt complete"#)
+            && said.contains(r#"--response '{"notes":"","score":0}'"#),
         "{said}"
     );
     let job_id = said

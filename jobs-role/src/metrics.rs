@@ -58,6 +58,44 @@ impl Admitted {
     }
 }
 
+/// The label sets each counted gauge family has shown, so a series that empties reads
+/// 0 instead of vanishing (an alert on `protomolt_jobs_jobs{status="QUEUED"}` keeps a
+/// series to watch, and a dashboard draws a drop to zero, not a gap). Bounded as the
+/// labels are: workflows and steps past [`MAX_LABEL_VALUES`] share [`OTHER`].
+#[derive(Clone, Default)]
+struct Shown(
+    std::sync::Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<&'static str, std::collections::HashSet<Labels>>,
+        >,
+    >,
+);
+
+impl Shown {
+    /// Sets `family` (named `name`) to `counts`, summed per label set; every label set
+    /// shown before and absent now reads 0.
+    fn set_counts(
+        &self,
+        name: &'static str,
+        family: &Family<Labels, Gauge>,
+        counts: impl IntoIterator<Item = (Labels, i64)>,
+    ) {
+        let mut now: std::collections::HashMap<Labels, i64> = std::collections::HashMap::new();
+        for (labels, count) in counts {
+            *now.entry(labels).or_default() += count;
+        }
+        let mut shown = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = shown.entry(name).or_default();
+        for labels in seen.iter().filter(|labels| !now.contains_key(*labels)) {
+            family.get_or_create(labels).set(0);
+        }
+        for (labels, count) in now {
+            family.get_or_create(&labels).set(count);
+            seen.insert(labels);
+        }
+    }
+}
+
 /// Every metric of the jobs role. `Default` makes a set registered nowhere (a
 /// worker or consumer built outside a node, in tests).
 #[derive(Clone)]
@@ -144,6 +182,7 @@ pub struct JobsMetrics {
     pub history: std::sync::Arc<crate::history::History>,
     workflows: Admitted,
     steps: Admitted,
+    shown: Shown,
 }
 
 impl Default for JobsMetrics {
@@ -184,6 +223,7 @@ impl Default for JobsMetrics {
             history: std::sync::Arc::default(),
             workflows: Admitted::default(),
             steps: Admitted::default(),
+            shown: Shown::default(),
         }
     }
 }
@@ -473,18 +513,21 @@ async fn read_state(
             .set(i64::try_from(value).unwrap_or(i64::MAX));
     }
     if let Some(limits) = limits {
-        metrics.permits.clear();
-        for (target, in_use, waiting) in limits.usage() {
-            for (state, value) in [("in_use", in_use), ("waiting", waiting)] {
-                metrics
-                    .permits
-                    .get_or_create(&vec![
-                        ("target", label_value(&target)),
-                        ("state", state.to_owned()),
-                    ])
-                    .set(i64::try_from(value).unwrap_or(i64::MAX));
-            }
-        }
+        let usage = limits
+            .usage()
+            .into_iter()
+            .flat_map(|(target, in_use, waiting)| {
+                [("in_use", in_use), ("waiting", waiting)].map(|(state, value)| {
+                    (
+                        vec![
+                            ("target", label_value(&target)),
+                            ("state", state.to_owned()),
+                        ],
+                        i64::try_from(value).unwrap_or(i64::MAX),
+                    )
+                })
+            });
+        metrics.shown.set_counts("permits", &metrics.permits, usage);
     }
     // The alerting part first and on its own: a slow count of the live jobs (or a
     // statement timeout) must not leave the oldest ages and the outbox depth stale.
@@ -516,8 +559,8 @@ async fn read_state(
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
     );
-    // Families are cleared first so a workflow or step that emptied reads 0 (absent)
-    // rather than its last count.
+    // A workflow or step that emptied reads 0 rather than its last count, and its
+    // series stays (see `Shown`).
     let live_of = |wanted: &str| {
         live_jobs
             .iter()
@@ -528,37 +571,39 @@ async fn read_state(
     metrics
         .history
         .live(live_of("QUEUED"), live_of("RUNNING"), live_of("WAITING"));
-    metrics.jobs.clear();
-    for (status, workflow, count) in live_jobs {
-        // Added, not set: names past the bound share `other`.
-        metrics
-            .jobs
-            .get_or_create(&vec![
+    // Summed per label set: names past the bound share `other`.
+    let jobs = live_jobs.into_iter().map(|(status, workflow, count)| {
+        (
+            vec![
                 ("status", status),
                 ("workflow", metrics.workflow_label(&workflow)),
-            ])
-            .inc_by(count);
-    }
-    metrics.parked.clear();
-    for (kind, count) in parked {
-        // A kind this engine never wrote (a drifted row) is counted as `other`.
-        let kind = match kind.as_str() {
-            "external" | "event" | "sleep" | "child" => kind,
-            _ => "other".to_owned(),
-        };
-        metrics
-            .parked
-            .get_or_create(&vec![("kind", kind)])
-            .inc_by(count);
-    }
+            ],
+            count,
+        )
+    });
+    metrics.shown.set_counts("jobs", &metrics.jobs, jobs);
+    // Every kind is shown, 0 when nothing waits on it; a kind this engine never wrote
+    // (a drifted row) is counted as `other`.
+    let kinds = ["external", "event", "sleep", "child"];
+    let parked = kinds
+        .map(|kind| (vec![("kind", kind.to_owned())], 0))
+        .into_iter()
+        .chain(parked.into_iter().map(|(kind, count)| {
+            let kind = if kinds.contains(&kind.as_str()) {
+                kind
+            } else {
+                OTHER.to_owned()
+            };
+            (vec![("kind", kind)], count)
+        }));
+    metrics.shown.set_counts("parked", &metrics.parked, parked);
     read_flow(store, metrics).await?;
-    metrics.waiting.clear();
-    for (workflow, step, count) in waiting {
-        metrics
-            .waiting
-            .get_or_create(&metrics.step_labels(&workflow, &step))
-            .inc_by(count);
-    }
+    let waiting = waiting
+        .into_iter()
+        .map(|(workflow, step, count)| (metrics.step_labels(&workflow, &step), count));
+    metrics
+        .shown
+        .set_counts("waiting", &metrics.waiting, waiting);
     Ok(())
 }
 

@@ -655,6 +655,18 @@ impl Submitter {
         self.workflows.resolve(name).map(|stored| stored.envelope)
     }
 
+    /// What to say of a stored workflow name nothing answers to: "no stored workflow
+    /// named 'x'", with the closest stored name when one is a likely typo ("; did you
+    /// mean 'y'?").
+    pub fn unknown_workflow(&self, name: &str) -> String {
+        let stored = self.workflows.list();
+        let closest = workflow::suggest::did_you_mean(name, stored.iter().map(|w| w.name.as_str()));
+        match closest {
+            Some(meant) => format!("no stored workflow named '{name}'; did you mean '{meant}'?"),
+            None => format!("no stored workflow named '{name}'"),
+        }
+    }
+
     /// The store behind this submitter.
     pub fn store(&self) -> &Store {
         &self.store

@@ -118,7 +118,7 @@ async fn get_form_refuses_what_it_cannot_describe_naming_the_field() {
         ),
         (
             json!({ "workflowName": "never-stored" }),
-            "workflowName: no stored workflow 'never-stored'",
+            "workflowName: no stored workflow named 'never-stored'",
         ),
         (json!({ "workflowName": "x".repeat(201) }), "workflowName"),
     ];

@@ -354,3 +354,36 @@ async fn every_step_call_carries_the_job_metadata() {
     }
     node.stop().await;
 }
+
+/// A target that answers plain HTTP (a web server on the port) fails the step with a
+/// hint saying so, beside tonic's own words.
+#[tokio::test]
+async fn a_target_that_answers_plain_http_is_named_as_such() {
+    let db = TestDatabase::create().await;
+    let web = protomolt_e2e::browser::serve(axum::Router::new()).await;
+    let target = web.trim_start_matches("http://").to_owned();
+    let node = JobsNode::start(test_config(&db.url, "plain-http", 1)).await;
+    let answer = node
+        .ok(
+            "submit-workflow",
+            json!({ "workflow": two_step_workflow(&target), "input": { "text": "x" }, "maxAttempts": 1 }),
+        )
+        .await;
+    let job_id = answer["jobId"].as_str().expect("an id").to_owned();
+    eventually("the job to end", WAIT, || async {
+        matches!(
+            node.job(&job_id).await["status"].as_str(),
+            Some("FAILED" | "DEAD")
+        )
+    })
+    .await;
+    let error = node.job(&job_id).await["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        error.contains("answered HTTP, not gRPC"),
+        "the error says what the target is: {error}"
+    );
+    node.stop().await;
+}

@@ -289,6 +289,22 @@ async fn complete_step_gates_state_step_and_response() {
         "{body}"
     );
     assert_eq!(node.job(&queued).await["status"], "WAITING");
+    // A misspelled field is refused with the field it probably meant.
+    let (status, body) = node
+        .call(
+            "complete-step",
+            json!({ "jobId": queued, "stepName": "review", "response": { "notes": "x", "scroe": 5 } }),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unrecognized field name 'scroe'; did you mean 'score'?"),
+        "{body}"
+    );
+    assert_eq!(node.job(&queued).await["status"], "WAITING");
 
     let answer = node
         .ok(

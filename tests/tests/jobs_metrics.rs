@@ -307,5 +307,37 @@ async fn the_metrics_move_as_jobs_complete_retry_die_park_and_requests_are_rejec
             .get("verb")
             .is_some_and(|v| v.starts_with("made-up"))
     }));
+
+    // The parked job answered: its gauges read 0, and their series stay (an alert on
+    // them keeps something to watch); every parked kind is shown, 0 or not.
+    call(
+        "complete-step",
+        json!({ "jobId": parked, "stepName": "review", "response": { "notes": "ok", "score": 2 } }),
+    )
+    .await;
+    node.wait_for_status(&parked, "COMPLETED", WAIT).await;
+    let shown_at_zero =
+        |scraped: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]| {
+            let series: Vec<f64> = scraped
+                .samples
+                .iter()
+                .filter(|s| s.metric == name)
+                .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+                .map(|s| match s.value {
+                    prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                    _ => f64::NAN,
+                })
+                .collect();
+            !series.is_empty() && series.iter().all(|v| *v == 0.0)
+        };
+    eventually("the emptied gauges to read 0", WAIT, || async {
+        let scraped = scrape(&node.router, Some(token)).await.1.unwrap();
+        shown_at_zero(&scraped, "protomolt_jobs_waiting", &[("step", "review")])
+            && shown_at_zero(&scraped, "protomolt_jobs_jobs", &[("status", "WAITING")])
+            && ["external", "event", "sleep", "child"]
+                .iter()
+                .all(|kind| shown_at_zero(&scraped, "protomolt_jobs_parked", &[("kind", kind)]))
+    })
+    .await;
     node.stop().await;
 }

@@ -36,6 +36,28 @@ async fn an_external_step_whose_gate_is_closed_is_skipped_and_the_job_completes(
             ("embed".to_owned(), false)
         ]
     );
+    // Its checkpoint event says it was skipped; the others do not.
+    let events = node.ok("get-job", json!({ "jobId": skipped })).await["job"]["events"].clone();
+    let checkpointed: Vec<(String, bool)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "STEP_CHECKPOINT")
+        .map(|e| {
+            (
+                e["step"].as_str().unwrap().to_owned(),
+                e["detail"]["skipped"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        checkpointed,
+        [
+            ("tokenize".to_owned(), false),
+            ("review".to_owned(), true),
+            ("embed".to_owned(), false)
+        ]
+    );
 
     let parked = node
         .submit(&workflow, json!({ "text": "long enough" }))

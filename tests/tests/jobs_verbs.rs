@@ -146,6 +146,26 @@ async fn bad_submissions_answer_findings_and_write_no_row() {
             .unwrap()
             .starts_with("workflowName: no stored workflow named 'nope'")
     );
+    // A misspelled stored name: the closest stored one is offered.
+    node.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+    let (status, answer) = node
+        .call(
+            "submit-workflow",
+            json!({ "workflowName": "embed-txt", "input": {} }),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("no stored workflow named 'embed-txt'; did you mean 'embed-text'?"),
+        "{answer}"
+    );
 
     let (status, answer) = node
         .call(

@@ -430,10 +430,29 @@ async fn get_job_with_wait_ms_answers_when_the_job_parks_or_finishes_or_the_time
     assert_eq!(finished["job"]["status"], "COMPLETED", "{finished}");
 
     let unknown = uuid::Uuid::now_v7().to_string();
+    let started = Instant::now();
     let missing = busy
-        .ok("get-job", json!({ "jobId": unknown, "waitMs": 100 }))
+        .ok("get-job", json!({ "jobId": unknown, "waitMs": 300 }))
         .await;
     assert_eq!(missing["ok"], false);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "a job that never comes is waited for until the time is up"
+    );
+    // A job submitted while the call waits for it is answered once it settles.
+    let late = uuid::Uuid::now_v7().to_string();
+    let (waited, _) = tokio::join!(
+        busy.ok("get-job", json!({ "jobId": late, "waitMs": 30_000 })),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            busy.ok(
+                "submit-workflow",
+                json!({ "jobId": late, "workflow": three_step_workflow(&server.target()), "input": { "text": "late" } }),
+            )
+            .await
+        }
+    );
+    assert_eq!(waited["job"]["status"], "WAITING", "{waited}");
     for wait in [json!(60_001), json!(-1), json!("soon")] {
         let (status, error) = busy
             .call("get-job", json!({ "jobId": parked, "waitMs": wait }))

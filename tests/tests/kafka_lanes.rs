@@ -324,7 +324,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
     let producer = producer();
 
     let unknown = uuid::Uuid::new_v4().to_string();
-    send_request(&producer, &requests, &unknown, "no-such-flow", "x").await;
+    send_request(&producer, &requests, &unknown, "embed-txet", "x").await;
     produce(
         &producer,
         &requests,
@@ -355,7 +355,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
         job["error"]
             .as_str()
             .unwrap()
-            .contains("no stored workflow named 'no-such-flow'"),
+            .contains("no stored workflow named 'embed-txet'; did you mean 'embed-text'?"),
         "{job}"
     );
     node.wait_for_status(&good, "COMPLETED", WAIT).await;
@@ -404,7 +404,7 @@ async fn poison_records_are_dead_lettered_and_unknown_names_fail_loud() {
         .find(|e| e.job_id == unknown)
         .unwrap();
     assert!(
-        failed.error.contains("no-such-flow"),
+        failed.error.contains("embed-txet"),
         "the FAILED event names the name: {}",
         failed.error
     );

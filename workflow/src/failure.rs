@@ -24,6 +24,38 @@ pub struct Violation {
     pub rule_id: String,
     /// What the rule says.
     pub message: String,
+    /// The offending value as text (a string quoted), at most [`MAX_SHOWN_VALUE`]
+    /// bytes; `None` for a message-level rule or a list, map or message value.
+    pub value: Option<String>,
+}
+
+/// Most bytes of an offending value a violation shows: enough to recognise it,
+/// never a whole document in a verdict.
+pub const MAX_SHOWN_VALUE: usize = 256;
+
+/// A scalar field value as a verdict shows it, cut at [`MAX_SHOWN_VALUE`] bytes.
+fn shown_value(value: &prost_reflect::Value) -> Option<String> {
+    use prost_reflect::Value as V;
+    let text = match value {
+        V::Bool(b) => b.to_string(),
+        V::I32(n) | V::EnumNumber(n) => n.to_string(),
+        V::I64(n) => n.to_string(),
+        V::U32(n) => n.to_string(),
+        V::U64(n) => n.to_string(),
+        V::F32(n) => n.to_string(),
+        V::F64(n) => n.to_string(),
+        V::String(text) => serde_json::Value::String(text.clone()).to_string(),
+        V::Bytes(bytes) => format!("{} bytes", bytes.len()),
+        V::Message(_) | V::List(_) | V::Map(_) => return None,
+    };
+    if text.len() <= MAX_SHOWN_VALUE {
+        return Some(text);
+    }
+    let mut end = MAX_SHOWN_VALUE - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}…", &text[..end]))
 }
 
 impl fmt::Display for Violation {
@@ -33,7 +65,11 @@ impl fmt::Display for Violation {
         } else {
             &self.field_path
         };
-        write!(f, "{field}: {} [{}]", self.message, self.rule_id)
+        write!(f, "{field}: {} [{}]", self.message, self.rule_id)?;
+        match &self.value {
+            Some(value) => write!(f, " (got {value})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -168,6 +204,7 @@ pub fn violations_of(
                     field_path: v.field_path(),
                     rule_id: v.rule_id().to_owned(),
                     message,
+                    value: v.field_value().and_then(shown_value),
                 }
             })
             .collect()),

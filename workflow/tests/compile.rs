@@ -218,9 +218,23 @@ fn structural_problems_are_findings_with_paths() {
         &all,
         Some("tokenize"),
         "$.steps[0].rule",
-        "unknown field 'rule'",
+        "unknown field 'rule'; did you mean 'rules'?",
     );
-    assert_finding(&all, None, "$.stpes", "unknown field 'stpes'");
+    assert_finding(
+        &all,
+        None,
+        "$.stpes",
+        "unknown field 'stpes'; did you mean 'steps'?",
+    );
+    // The issue's own example: a gate misspelled.
+    let mut envelope = two_step_workflow(TARGET);
+    envelope["steps"][1]["wen"] = json!("true");
+    assert_finding(
+        &findings(&envelope),
+        Some("embed"),
+        "$.steps[1].wen",
+        "did you mean 'when'?",
+    );
 
     let mut envelope = two_step_workflow(TARGET);
     envelope["steps"][0]
@@ -413,6 +427,20 @@ fn declared_rules_check_supplied_responses() {
         workflow::compile::decode_json(&review, &json!({ "notes": "x", "score": 11 })).unwrap();
     let violations = wf.violations(&out_of_range).unwrap();
     assert_eq!(violations[0].field_path, "score");
+    // The verdict shows the value that broke the rule, and a message-level rule none.
+    assert_eq!(violations[0].value.as_deref(), Some("11"));
+    assert!(
+        violations[0].to_string().ends_with("(got 11)"),
+        "{}",
+        violations[0]
+    );
+    let long = "n".repeat(5_000);
+    let noted =
+        workflow::compile::decode_json(&review, &json!({ "notes": long, "score": 99 })).unwrap();
+    for violation in wf.violations(&noted).unwrap() {
+        let shown = violation.value.unwrap_or_default();
+        assert!(shown.len() <= workflow::failure::MAX_SHOWN_VALUE, "{shown}");
+    }
 
     let fine =
         workflow::compile::decode_json(&review, &json!({ "notes": "x", "score": 10 })).unwrap();

@@ -1,7 +1,7 @@
 //! Watching a job to its end: its events as they land (`watch`, `submit --follow`),
 //! or its row until it finishes or parks (`submit --wait`).
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::client::{CliError, Client, JobEvent, ok};
 use crate::exit::exit_for;
@@ -76,6 +76,45 @@ pub(crate) async fn follow(client: &Client, out: Output, job_id: &str) -> Result
     Ok(exit_for(&status))
 }
 
+/// A step form's type name and a skeleton answer: each field under its JSON name with
+/// a value of its kind (`""`, `0`, `false`, `[]`, `{}`, an enum's first name), for the
+/// reader to fill in.
+fn answer_skeleton(form: &Value) -> Option<(String, String)> {
+    let type_name = output::printable(form["messageType"].as_str()?);
+    let mut skeleton = serde_json::Map::new();
+    for field in form["fields"].as_array()? {
+        let Some(name) = field["jsonName"].as_str() else {
+            continue;
+        };
+        let value = if field["repeated"] == true {
+            json!([])
+        } else if field["map"] == true {
+            json!({})
+        } else {
+            match field["kind"].as_str().unwrap_or_default() {
+                "bool" => json!(false),
+                "string" | "bytes" => json!(""),
+                // The first value that means something (not `..._UNSPECIFIED`).
+                "enum" => field["enumValues"]
+                    .as_array()
+                    .and_then(|values| {
+                        let names = values.iter().filter_map(|v| v["name"].as_str());
+                        let mut meaningful = names.clone().filter(|n| !n.ends_with("_UNSPECIFIED"));
+                        meaningful.next().or_else(|| names.clone().next())
+                    })
+                    .map_or(json!(""), |name| json!(name)),
+                "message" | "group" => json!({}),
+                _ => json!(0),
+            }
+        };
+        skeleton.insert(name.to_owned(), value);
+    }
+    Some((
+        type_name,
+        output::printable(&Value::Object(skeleton).to_string()),
+    ))
+}
+
 /// The exit code for a job in `status`.
 /// `submit --wait`: waits (a minute at a time) until the job finishes or parks on a
 /// step, then prints its result, its error, or what the step asks and how to answer.
@@ -112,9 +151,21 @@ pub(crate) async fn wait_for_result(
             if let Some(request) = job.get("pendingRequest").filter(|r| !r.is_null()) {
                 say!("it asks to approve: {request}");
             }
-            say!(
-                "answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'"
-            );
+            // The answer's shape from the step's form: its type and a skeleton of
+            // its fields (the node's own description, so never stale).
+            let form = client
+                .call("get-form", &json!({ "jobId": job_id, "stepName": step }))
+                .await
+                .ok()
+                .filter(|form| form["ok"] == true);
+            match form.as_ref().and_then(answer_skeleton) {
+                Some((type_name, skeleton)) => say!(
+                    "answer it with a {type_name}: protomolt complete {job_id} {step} --response '{skeleton}'"
+                ),
+                None => say!(
+                    "answer it: protomolt complete {job_id} {step} --response '<JSON of the step's output type>'"
+                ),
+            }
         }
         _ => out.job(&job),
     }

@@ -74,10 +74,22 @@ impl Output {
             ("waiting on", "outstandingStep"),
             ("verdict", "verdict"),
             ("error", "error"),
+            // Why an operator cancelled it (or asked to: a running job stops at its
+            // next step).
+            ("reason", "cancelReason"),
         ] {
             if let Some(value) = job[key].as_str() {
                 say!("{label:<9} {}", printable(value));
             }
+        }
+        if let Some(metadata) = job["metadata"].as_object().filter(|m| !m.is_empty()) {
+            let pairs: Vec<String> = metadata
+                .iter()
+                .map(|(key, value)| {
+                    printable(&format!("{key}={}", value.as_str().unwrap_or_default()))
+                })
+                .collect();
+            say!("metadata  {}", pairs.join(", "));
         }
         if let Some(parent) = job["parentJobId"].as_str() {
             say!(

@@ -42,7 +42,8 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         name => {
             let Some(envelope) = state.submitter.stored_envelope(name) else {
                 return Err(ActionError::invalid(format!(
-                    "workflowName: no stored workflow '{name}' (list-workflows names them)"
+                    "workflowName: {} (list-workflows names them)",
+                    state.submitter.unknown_workflow(name)
                 )));
             };
             let compiled = state

@@ -11,7 +11,10 @@
 //! - `steps` are the workflow's steps with their states (see [`super::job_steps`]).
 //!
 //! With `waitMs` (up to 60,000) the answer waits until the job is finished or WAITING
-//! on a step, or the time is up, whichever comes first; it is woken by the job's own
+//! on a step, or the time is up, whichever comes first. A job not submitted yet is
+//! waited for too, as the event stream waits for it (a record produced to the request
+//! topic a moment ago becomes a job once the consumer takes it): the answer is `no
+//! workflow run` only when it still does not exist at the end. It is woken by the job's own
 //! events through the node's [`crate::watch::Watchers`] hub, not by polling, and
 //! counts against `[jobs].max_watchers` (and the token's share of it,
 //! `max_watchers_per_token`) while it waits. When no slot is free it is answered
@@ -158,7 +161,8 @@ async fn settled_row(
             .get_job_view(job_id, with_definition)
             .await
             .map_err(store_error)?;
-        let settled = row.as_ref().is_none_or(|row| {
+        // A job that does not exist yet is waited for: its first event wakes the wait.
+        let settled = row.as_ref().is_some_and(|row| {
             row["status"]
                 .as_str()
                 .and_then(|s| s.parse::<JobStatus>().ok())

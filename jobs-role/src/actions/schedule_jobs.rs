@@ -31,7 +31,7 @@ pub async fn trigger(state: Arc<JobsState>, request: ActionRequest) -> Result<Va
             "created": inserted.created,
             "scheduledFor": at.to_rfc3339(),
         })),
-        Err(refused) => refusal(name, refused),
+        Err(refused) => refusal(&state, name, refused),
     }
 }
 
@@ -68,15 +68,19 @@ pub async fn backfill(state: Arc<JobsState>, request: ActionRequest) -> Result<V
                 "ticks": listed,
             }))
         }
-        Err(refused) => refusal(name, refused),
+        Err(refused) => refusal(&state, name, refused),
     }
 }
 
 /// The answer to a trigger or backfill that made nothing.
-fn refusal(name: &str, refused: ScheduleJobsError) -> Result<Value, ActionError> {
+fn refusal(
+    state: &JobsState,
+    name: &str,
+    refused: ScheduleJobsError,
+) -> Result<Value, ActionError> {
     match refused {
         ScheduleJobsError::Unknown(_) => Ok(unknown(name)),
-        ScheduleJobsError::Submit(e) => Err(submit_error(e)),
+        ScheduleJobsError::Submit(e) => Err(submit_error(&state.submitter, e)),
         ScheduleJobsError::Store(e) => Err(store_error(e)),
         too_many @ ScheduleJobsError::TooManyTicks(_) => {
             Err(ActionError::invalid(too_many.to_string()))

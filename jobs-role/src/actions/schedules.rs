@@ -20,7 +20,6 @@ use crate::schedules::firing::{TickKind, schedule_key};
 use crate::schedules::spec::{DEFAULT_CATCHUP_WINDOW_MS, ScheduleSpec};
 use crate::schedules::{Catchup, Overlap, Timing};
 use crate::store::ScheduleRow;
-use crate::submit::SubmitError;
 
 /// How many upcoming ticks `get-schedule` shows.
 const UPCOMING: usize = 5;
@@ -50,8 +49,8 @@ pub async fn put(state: Arc<JobsState>, request: ActionRequest) -> Result<Value,
         .is_none()
     {
         return Err(ActionError::invalid(format!(
-            "workflowName: no stored workflow named '{}' (list-workflows shows them; put-workflow stores one)",
-            spec.workflow_name
+            "workflowName: {} (list-workflows shows them; put-workflow stores one)",
+            state.submitter.unknown_workflow(&spec.workflow_name)
         )));
     }
     let (now, _) = state.store.schedule_clock().await.map_err(store_error)?;
@@ -62,12 +61,7 @@ pub async fn put(state: Arc<JobsState>, request: ActionRequest) -> Result<Value,
         .scheduler
         .job_for(&spec, uuid::Uuid::nil(), now, TickKind::Tick)
         .await
-        .map_err(|refused| match refused {
-            SubmitError::UnknownWorkflow(name) => ActionError::invalid(format!(
-                "workflowName: no stored workflow named '{name}' (list-workflows shows them)"
-            )),
-            other => submit_error(other),
-        })?;
+        .map_err(|refused| submit_error(&state.submitter, refused))?;
     let key = schedule_key(&job.workflow_name, &spec.name).key;
     if spec.overlap != Overlap::Allow && !job.concurrency.iter().any(|held| held.key == key) {
         return Err(ActionError::invalid(format!(

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::{JobsState, store_error};
 use crate::store::StoreError;
 use crate::submit::{
-    DefinitionSource, Start, Submission, SubmitError, Submitted, dedupe_of, metadata_of,
+    DefinitionSource, Start, Submission, SubmitError, Submitted, Submitter, dedupe_of, metadata_of,
 };
 
 /// Handles one call.
@@ -65,7 +65,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             answer["ok"] = json!(true);
             Ok(answer)
         }
-        Err(refused) => Err(submit_error(refused)),
+        Err(refused) => Err(submit_error(&state.submitter, refused)),
     }
 }
 
@@ -85,10 +85,12 @@ pub fn answered(submitted: &Submitted) -> Value {
 }
 
 /// The answer to a refused submission: the field to fix, or the store's failure.
-pub fn submit_error(error: SubmitError) -> ActionError {
+/// `submitter` names the closest stored workflow to an unknown name.
+pub fn submit_error(submitter: &Submitter, error: SubmitError) -> ActionError {
     match error {
         SubmitError::UnknownWorkflow(name) => ActionError::invalid(format!(
-            "workflowName: no stored workflow named '{name}' (list-workflows shows them)"
+            "workflowName: {} (list-workflows shows them)",
+            submitter.unknown_workflow(&name)
         )),
         SubmitError::Findings(findings) => findings_error(&findings),
         SubmitError::Input(e) => ActionError::invalid(e.located("input")),

@@ -55,7 +55,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         .enumerate()
         .map(|(index, item)| {
             let answer = item.and_then(|_| match submitted.next() {
-                Some(result) => result.map_err(submit_error),
+                Some(result) => result.map_err(|e| submit_error(&state.submitter, e)),
                 None => Err(ActionError::internal("the submission got no answer")),
             });
             match answer {

@@ -594,7 +594,10 @@ impl RequestHandler {
                 created: submitted.created,
             }),
             Err(SubmitError::UnknownWorkflow(name)) => {
-                let error = format!("WORKFLOW: no stored workflow named '{name}' ({where_from})");
+                let error = format!(
+                    "WORKFLOW: {} ({where_from})",
+                    self.submitter.unknown_workflow(&name)
+                );
                 self.failed_row_with(job_id, &name, Value::Null, input, error, kept)
                     .await
             }

@@ -31,6 +31,9 @@ use super::completions::Completions;
 use super::*;
 use crate::store::writes::{ClaimWrite, ParkedWait, Settlement};
 
+/// `detail.skipped` of a skipped step's checkpoint event.
+static SKIPPED: Value = Value::Bool(true);
+
 /// One fenced statement of a write, with the events it commits, in order.
 struct Part<'w> {
     statement: &'static str,
@@ -83,7 +86,13 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
         metadata: claim.metadata.as_ref(),
     };
     let checkpointed = write.checkpoint.as_ref().map(|checkpoint| EventFacts {
-        data: write.timing.as_ref().map(|timing| ("timing", timing)),
+        // A step its gate skipped says so (`skipped: true`), so a consumer tells it
+        // from one that answered; it was never called, so it has no timing.
+        data: if checkpoint.entry["skipped"] == true {
+            Some(("skipped", &SKIPPED))
+        } else {
+            write.timing.as_ref().map(|timing| ("timing", timing))
+        },
         ..facts(
             Type::StepCheckpoint,
             Some(checkpoint.step.as_str()),

@@ -40,11 +40,14 @@ impl Draft<'_> {
         path: &str,
     ) {
         for key in object.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            let meant = crate::suggest::did_you_mean(key, allowed.iter().copied())
+                .map(|meant| format!("did you mean '{meant}'? "))
+                .unwrap_or_default();
             self.find(
                 step,
                 format!("{path}.{key}"),
                 format!(
-                    "unknown field '{key}'; expected one of: {}",
+                    "unknown field '{key}'; {meant}expected one of: {}",
                     allowed.join(", ")
                 ),
             );

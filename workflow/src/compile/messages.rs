@@ -100,12 +100,62 @@ pub fn decode_json(
     DynamicMessage::deserialize(message_type.clone(), at).map_err(|e| {
         let path = track.path();
         let shown = path.to_string();
+        let mut reason = expected_got(&e.to_string(), value_at(json, &path));
+        if let Some(meant) = closest_field(message_type, &path, &reason) {
+            reason.push_str(&format!("; did you mean '{meant}'?"));
+        }
         MessageError::Unparsable {
             type_name: message_type.full_name().to_owned(),
             path: if shown == "." { String::new() } else { shown },
-            reason: expected_got(&e.to_string(), value_at(json, &path)),
+            reason,
         }
     })
+}
+
+/// For a decoder's "unrecognized field name 'x'", the closest field of the message
+/// the name was met in (found by following `path` from `message_type`).
+fn closest_field(
+    message_type: &MessageDescriptor,
+    path: &serde_path_to_error::Path,
+    reason: &str,
+) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let unknown = reason
+        .strip_prefix("unrecognized field name '")?
+        .strip_suffix('\'')?;
+    let mut message = message_type.clone();
+    // A map field's next segment is one of its keys, not a field.
+    let mut in_map = false;
+    for segment in path.iter() {
+        let Segment::Map { key } = segment else {
+            continue;
+        };
+        if in_map {
+            in_map = false;
+            continue;
+        }
+        let Some(field) = message
+            .get_field_by_json_name(key)
+            .or_else(|| message.get_field_by_name(key))
+        else {
+            break;
+        };
+        let kind = if field.is_map() {
+            in_map = true;
+            field
+                .kind()
+                .as_message()
+                .map(|entry| entry.map_entry_value_field().kind())
+        } else {
+            Some(field.kind())
+        };
+        match kind.as_ref().and_then(|kind| kind.as_message()) {
+            Some(inner) => message = inner.clone(),
+            None => break,
+        }
+    }
+    let names: Vec<String> = message.fields().map(|f| f.json_name().to_owned()).collect();
+    crate::suggest::did_you_mean(unknown, names.iter().map(String::as_str)).map(str::to_owned)
 }
 
 /// The value at a decoder's path, when the path leads to one.

@@ -290,6 +290,13 @@ impl Caller<'_> {
                             "{}: {message} (the connection to target {target} failed)",
                             code_name(code)
                         )
+                    } else if answered_plain_http(&message) {
+                        // tonic maps a non-gRPC HTTP answer to a code of its own and a
+                        // message about headers: say what it means.
+                        format!(
+                            "{}: {message} (the target {target} answered HTTP, not gRPC: check its address and port, and that it serves gRPC there)",
+                            code_name(code)
+                        )
                     } else {
                         format!("{}: {message}", code_name(code))
                     };
@@ -492,4 +499,13 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         DataLoss => "DATA_LOSS",
         Unauthenticated => "UNAUTHENTICATED",
     }
+}
+
+/// True when a status message is tonic's for an answer that was HTTP but not gRPC (a
+/// web server on the target's port): "grpc-status header missing, mapped from HTTP
+/// status code 404", or an HTTP answer whose content type is not gRPC's.
+fn answered_plain_http(message: &str) -> bool {
+    message.contains("grpc-status header missing")
+        || message.contains("mapped from HTTP status code")
+        || message.contains("invalid content-type")
 }
