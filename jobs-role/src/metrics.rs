@@ -182,6 +182,7 @@ pub struct JobsMetrics {
     pub history: std::sync::Arc<crate::history::History>,
     workflows: Admitted,
     steps: Admitted,
+    targets: Admitted,
     shown: Shown,
 }
 
@@ -223,6 +224,7 @@ impl Default for JobsMetrics {
             history: std::sync::Arc::default(),
             workflows: Admitted::default(),
             steps: Admitted::default(),
+            targets: Admitted::default(),
             shown: Shown::default(),
         }
     }
@@ -400,6 +402,17 @@ impl JobsMetrics {
         }
     }
 
+    /// The `target` label of a step target (bounded as workflows are: the series of
+    /// a target stay, at 0, once shown).
+    fn target_label(&self, target: &str) -> String {
+        let target = label_value(target);
+        if self.targets.admit(&target) {
+            target
+        } else {
+            OTHER.to_owned()
+        }
+    }
+
     /// The `workflow` and `step` labels of a step (bounded as pairs).
     fn step_labels(&self, workflow: &str, step: &str) -> Labels {
         let workflow = self.workflow_label(workflow);
@@ -520,7 +533,7 @@ async fn read_state(
                 [("in_use", in_use), ("waiting", waiting)].map(|(state, value)| {
                     (
                         vec![
-                            ("target", label_value(&target)),
+                            ("target", metrics.target_label(&target)),
                             ("state", state.to_owned()),
                         ],
                         i64::try_from(value).unwrap_or(i64::MAX),

@@ -4,7 +4,8 @@
 //! Server-Sent Events, from the outbox as they commit (the Kafka lanes may be off):
 //! first those already written, then each as it lands, ending after a terminal event
 //! (COMPLETED, FAILED, DEAD, CANCELLED) that is still the job's latest, or whose
-//! place cannot be read (the database away: a client resumes with `Last-Event-ID`)
+//! place cannot be read for 5 s (the database away: a client resumes with
+//! `Last-Event-ID`)
 //! (a retried job's stream goes on); a job not submitted yet is waited for, up to
 //! [`UNKNOWN_JOB_WAIT`] (watch, then submit with your own `jobId`). A stream with
 //! nothing left to send (a finished job resumed after its last event) answers 204,
@@ -232,17 +233,32 @@ async fn next_event(
     };
     stream.give_up_at = None;
     let ends = TERMINAL.contains(&event.event_type.as_str())
-        && stream
-            .store
-            .latest_event_position(stream.job_id)
-            .await
-            // Unsure (the database is away): end it too. A stream left open would hold
-            // its watcher slot for as long as keep-alives flow, and resuming is exact:
-            // `Last-Event-ID` gets what followed, or 204 when nothing did.
-            .map_or(true, |latest| latest <= event.seq);
+        && still_the_latest(&stream.store, stream.job_id, event.seq).await;
     let sse = sse_event(&event);
     Some((Ok(sse), (!ends).then_some(stream)))
 }
+
+/// Whether the event at `seq` is still the job's latest. While the database does not
+/// answer it is asked again, a second apart, for up to [`UNSURE_FOR`] (an outage of a
+/// few seconds decides nothing); past that it is taken as the latest and the stream
+/// ends: one held open on a guess would hold its watcher slot for as long as
+/// keep-alives flow, and resuming with `Last-Event-ID` is exact (what followed, or
+/// 204).
+async fn still_the_latest(store: &Store, job_id: Uuid, seq: i64) -> bool {
+    let deadline = tokio::time::Instant::now() + UNSURE_FOR;
+    loop {
+        match store.latest_event_position(job_id).await {
+            Ok(latest) => return latest <= seq,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// How long a stream asks again whether its terminal event is the latest.
+const UNSURE_FOR: Duration = Duration::from_secs(5);
 
 /// An outbox row as an SSE event: `id`, `event` (its type) and `data` (proto3 JSON).
 fn sse_event(event: &WatchedEvent) -> Event {

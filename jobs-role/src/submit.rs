@@ -659,8 +659,14 @@ impl Submitter {
     /// named 'x'", with the closest stored name when one is a likely typo ("; did you
     /// mean 'y'?").
     pub fn unknown_workflow(&self, name: &str) -> String {
-        let stored = self.workflows.list();
-        let closest = workflow::suggest::did_you_mean(name, stored.iter().map(|w| w.name.as_str()));
+        // A name no stored one can be near is answered without reading the names
+        // (the suggester gives up past 128 characters too).
+        let stored = if name.chars().count() <= 128 {
+            self.workflows.names()
+        } else {
+            Vec::new()
+        };
+        let closest = workflow::suggest::did_you_mean(name, stored.iter().map(String::as_str));
         match closest {
             Some(meant) => format!("no stored workflow named '{name}'; did you mean '{meant}'?"),
             None => format!("no stored workflow named '{name}'"),

@@ -91,6 +91,10 @@ pub trait WorkflowRepository: Send + Sync {
     fn resolve(&self, name: &str) -> Option<StoredWorkflow>;
     /// Every stored workflow, by name.
     fn list(&self) -> Vec<StoredWorkflow>;
+    /// Every stored workflow's name (what a did-you-mean compares; no envelope copied).
+    fn names(&self) -> Vec<String> {
+        self.list().into_iter().map(|stored| stored.name).collect()
+    }
     /// Adds a workflow a role ships, in memory; it must compile.
     fn contribute(&self, role: &str, envelope: Value) -> Result<String, RepositoryError>;
 }
@@ -406,6 +410,10 @@ impl WorkflowRepository for FileWorkflowRepository {
 
     fn list(&self) -> Vec<StoredWorkflow> {
         self.read_entries().values().cloned().collect()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.read_entries().keys().cloned().collect()
     }
 
     fn contribute(&self, role: &str, envelope: Value) -> Result<String, RepositoryError> {

@@ -217,6 +217,7 @@ async fn once_a_cancel_is_requested_no_settlement_but_cancelled_ends_the_claim()
     let failed = Settlement::Failed {
         error: "MAPPING: the output".into(),
         verdict: None,
+        step: None,
     };
     let write = ClaimWrite::settle(&claim, Some(held), failed).unwrap();
     let answers = idle.store.commit_claim_writes(&[write]).await;

@@ -118,6 +118,20 @@ async fn a_validation_verdict_fails_on_the_first_attempt() {
         job["verdict"].as_str().unwrap().starts_with("ids: "),
         "{job}"
     );
+    // The FAILED event names the step, and its verdict the offending value.
+    let events = node.ok("get-job", json!({ "jobId": job_id })).await["job"]["events"].clone();
+    let failed = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "FAILED")
+        .expect("a FAILED event")
+        .clone();
+    assert_eq!(failed["step"], "tokenize", "{failed}");
+    assert!(
+        failed["verdict"].as_str().unwrap().contains("(got "),
+        "{failed}"
+    );
     assert_eq!(server.stats.embed_calls(), 0);
     node.stop().await;
 }
@@ -286,6 +300,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
             Settlement::Failed {
                 error: "WORKFLOW: stale".into(),
                 verdict: None,
+                step: None,
             },
         )
         .await

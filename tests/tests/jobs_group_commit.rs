@@ -554,6 +554,7 @@ async fn an_older_claim_of_the_same_owner_writes_nothing_alone_or_batched() {
                 Settlement::Failed {
                     error: "x".into(),
                     verdict: None,
+                    step: None,
                 },
             )
             .unwrap(),

@@ -24,8 +24,8 @@ pub struct Violation {
     pub rule_id: String,
     /// What the rule says.
     pub message: String,
-    /// The offending value as text (a string quoted), at most [`MAX_SHOWN_VALUE`]
-    /// bytes; `None` for a message-level rule or a list, map or message value.
+    /// The offending value as text (a string quoted, a list or map by its size), at
+    /// most [`MAX_SHOWN_VALUE`] bytes; `None` for a message-level rule or a message.
     pub value: Option<String>,
 }
 
@@ -36,6 +36,7 @@ pub const MAX_SHOWN_VALUE: usize = 256;
 /// A scalar field value as a verdict shows it, cut at [`MAX_SHOWN_VALUE`] bytes.
 fn shown_value(value: &prost_reflect::Value) -> Option<String> {
     use prost_reflect::Value as V;
+    let mut longer = false;
     let text = match value {
         V::Bool(b) => b.to_string(),
         V::I32(n) | V::EnumNumber(n) => n.to_string(),
@@ -44,14 +45,22 @@ fn shown_value(value: &prost_reflect::Value) -> Option<String> {
         V::U64(n) => n.to_string(),
         V::F32(n) => n.to_string(),
         V::F64(n) => n.to_string(),
-        V::String(text) => serde_json::Value::String(text.clone()).to_string(),
+        // Cut before it is escaped: a string of megabytes is never copied whole.
+        V::String(text) => {
+            let kept: String = text.chars().take(MAX_SHOWN_VALUE).collect();
+            longer = kept.len() < text.len();
+            serde_json::Value::String(kept).to_string()
+        }
         V::Bytes(bytes) => format!("{} bytes", bytes.len()),
-        V::Message(_) | V::List(_) | V::Map(_) => return None,
+        // A list or map rule is about its size.
+        V::List(items) => format!("{} items", items.len()),
+        V::Map(entries) => format!("{} entries", entries.len()),
+        V::Message(_) => return None,
     };
-    if text.len() <= MAX_SHOWN_VALUE {
+    if !longer && text.len() <= MAX_SHOWN_VALUE {
         return Some(text);
     }
-    let mut end = MAX_SHOWN_VALUE - '…'.len_utf8();
+    let mut end = text.len().min(MAX_SHOWN_VALUE - '…'.len_utf8());
     while !text.is_char_boundary(end) {
         end -= 1;
     }

@@ -93,6 +93,12 @@ class Retries:
         self.attempt = 0
         self.started = time.monotonic()
 
+    def opened(self) -> None:
+        """A stream opened: failures in a row are timed from the next one (a job
+        quiet for an hour is not an hour of failing), though the tries still count
+        until an event arrives."""
+        self.started = time.monotonic()
+
     def pause(self, error: ProtoMoltError) -> float:
         """The pause before the next try; raises `error` when it is not retried."""
         self.attempt += 1
@@ -103,7 +109,8 @@ class Retries:
         if now - self.started + pause > self.policy.max_elapsed:
             raise error
         if self.deadline is not None and now + pause >= self.deadline:
-            raise error
+            # The deadline, not the failure, ends it: say so.
+            raise ProtoMoltError("timeout", f"the deadline comes before the next try ({error})")
         if self.hook is not None:
             self.hook(self.verb, error, pause, self.attempt)
         return pause
@@ -135,11 +142,17 @@ def retry_after(headers: Any) -> Optional[float]:
     return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
-def request_timeout(base: float, body: Dict[str, Any], deadline: Optional[float]) -> float:
-    """One request's timeout: the client's, plus a long poll's `waitMs`, cut at
-    `deadline`."""
+#: Seconds a verb may take on the node beyond the client's timeout: `run-workflow`
+#: runs the whole workflow before it answers (the node bounds it at 60 s).
+_SLOW_VERBS = {"run-workflow": 65.0}
+
+
+def request_timeout(base: float, body: Dict[str, Any], deadline: Optional[float], verb: str = "") -> float:
+    """One request's timeout: the client's, plus a long poll's `waitMs` or a slow
+    verb's time, cut at `deadline`."""
     wait_ms = body.get("waitMs")
     timeout = base + (wait_ms / 1000 if isinstance(wait_ms, (int, float)) and wait_ms > 0 else 0)
+    timeout += _SLOW_VERBS.get(verb, 0.0)
     if deadline is not None:
         timeout = min(timeout, max(0.5, deadline - time.monotonic() + 1.0))
     return timeout

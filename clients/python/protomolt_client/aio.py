@@ -23,7 +23,6 @@ from ._wire import (
     connection_error,
     error_of,
     event_of,
-    may_retry,
     request_body,
     request_timeout,
 )
@@ -71,7 +70,7 @@ class AsyncClient(AsyncVerbs):
         while True:
             try:
                 response = await self._http.post(
-                    url, json=body, timeout=request_timeout(self.timeout, body, deadline))
+                    url, json=body, timeout=request_timeout(self.timeout, body, deadline, verb))
                 if response.status_code == 200:
                     return response.json()
                 error = error_of(response.status_code, response.headers, response.text)
@@ -116,7 +115,7 @@ class AsyncClient(AsyncVerbs):
             try:
                 job = await self._read(job_id, deadline, wait_ms)
             except ProtoMoltError as e:
-                if time.monotonic() >= deadline:
+                if e.code == "timeout" or time.monotonic() >= deadline:
                     raise WaitTimeout(job_id, timeout, job) from None
                 if e.code != "resource_exhausted" or not long_polls:
                     raise
@@ -160,6 +159,7 @@ class AsyncClient(AsyncVerbs):
                                              timeout=httpx.Timeout(min(10.0, read), read=read)) as response:
                     if response.status_code == 204:
                         return
+                    retries.opened()
                     if response.status_code != 200:
                         await response.aread()
                         error = error_of(response.status_code, response.headers, response.text)
@@ -190,8 +190,8 @@ class AsyncClient(AsyncVerbs):
                 raise timed_out()
             try:
                 pause = retries.pause(error)
-            except ProtoMoltError:
-                if deadline is not None and may_retry("watch", error):
+            except ProtoMoltError as given_up:
+                if given_up.code == "timeout":
                     raise timed_out() from None
                 raise
             await asyncio.sleep(pause)

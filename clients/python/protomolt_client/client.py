@@ -24,7 +24,6 @@ from ._wire import (
     connection_error,
     error_of,
     event_of,
-    may_retry,
     request_body,
     request_timeout,
 )
@@ -91,7 +90,7 @@ class Client(Verbs):
         retries = Retries(self.retry, self.on_retry, verb, deadline)
         while True:
             try:
-                response = self._http.post(url, json=body, timeout=request_timeout(self.timeout, body, deadline))
+                response = self._http.post(url, json=body, timeout=request_timeout(self.timeout, body, deadline, verb))
                 if response.status_code == 200:
                     return response.json()
                 error = error_of(response.status_code, response.headers, response.text)
@@ -149,7 +148,7 @@ class Client(Verbs):
             try:
                 job = self._read(job_id, deadline, wait_ms)
             except ProtoMoltError as e:
-                if time.monotonic() >= deadline:
+                if e.code == "timeout" or time.monotonic() >= deadline:
                     raise WaitTimeout(job_id, timeout, job) from None
                 if e.code != "resource_exhausted" or not long_polls:
                     raise
@@ -193,6 +192,7 @@ class Client(Verbs):
                                        timeout=httpx.Timeout(min(10.0, read), read=read)) as response:
                     if response.status_code == 204:
                         return
+                    retries.opened()
                     if response.status_code != 200:
                         response.read()
                         error = error_of(response.status_code, response.headers, response.text)
@@ -228,7 +228,7 @@ class Client(Verbs):
             raise timed_out()
         try:
             return retries.pause(error)
-        except ProtoMoltError:
-            if deadline is not None and may_retry("watch", error):
+        except ProtoMoltError as given_up:
+            if given_up.code == "timeout":
                 raise timed_out() from None  # retried, but not within the deadline
             raise

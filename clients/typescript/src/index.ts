@@ -16,13 +16,16 @@
 
 import { ProtoMoltError, WaitTimeout, connectionError, errorOf } from "./errors.js";
 import { type CallOptions, type SubmitWorkflowRequest, type SubmitWorkflowResponse, Verbs, type VerbTypes } from "./generated.js";
-import { DEFAULT_RETRY, Retries, type RetryHook, type RetryPolicy, linkedAbort, mayRetry, sleep } from "./retry.js";
+import { DEFAULT_RETRY, Retries, type RetryHook, type RetryPolicy, linkedAbort, sleep } from "./retry.js";
 import { type Job, type JobEvent, TERMINAL, eventOf, sseEvents } from "./sse.js";
 
 export * from "./generated.js";
 export { ProtoMoltError, WaitTimeout } from "./errors.js";
 export { DEFAULT_RETRY, UNSAFE_TO_RESEND, mayRetry, type RetryHook, type RetryPolicy } from "./retry.js";
 export { TERMINAL, type Job, type JobEvent } from "./sse.js";
+
+/** Milliseconds a verb may take on the node beyond the client's timeout: `run-workflow` runs the whole workflow first (the node bounds it at 60 s). */
+const SLOW_VERBS: Record<string, number> = { "run-workflow": 65_000 };
 
 /** A stream with no byte for this long is taken as broken and resumed (the node sends a keep-alive every 15 s). */
 const STREAM_IDLE_MS = 45_000;
@@ -94,7 +97,7 @@ export class Client extends Verbs {
     const retries = new Retries(this.retry, this.onRetry, verb, deadline);
     const waitMs = typeof body.waitMs === "number" && body.waitMs > 0 ? body.waitMs : 0;
     for (;;) {
-      let limit = this.retry.timeoutMs + waitMs;
+      let limit = this.retry.timeoutMs + waitMs + (SLOW_VERBS[verb] ?? 0);
       if (deadline !== undefined) limit = Math.min(limit, Math.max(500, deadline - Date.now() + 1_000));
       const attempt = linkedAbort(signal, limit, () => new ProtoMoltError("connection", `no answer to ${verb} within ${limit} ms`));
       let error: ProtoMoltError;
@@ -156,7 +159,7 @@ export class Client extends Verbs {
         job = await this.read(jobId, deadline, longPolls ? Math.floor(Math.min(remaining, 20_000)) : 0);
       } catch (e) {
         if (!(e instanceof ProtoMoltError)) throw e;
-        if (Date.now() >= deadline) throw new WaitTimeout(jobId, timeoutMs, job);
+        if (e.code === "timeout" || Date.now() >= deadline) throw new WaitTimeout(jobId, timeoutMs, job);
         if (e.code !== "resource_exhausted" || !longPolls) throw e;
         // No watcher slot for a long poll either: plain reads, spaced out.
         longPolls = false;
@@ -198,6 +201,7 @@ export class Client extends Verbs {
         if (response.status !== 200) {
           failure = await errorOf(response);
         } else {
+          retries.opened();
           for await (const [id, type, data] of sseEvents(response.body!, () => stream.restart(idle()))) {
             if (id) last = id;
             if (type === "resumed") continue;
@@ -220,7 +224,7 @@ export class Client extends Verbs {
       try {
         pause = retries.pause(failure);
       } catch (e) {
-        if (deadline !== undefined && mayRetry("watch", failure)) throw timedOut();
+        if (e instanceof ProtoMoltError && e.code === "timeout") throw timedOut();
         throw e;
       }
       await sleep(pause, signal);

@@ -60,6 +60,11 @@ export class Retries {
     this.started = Date.now();
   }
 
+  /** A stream opened: failures in a row are timed from the next one, though the tries still count until an event arrives. */
+  opened(): void {
+    this.started = Date.now();
+  }
+
   /** The pause before the next try; throws `error` when it is not retried. */
   pause(error: ProtoMoltError): number {
     this.attempt += 1;
@@ -73,7 +78,10 @@ export class Retries {
     }
     const now = Date.now();
     if (now - this.started + pause > this.policy.maxElapsedMs) throw error;
-    if (this.deadline !== undefined && now + pause >= this.deadline) throw error;
+    // The deadline, not the failure, ends it: say so.
+    if (this.deadline !== undefined && now + pause >= this.deadline) {
+      throw new ProtoMoltError("timeout", `the deadline comes before the next try (${error.message})`);
+    }
     this.hook?.(this.verb, error, pause, this.attempt);
     return pause;
   }

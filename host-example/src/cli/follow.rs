@@ -77,15 +77,21 @@ pub(crate) async fn follow(client: &Client, out: Output, job_id: &str) -> Result
 }
 
 /// A step form's type name and a skeleton answer: each field under its JSON name with
-/// a value of its kind (`""`, `0`, `false`, `[]`, `{}`, an enum's first name), for the
-/// reader to fill in.
+/// a value of its kind (`""`, `0`, `false`, `[]`, `{}`, an enum's first meaningful
+/// name, a zero time), for the reader to fill in. `None` when a name is not a plain
+/// identifier: the skeleton goes into a shell command between single quotes, and a
+/// workflow's schema is not to be trusted with the reader's shell.
 fn answer_skeleton(form: &Value) -> Option<(String, String)> {
-    let type_name = output::printable(form["messageType"].as_str()?);
+    let plain = |text: &str| {
+        !text.is_empty()
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    };
+    let type_name = form["messageType"].as_str().filter(|name| plain(name))?;
     let mut skeleton = serde_json::Map::new();
     for field in form["fields"].as_array()? {
-        let Some(name) = field["jsonName"].as_str() else {
-            continue;
-        };
+        let name = field["jsonName"].as_str().filter(|name| plain(name))?;
         let value = if field["repeated"] == true {
             json!([])
         } else if field["map"] == true {
@@ -102,17 +108,18 @@ fn answer_skeleton(form: &Value) -> Option<(String, String)> {
                         let mut meaningful = names.clone().filter(|n| !n.ends_with("_UNSPECIFIED"));
                         meaningful.next().or_else(|| names.clone().next())
                     })
+                    .filter(|name| plain(name))
                     .map_or(json!(""), |name| json!(name)),
                 "message" | "group" => json!({}),
+                "timestamp" => json!("1970-01-01T00:00:00Z"),
+                "duration" => json!("0s"),
+                "json" => Value::Null,
                 _ => json!(0),
             }
         };
         skeleton.insert(name.to_owned(), value);
     }
-    Some((
-        type_name,
-        output::printable(&Value::Object(skeleton).to_string()),
-    ))
+    Some((type_name.to_owned(), Value::Object(skeleton).to_string()))
 }
 
 /// The exit code for a job in `status`.

@@ -183,10 +183,21 @@ pub fn encode_as(
     facts: &EventFacts<'_>,
     event_id: Uuid,
 ) -> Result<(Uuid, Vec<u8>), jobs_proto::ContractError> {
+    encode_at(facts, event_id, SystemTime::now())
+}
+
+/// [`encode_as`], the event stamped `occurred_at` (a claim's batch: when its
+/// transaction began, which is no later than what PostgreSQL's `now()` counts a
+/// sleep or a wait's timeout from, so an event never looks later than what it set).
+pub fn encode_at(
+    facts: &EventFacts<'_>,
+    event_id: Uuid,
+    occurred_at: SystemTime,
+) -> Result<(Uuid, Vec<u8>), jobs_proto::ContractError> {
     let status = prost_types::Value {
         kind: Some(Kind::StringValue(facts.status.as_str().to_owned())),
     };
-    let occurred_at = prost_types::Timestamp::from(SystemTime::now());
+    let occurred_at = prost_types::Timestamp::from(occurred_at);
     let mut event = WorkflowRunEvent {
         event_id: event_id.to_string(),
         job_id: facts.job_id.to_string(),

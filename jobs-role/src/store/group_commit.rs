@@ -210,12 +210,16 @@ fn parts(write: &ClaimWrite) -> Vec<Part<'_>> {
             // Claimable at its wake time: nothing for an idle worker now.
             wake: false,
         },
-        Settlement::Failed { error, verdict } => Part {
+        Settlement::Failed {
+            error,
+            verdict,
+            step,
+        } => Part {
             statement: sql::SETTLE_FAILED,
             extra: vec![Box::new(error), Box::new(verdict)],
             events: vec![facts(
                 Type::Failed,
-                None,
+                step.as_deref(),
                 verdict.as_deref(),
                 Some(error),
                 to,
@@ -553,6 +557,9 @@ impl Store {
         plans: &[Vec<Part<'_>>],
         together: bool,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
+        // Taken before BEGIN: the transaction's `now()`, from which a park's sleep and
+        // timeout count, is no earlier, so its events never look later than that.
+        let began = std::time::SystemTime::now();
         let tx = begin_batch(client).await?;
         // A write blocked on a row lock (an operator's open transaction) must not hold
         // the node's every other write for ever: it fails the batch, which then commits
@@ -560,7 +567,7 @@ impl Store {
         tx.batch_execute(sql::BATCH_LOCK_TIMEOUT)
             .await
             .map_err(|e| BatchFailure::Rolledback(e.into()))?;
-        let answers = self.run_batch(&tx, writes, plans, together).await?;
+        let answers = self.run_batch(&tx, writes, plans, together, began).await?;
         tx.commit().await.map_err(commit_failure)?;
         Ok(answers)
     }
@@ -575,6 +582,7 @@ impl Store {
         writes: &[&ClaimWrite],
         plans: &[Vec<Part<'_>>],
         together: bool,
+        began: std::time::SystemTime,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         // Prepared once per connection (the pool keeps them), so each statement is one
         // round trip, not a parse and an execute.
@@ -645,7 +653,7 @@ impl Store {
         // One statement for every event of the batch (a statement per event cost the
         // flusher's one connection more than the events themselves). Refused, it fails
         // the batch, which then commits each write alone.
-        let mut events = EventBatch::default();
+        let mut events = EventBatch::stamped(began);
         for ((write, plan), _) in writes.iter().zip(plans).zip(&matched).filter(|(_, m)| **m) {
             let claim = &write.claim;
             for facts in plan.iter().flat_map(|part| &part.events) {

@@ -647,9 +647,19 @@ struct EventBatch {
     job_ids: Vec<Uuid>,
     types: Vec<&'static str>,
     payloads: Vec<Vec<u8>>,
+    /// When its claims' events occurred ([`events::encode_at`]); `None`: as encoded.
+    stamped: Option<std::time::SystemTime>,
 }
 
 impl EventBatch {
+    /// A batch whose claims' events all occurred at `at`.
+    fn stamped(at: std::time::SystemTime) -> EventBatch {
+        EventBatch {
+            stamped: Some(at),
+            ..EventBatch::default()
+        }
+    }
+
     /// Encodes and adds one event.
     fn push(&mut self, facts: &EventFacts<'_>) -> Result<(), StoreError> {
         let (event_id, payload) = events::encode(facts)?;
@@ -660,7 +670,10 @@ impl EventBatch {
     /// Encodes and adds one event under `event_id` (a claim's events have ids derived
     /// from what they mark, so a write sent twice writes each once).
     fn push_as(&mut self, facts: &EventFacts<'_>, event_id: Uuid) -> Result<(), StoreError> {
-        let (event_id, payload) = events::encode_as(facts, event_id)?;
+        let (event_id, payload) = match self.stamped {
+            Some(at) => events::encode_at(facts, event_id, at)?,
+            None => events::encode_as(facts, event_id)?,
+        };
         self.add(facts, event_id, payload);
         Ok(())
     }

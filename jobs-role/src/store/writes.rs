@@ -51,6 +51,9 @@ pub enum Settlement {
         error: String,
         /// The violations of a validation verdict.
         verdict: Option<String>,
+        /// The step that failed (the FAILED event's `step`); `None` when the job, not
+        /// a step, is at fault (its stored state no longer fits its workflow).
+        step: Option<String>,
     },
     /// DEAD: retries exhausted.
     Dead {
@@ -125,9 +128,14 @@ impl Settlement {
     /// not make the settlement unstorable.
     fn storable(self) -> Settlement {
         match self {
-            Settlement::Failed { error, verdict } => Settlement::Failed {
+            Settlement::Failed {
+                error,
+                verdict,
+                step,
+            } => Settlement::Failed {
                 error: printable(&error),
                 verdict: verdict.as_deref().map(printable),
+                step,
             },
             Settlement::Dead { error } => Settlement::Dead {
                 error: printable(&error),

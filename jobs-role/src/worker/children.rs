@@ -75,6 +75,7 @@ impl Worker {
                         return Ok(Err(Settlement::Failed {
                             error,
                             verdict: None,
+                            step: Some(name.to_owned()),
                         }));
                     }
                 };
@@ -93,6 +94,7 @@ impl Worker {
                         return Ok(Err(Settlement::Failed {
                             error,
                             verdict: None,
+                            step: Some(name.to_owned()),
                         }));
                     }
                 };

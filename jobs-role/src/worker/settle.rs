@@ -168,6 +168,7 @@ impl Worker {
         let failed = Settlement::Failed {
             error,
             verdict: None,
+            step: None,
         };
         self.commit_settlement(flusher, claim, None, failed).await
     }
@@ -407,6 +408,7 @@ impl Worker {
                     None => Decision::Settle(Settlement::Failed {
                         error: "WORKFLOW: the segment parked on no step".into(),
                         verdict: None,
+                        step: None,
                     }),
                 }
             }
@@ -448,6 +450,7 @@ impl Worker {
                             "WORKFLOW: step '{step}': its response cannot be stored: {store_error}"
                         ),
                         verdict: None,
+                        step: Some(step.to_string()),
                     })
                 }
                 Ok(store_error) => {
@@ -462,6 +465,7 @@ impl Worker {
                         "WORKFLOW: recording the checkpoint of step '{step}' failed: {other}"
                     ),
                     verdict: None,
+                    step: Some(step.to_string()),
                 }),
             },
         }
@@ -495,7 +499,11 @@ impl Worker {
             ),
             _ => None,
         };
-        Settlement::Failed { error, verdict }
+        Settlement::Failed {
+            error,
+            verdict,
+            step: failure.step.clone(),
+        }
     }
 }
 

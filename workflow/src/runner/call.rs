@@ -503,9 +503,10 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 
 /// True when a status message is tonic's for an answer that was HTTP but not gRPC (a
 /// web server on the target's port): "grpc-status header missing, mapped from HTTP
-/// status code 404", or an HTTP answer whose content type is not gRPC's.
+/// status code 404", or a text answer where gRPC's content type belongs.
 fn answered_plain_http(message: &str) -> bool {
-    message.contains("grpc-status header missing")
-        || message.contains("mapped from HTTP status code")
-        || message.contains("invalid content-type")
+    // A 4xx only: a gateway's 502-504 without a gRPC status is an outage upstream,
+    // not a wrong address.
+    message.contains("mapped from HTTP status code 4")
+        || (message.contains("invalid content-type") && message.contains("text/"))
 }
