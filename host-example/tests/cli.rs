@@ -393,6 +393,14 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
         "{}",
         text(&refused)
     );
+    // Stored as it is, a skeleton is refused, and the CLI says how to build it.
+    let put = cli(&url, &["workflows", "put", skeleton.to_str().unwrap()]).await;
+    assert_ne!(put.status.code(), Some(0), "{}", text(&put));
+    assert!(
+        text(&put).contains("build the envelope first: protomolt workflow build --proto"),
+        "{}",
+        text(&put)
+    );
 
     // submit --wait: parks on the human step and says what it asks and how to answer.
     let submitted = cli(
@@ -437,6 +445,13 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
     )
     .await;
     assert_eq!(answered.status.code(), Some(0), "{}", text(&answered));
+    // One sentence, the console's: the step is done, the job resumes.
+    let said = text(&answered);
+    assert!(
+        said.starts_with("answer accepted: the job resumes after step 'approve'")
+            && !said.contains("COMPLETED ("),
+        "{said}"
+    );
 
     // submit --wait on a job that completes prints its result.
     let two = dir.path().join("two.json");

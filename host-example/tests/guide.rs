@@ -37,11 +37,39 @@ fn blocks(markdown: &str) -> (Vec<(String, String)>, String) {
             .find_map(|token| token.strip_prefix("file="));
         match file {
             Some(name) => files.push((name.to_owned(), body)),
-            None if info.trim() == "sh" => script.push_str(&body),
+            None if info.trim() == "sh" => {
+                // Each block stamps when it starts, so the test can say how long each
+                // took (the guide promises a newcomer's first job within minutes).
+                let first = body.lines().next().unwrap_or_default().replace('\'', "");
+                script.push_str(&format!(
+                    "printf 'guide-step %s %s\\n' \"$(date +%s%N)\" '{first}'\n"
+                ));
+                script.push_str(&body);
+            }
             None => {}
         }
     }
+    script.push_str("printf 'guide-step %s %s\\n' \"$(date +%s%N)\" 'end'\n");
     (files, script)
+}
+
+/// The time each block of the guide took, from the stamps its script printed.
+fn step_times(stdout: &str) -> Vec<(String, f64)> {
+    let stamps: Vec<(u128, String)> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("guide-step "))
+        .filter_map(|rest| {
+            let (nanos, what) = rest.split_once(' ')?;
+            Some((nanos.parse().ok()?, what.to_owned()))
+        })
+        .collect();
+    stamps
+        .windows(2)
+        .map(|pair| {
+            let took = pair[1].0.saturating_sub(pair[0].0) as f64 / 1e9;
+            (pair[0].1.clone(), took)
+        })
+        .collect()
 }
 
 #[test]
@@ -159,6 +187,15 @@ async fn the_bring_your_own_service_guide_runs_as_written() {
     let node_log = std::fs::read_to_string(dir.path().join("node.log")).unwrap_or_default();
     let said = format!("stdout:\n{stdout}\nstderr:\n{stderr}\nnode.log:\n{node_log}");
     assert!(waited.status.success(), "the guide's script failed\n{said}");
+    // How long a newcomer waits on each command (the binaries already built: `./dev
+    // install` is timed on its own, see the guide).
+    let times = step_times(&stdout);
+    let total: f64 = times.iter().map(|(_, took)| took).sum();
+    for (what, took) in &times {
+        println!("guide step {took:>6.1} s  {what}");
+    }
+    println!("guide total {total:.1} s");
+    assert!(!times.is_empty(), "the script stamped no step\n{said}");
 
     // What the guide tells the reader they will see.
     for expected in [

@@ -28,7 +28,7 @@
  * sentences).
  */
 
-import { byId, el } from './js/dom.js';
+import { byId, el, refreshRelativeTimes } from './js/dom.js';
 import { clearBanner, clearToken, storeToken, updateSignOut } from './js/api.js';
 import { renderFleetView } from './js/fleet.js';
 import { renderJobView } from './js/job.js';
@@ -150,3 +150,6 @@ if (typeof document !== 'undefined') {
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
   else start();
 }
+
+// Relative ages ("3 min ago") move on by themselves, on every page.
+setInterval(() => refreshRelativeTimes(), 5000);

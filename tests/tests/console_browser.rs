@@ -252,7 +252,11 @@ async fn a_reviewer_answers_from_the_inbox_and_a_late_colleague_is_told_already_
     );
     click(&reviewer, "form.review-form button.submit-review").await;
     let outcome = element(&reviewer, ".review-outcome[data-outcome=\"COMPLETED\"]").await;
-    assert!(outcome.text().await.unwrap().contains("completed"));
+    let said = outcome.text().await.unwrap();
+    assert!(
+        said.starts_with("Answer accepted: the job resumes after step"),
+        "{said}"
+    );
     wait_for_exact_text(&reviewer, "#job-status", "COMPLETED").await;
     let marker = reviewer
         .execute("return window.__notReloaded === true;", vec![])
@@ -495,6 +499,14 @@ async fn an_operator_cancels_a_queued_job_and_retries_a_dead_one_from_their_page
         .await
         .unwrap();
     wait_for_exact_text(&page, "#job-status", "DEAD").await;
+    // The timeline marks the step that ended it, with its tries and its error.
+    wait_for_text(
+        &page,
+        "#timeline li[data-step=\"embed\"] .step-state",
+        "the failed step",
+        |t| t.starts_with("failed after 1 of 1 attempts: GRPC: step 'embed'"),
+    )
+    .await;
     click(&page, "#retry-job").await;
     wait_for_text(&page, "#action-outcome", "RETRIED", |t| {
         t.contains("RETRIED")
@@ -908,6 +920,24 @@ async fn an_operator_pages_the_jobs_by_keyset_and_redrives_dead_lettered_events(
     )
     .await;
 
+    // Ids show 13 characters and their last 4 (UUIDv7 ids of one millisecond still
+    // differ), the whole id on hover.
+    page.goto(&console.page("#/fleet?meta=customer%3Dacme%2C%20region%3Deu"))
+        .await
+        .unwrap();
+    let link = element(
+        &page,
+        &format!("#jobs-table tr[data-job-id=\"{}\"] a.job-link", ids[0]),
+    )
+    .await;
+    let shown = link.text().await.unwrap();
+    let id = &ids[0];
+    assert_eq!(shown, format!("{}…{}", &id[..13], &id[id.len() - 4..]));
+    assert_eq!(
+        link.attr("title").await.unwrap().as_deref(),
+        Some(id.as_str())
+    );
+
     // Two jobs' events dead-lettered.
     let client = console._db.connect().await;
     for job in &ids[..2] {
@@ -926,6 +956,22 @@ async fn an_operator_pages_the_jobs_by_keyset_and_redrives_dead_lettered_events(
         .unwrap();
     wait_for_text(&page, "#redrive-note", "the dead-lettered count", |t| {
         t.starts_with("1 events")
+    })
+    .await;
+    // The job page copies its id, and its relative ages move on by themselves.
+    element(&page, ".job-heading button.copy").await;
+    // A time the page did not draw itself: the console's ticker brings it up to date.
+    page.execute(
+        "const t = document.createElement('time'); t.id = 'tick-probe';
+         t.setAttribute('datetime', new Date(Date.now() - 90000).toISOString());
+         t.setAttribute('data-relative', 'age'); t.textContent = 'not yet';
+         document.body.append(t);",
+        vec![],
+    )
+    .await
+    .unwrap();
+    wait_for_text(&page, "#tick-probe", "the ticker to age the probe", |t| {
+        t == "1 min ago"
     })
     .await;
     click(&page, "#redrive-events").await;

@@ -354,9 +354,21 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
         }
         Command::Workflows(Workflows::Put { file }) => {
             let workflow = json_file("the workflow file", &file)?;
-            let answer = ok(client
+            let answer = client
                 .call("put-workflow", &json!({ "workflow": workflow }))
-                .await?)?;
+                .await
+                .and_then(ok)
+                .map_err(|refused| match refused {
+                    // A skeleton (steps, no compiled schema) names types the node cannot
+                    // know: point at the command that makes an envelope of it.
+                    CliError::Refused(why) if workflow.get("schema").is_none() => {
+                        CliError::Refused(format!(
+                            "{why}\n(this file has no \"schema\": if it is a skeleton, build the envelope first: protomolt workflow build --proto YOUR.proto --skeleton {} > envelope.json)",
+                            file.display()
+                        ))
+                    }
+                    other => other,
+                })?;
             if out.json {
                 out.json_line(&answer);
             } else {
@@ -573,11 +585,22 @@ fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {
     } else {
         let outcome = answer["outcome"].as_str().unwrap_or_default();
         let status = answer["status"].as_str().unwrap_or_default();
-        say!(
-            "{} ({})",
-            output::printable(outcome),
-            out.status(&output::printable(status))
-        );
+        match answer["message"]
+            .as_str()
+            .filter(|_| outcome == "COMPLETED")
+        {
+            // An answered step: the node's own sentence, as the console shows it
+            // (never "COMPLETED (QUEUED)": the step is done, not the job).
+            Some(message) => {
+                say!("{}", output::printable(message));
+                return Ok(0);
+            }
+            None => say!(
+                "{} ({})",
+                output::printable(outcome),
+                out.status(&output::printable(status))
+            ),
+        }
         for key in ["message", "error"] {
             if let Some(text) = answer[key].as_str() {
                 say!("{}", output::printable(text));

@@ -98,7 +98,21 @@ export function relativeTime(iso, now = Date.now()) {
 /** A <time> showing the relative age, the absolute value in its title. */
 export function timeAgo(iso) {
   if (!iso) return el('span', { class: 'muted', text: '—' });
-  return el('time', { datetime: iso, title: iso, text: relativeTime(iso) || iso });
+  return el('time', { datetime: iso, title: iso, 'data-relative': 'age', text: relativeTime(iso) || iso });
+}
+
+/**
+ * Brings every relative time on the page up to date (`data-relative` elements:
+ * `age` shows "3 min ago", `paren` "(3 min ago)"); the console calls it every few
+ * seconds, so an age read a minute ago never stays "3 s ago".
+ */
+export function refreshRelativeTimes(root = document, now = Date.now()) {
+  for (const node of root.querySelectorAll('[data-relative]')) {
+    const iso = node.getAttribute('datetime') || node.getAttribute('data-datetime');
+    const rel = relativeTime(iso, now);
+    if (!rel) continue;
+    node.textContent = node.getAttribute('data-relative') === 'paren' ? ' (' + rel + ')' : rel;
+  }
 }
 
 /** Absolute ISO text plus the relative age, for the job page. */
@@ -109,7 +123,8 @@ export function timeBoth(iso) {
   const shown = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/.test(String(iso))
     ? String(iso).slice(0, 10) + ' ' + String(iso).slice(11, 19) + (/(Z|[+-]00:?00)$/.test(String(iso)) ? ' UTC' : ' ' + (String(iso).match(/[+-]\d\d:?\d\d$/) || [''])[0])
     : String(iso);
-  return el('span', null, el('time', { datetime: iso, title: iso, text: shown }), rel ? el('span', { class: 'muted', text: ' (' + rel + ')' }) : null);
+  return el('span', null, el('time', { datetime: iso, title: iso, text: shown }),
+    rel ? el('span', { class: 'muted', 'data-relative': 'paren', 'data-datetime': iso, text: ' (' + rel + ')' }) : null);
 }
 
 export function compactJson(value) {
@@ -156,9 +171,30 @@ export function truncate(text, max) {
   return text.length > max ? text.slice(0, max - 1) + '…' : text;
 }
 
+/**
+ * An id shortened for a table: its first 13 characters (a UUIDv7's whole timestamp)
+ * and its last 4 (random: ids made in the same millisecond still differ); the full id
+ * goes in the element's title.
+ */
 export function shortId(id) {
   const s = String(id);
-  return s.length > 13 ? s.slice(0, 8) + '…' : s;
+  return s.length > 18 ? s.slice(0, 13) + '…' + s.slice(-4) : s;
+}
+
+/** A button that copies `text` to the clipboard and says so. */
+export function copyButton(text, label) {
+  const button = el('button', { type: 'button', class: 'copy', 'aria-label': label || 'Copy', text: 'Copy' });
+  button.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = 'Copied';
+    } catch {
+      // No clipboard (an insecure origin, a denied permission): select the text instead.
+      button.textContent = 'Select and copy';
+    }
+    setTimeout(() => { button.textContent = 'Copy'; }, 2000);
+  });
+  return button;
 }
 
 export function statusBadge(status, attrs) {

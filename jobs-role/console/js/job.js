@@ -11,6 +11,7 @@ import {
   byId,
   coalesced,
   compactJson,
+  copyButton,
   displayValue,
   el,
   humanizeAge,
@@ -92,7 +93,8 @@ export function renderJobView(main, params) {
   const definitionPre = el('pre', { class: 'json' });
 
   main.replaceChildren(
-    el('h1', { class: 'job-heading' }, el('span', { text: 'Job ' }), el('span', { class: 'mono job-id', text: jobId }), ' ', statusBadgeEl),
+    el('h1', { class: 'job-heading' }, el('span', { text: 'Job ' }), el('span', { class: 'mono job-id', text: jobId }), ' ', statusBadgeEl,
+      ' ', copyButton(jobId, 'Copy the job id')),
     meta,
     heldBox,
     // The job's story first (and the review while it waits on a human), the acts
@@ -252,7 +254,11 @@ export function renderJobView(main, params) {
       let stepState = view && view.state ? String(view.state) : 'pending';
       if (!view && checkpoint) stepState = checkpoint.skipped ? 'skipped' : 'done';
       else if (!view && job.status === 'WAITING' && job.outstandingStep === step.name) stepState = 'waiting';
-      parts.state.textContent = stepState;
+      // The step that ended the job says how and after how many tries, in one line
+      // with its state (the error whole in the job's columns above).
+      parts.state.textContent = stepState === 'failed'
+        ? 'failed after ' + displayValue(job.attempt) + ' of ' + displayValue(job.maxAttempts) + ' attempts: ' + String(job.error || '').slice(0, 300)
+        : stepState;
       parts.li.setAttribute('data-state', stepState);
       const span = spans.find((s) => s.name === String(step.name));
       parts.took.textContent = span ? 'took ' + humanizeMillis(span.took) : '';
@@ -580,7 +586,13 @@ export function reviewOutcomeText(answer, verb) {
   const status = answer.status ? String(answer.status) : 'unknown';
   switch (answer.outcome) {
     case 'COMPLETED':
-      return ['COMPLETED', 'Step completed; the job runs on (status ' + status + ').'];
+      // The node's own sentence (the CLI prints the same): whether the job resumes
+      // or still waits on other steps, and its status.
+      if (typeof answer.message === 'string' && answer.message !== '') {
+        const sentence = answer.message.replace(/^answer accepted: /, '');
+        return ['COMPLETED', 'Answer accepted: ' + sentence + (sentence.endsWith('.') ? '' : '.')];
+      }
+      return ['COMPLETED', 'Answer accepted; the job runs on (status ' + status + ').'];
     case 'ALREADY_DONE':
       return ['ALREADY_DONE', 'Already done: someone answered this step before you (status ' + status + '). Nothing was changed.'];
     case 'WRONG_STATE':

@@ -17,9 +17,9 @@ export function drawJobTree(box, job) {
   if (parent) {
     parts.push(el('p', { id: 'job-parent' }, 'Started by step ', el('code', { text: String(job.parentStep || '') }),
       ' (element ' + String(job.parentItem ?? 0) + ') of ',
-      el('a', { href: jobHref(parent), class: 'mono', text: shortId(String(parent)) }),
+      el('a', { href: jobHref(parent), class: 'mono', title: String(parent), text: shortId(String(parent)) }),
       job.rootJobId && job.rootJobId !== parent
-        ? el('span', null, ' · root ', el('a', { href: jobHref(job.rootJobId), class: 'mono', text: shortId(String(job.rootJobId)) }))
+        ? el('span', null, ' · root ', el('a', { href: jobHref(job.rootJobId), class: 'mono', title: String(job.rootJobId), text: shortId(String(job.rootJobId)) }))
         : null));
   }
   if (children.length > 0) {
@@ -28,7 +28,7 @@ export function drawJobTree(box, job) {
       (total > children.length ? ' (the first ' + children.length + ' shown)' : '') }));
     parts.push(el('ul', { id: 'job-children', class: 'job-children' }, ...children.map((child) =>
       el('li', { 'data-child': String(child.jobId), 'data-status': String(child.status) },
-        el('a', { href: jobHref(child.jobId), class: 'mono', text: shortId(String(child.jobId)) }), ' ',
+        el('a', { href: jobHref(child.jobId), class: 'mono', title: String(child.jobId), text: shortId(String(child.jobId)) }), ' ',
         statusBadge(child.status), ' ',
         el('span', { class: 'muted', text: String(child.workflowName) + ' · step ' + String(child.step) + ' #' + String(child.item) })))));
   }
