@@ -159,3 +159,46 @@ pub fn node_binary_beside(binary: &Path) -> PathBuf {
     );
     node
 }
+
+/// No variables beyond the process's own, for [`run_checked`].
+pub const NO_ENV: [(&str, &str); 0] = [];
+
+/// Runs `program` with `args` in `dir` and the variables `envs` (blocking: call it
+/// from `spawn_blocking` in an async test); its output, stdout then stderr, or a panic
+/// that shows it.
+pub fn run_checked<K, V>(
+    program: &Path,
+    args: &[&str],
+    dir: &Path,
+    envs: impl IntoIterator<Item = (K, V)>,
+) -> String
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(envs)
+        .output()
+        .unwrap_or_else(|e| panic!("{} runs: {e}", program.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "{} {args:?} failed:\n{text}",
+        program.display()
+    );
+    text
+}
+
+/// The clients' Python (`./dev up` installs it, with the OpenAPI validator and
+/// generator, pytest and the Kafka helper's packages, and exports `CLIENTS_PYTHON`).
+pub fn clients_python() -> PathBuf {
+    PathBuf::from(std::env::var("CLIENTS_PYTHON").unwrap_or_else(|_| {
+        panic!("CLIENTS_PYTHON is not set: run the tests with ./dev test (it installs the clients' Python tooling), or ./dev up && source target/dev/env")
+    }))
+}

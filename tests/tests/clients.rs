@@ -9,7 +9,6 @@
 //! `PROTOMOLT_UPDATE_CLIENTS=1` rewrites them.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use protomolt_e2e::TestDatabase;
 use protomolt_e2e::browser::serve;
 use protomolt_e2e::jobs::{JobsNode, call_as, http_get, test_config};
 use protomolt_e2e::kafka::with_lanes;
+use protomolt_e2e::process::{NO_ENV, clients_python, run_checked};
 use protomolt_e2e::proxy::FaultProxy;
 use registry_stub::auth::{AuthConfig, TokenConfig};
 use serde_json::json;
@@ -34,35 +34,6 @@ fn repository() -> PathBuf {
         .parent()
         .expect("the repository")
         .to_path_buf()
-}
-
-/// The clients' Python (`./dev up` installs it with pytest, protobuf, confluent-kafka).
-fn clients_python() -> PathBuf {
-    PathBuf::from(std::env::var("CLIENTS_PYTHON").unwrap_or_else(|_| {
-        panic!("CLIENTS_PYTHON is not set: run the tests with ./dev test (it installs the clients' Python tooling), or ./dev up && source target/dev/env")
-    }))
-}
-
-/// Runs `program` with `args` in `dir` (blocking: call it from `spawn_blocking`);
-/// its output, or a panic with it.
-fn run(program: &Path, args: &[&str], dir: &Path, envs: &[(String, String)]) -> String {
-    let output = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .unwrap_or_else(|e| panic!("{} runs: {e}", program.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "{} {args:?} failed:\n{text}",
-        program.display()
-    );
-    text
 }
 
 fn token(name: &str, secret: &str, requests_per_minute: Option<u32>) -> TokenConfig {
@@ -166,7 +137,7 @@ async fn the_python_client_passes_its_suite_against_a_real_node() {
         let package = repository().join("clients/python");
         // Installed as a user installs it (pip, from the repository's path), then
         // tested as installed.
-        run(
+        run_checked(
             &python,
             &[
                 "-m",
@@ -180,10 +151,10 @@ async fn the_python_client_passes_its_suite_against_a_real_node() {
                 package.to_str().expect("a UTF-8 path"),
             ],
             &repository(),
-            &[],
+            NO_ENV,
         );
         env.push(("PYTHONPATH".into(), site_path));
-        run(
+        run_checked(
             &python,
             &[
                 "-m",
@@ -194,7 +165,7 @@ async fn the_python_client_passes_its_suite_against_a_real_node() {
                 "clients/python/tests",
             ],
             &repository(),
-            &env,
+            env,
         )
     })
     .await
@@ -218,13 +189,13 @@ async fn the_typescript_client_passes_its_suite_against_a_real_node() {
             tsc.display()
         );
         let node = PathBuf::from("node");
-        run(
+        run_checked(
             &node,
             &[tsc.to_str().expect("a UTF-8 path"), "-p", "."],
             &dir,
-            &[],
+            NO_ENV,
         );
-        run(&node, &["--test", "test/"], &dir, &env)
+        run_checked(&node, &["--test", "test/"], &dir, env)
     })
     .await
     .expect("node ran");
@@ -276,7 +247,7 @@ async fn the_clients_generated_parts_match_the_node() {
         } else {
             vec![generator, &path, "--check"]
         };
-        run(&python, &args, &repository(), &[]);
+        run_checked(&python, &args, &repository(), NO_ENV);
     })
     .await
     .expect("the generator ran");

@@ -4,44 +4,14 @@
 //! job and reads it back against a real node. That last is the proof the document is
 //! true.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use protomolt_e2e::TestDatabase;
 use protomolt_e2e::browser::serve;
 use protomolt_e2e::jobs::{JobsNode, http_get, test_config};
+use protomolt_e2e::process::{NO_ENV, clients_python, run_checked};
 use serde_json::{Value, json};
 use workflow::testkit::{FixtureServer, leaf_workflow};
-
-/// The clients' Python (`./dev up` installs it with the validator and the generator).
-fn clients_python() -> PathBuf {
-    let python = std::env::var("CLIENTS_PYTHON").unwrap_or_else(|_| {
-        panic!("CLIENTS_PYTHON is not set: run the tests with ./dev test (it installs the clients' Python tooling), or ./dev up && source target/dev/env")
-    });
-    PathBuf::from(python)
-}
-
-/// Runs `program` with `args` in `dir`; its output, or a panic with it.
-fn run(program: &Path, args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> String {
-    let output = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("{} runs: {e}", program.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "{} {args:?} failed: {text}",
-        program.display()
-    );
-    text
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_names_every_verb_passes_a_validator_and_a_generated_client_submits_a_job() {
@@ -92,15 +62,15 @@ async fn the_document_names_every_verb_passes_a_validator_and_a_generated_client
     let python = clients_python();
     let bin = python.parent().expect("the venv's bin");
     let file_text = file.to_str().expect("a UTF-8 path");
-    run(
+    run_checked(
         &bin.join("openapi-spec-validator"),
         &[file_text],
         dir.path(),
-        &[],
+        NO_ENV,
     );
 
     // A client generated from the document alone, by someone else's generator.
-    run(
+    run_checked(
         &bin.join("openapi-python-client"),
         &[
             "generate",
@@ -112,17 +82,17 @@ async fn the_document_names_every_verb_passes_a_validator_and_a_generated_client
             "generated",
         ],
         dir.path(),
-        &[],
+        NO_ENV,
     );
     let base = serve(node.router.clone()).await;
     std::fs::write(dir.path().join("use_it.py"), USE_IT).expect("the script");
     let script_dir = dir.path().to_path_buf();
     let answer = tokio::task::spawn_blocking(move || {
-        run(
+        run_checked(
             &python,
             &["use_it.py"],
             &script_dir,
-            &[("NODE_URL", base.as_str()), ("PYTHONPATH", ".")],
+            [("NODE_URL", base.as_str()), ("PYTHONPATH", ".")],
         )
     })
     .await
