@@ -616,28 +616,18 @@ impl RequestHandler {
                 )
                 .await
             }
-            Err(SubmitError::Input(e)) => {
+            // An input the workflow refuses, or keys it cannot make of it: FAILED
+            // with the stored definition the request named.
+            Err(refused @ (SubmitError::Input(_) | SubmitError::ConcurrencyKey(_))) => {
                 let definition = self
                     .submitter
                     .stored_envelope(&request.workflow_name)
                     .unwrap_or(Value::Null);
-                let error = format!("VALIDATION: {} ({where_from})", e.located("input"));
-                self.failed_row_with(
-                    job_id,
-                    &request.workflow_name,
-                    definition,
-                    input,
-                    error,
-                    kept,
-                )
-                .await
-            }
-            Err(key @ SubmitError::ConcurrencyKey(_)) => {
-                let definition = self
-                    .submitter
-                    .stored_envelope(&request.workflow_name)
-                    .unwrap_or(Value::Null);
-                let error = format!("VALIDATION: {key} ({where_from})");
+                let why = match &refused {
+                    SubmitError::Input(e) => e.located("input"),
+                    other => other.to_string(),
+                };
+                let error = format!("VALIDATION: {why} ({where_from})");
                 self.failed_row_with(
                     job_id,
                     &request.workflow_name,
