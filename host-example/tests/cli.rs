@@ -210,13 +210,20 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
         text(&again)
     );
 
-    let retried = cli(
-        &url,
-        &["--json", "retry", &job_id, "--reason", "it was right"],
-    )
-    .await;
+    let snapshot = idle.job(&job_id).await["definition_digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let retried = cli(&url, &["retry", &job_id, "--reason", "it was right"]).await;
     assert_eq!(retried.status.code(), Some(0), "{}", text(&retried));
-    assert_eq!(json_lines(&retried)[0]["outcome"], "RETRIED");
+    let said = text(&retried);
+    assert!(said.starts_with("RETRIED (QUEUED)"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "it runs the snapshot it was submitted with ({snapshot}); --current runs the workflow stored under its name now"
+        )),
+        "the CLI says which snapshot runs: {said}"
+    );
     let busy = JobsNode::start(test_config(&db.url, "busy", 2)).await;
     let finished = cli(&url, &["--json", "get", &job_id, "--wait", "30"]).await;
     assert_eq!(finished.status.code(), Some(0));
@@ -224,6 +231,31 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
     // Retrying a COMPLETED job without a step: the node says no, exit 3.
     let refused = cli(&url, &["retry", &job_id]).await;
     assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
+
+    // On the current workflow: none is stored under its name yet, so each finding
+    // is listed and nothing changes (exit 3); once one is, the job moves onto it.
+    let current = ["retry", &job_id, "--current", "--from-step", "embed"];
+    let unstored = cli(&url, &current).await;
+    assert_eq!(unstored.status.code(), Some(3), "{}", text(&unstored));
+    let said = text(&unstored);
+    assert!(said.starts_with("INCOMPATIBLE (COMPLETED)"), "{said}");
+    assert!(
+        said.contains("\n  - workflow: no stored workflow named 'embed-text'"),
+        "{said}"
+    );
+    let mut fixed = two_step_workflow(&server.target());
+    fixed["steps"][1]["target"] = json!(server.target().replace("127.0.0.1", "localhost"));
+    idle.ok("put-workflow", json!({ "workflow": fixed })).await;
+    let moved = cli(&url, &current).await;
+    assert_eq!(moved.status.code(), Some(0), "{}", text(&moved));
+    let said = text(&moved);
+    assert!(
+        said.contains("it runs the workflow stored under its name now (snapshot sha256-compact:")
+            && said.contains(&format!("; it ran {snapshot})")),
+        "{said}"
+    );
+    let finished = cli(&url, &["--json", "get", &job_id, "--wait", "30"]).await;
+    assert_eq!(json_lines(&finished)[0]["status"], "COMPLETED");
 
     // Usage errors exit 2; an unknown job, a refused call or an unreachable node 3.
     assert_eq!(cli(&url, &["get"]).await.status.code(), Some(2));

@@ -142,6 +142,9 @@ async fn the_bring_your_own_service_guide_runs_as_written() {
         .env("KAFKA_BOOTSTRAP", protomolt_e2e::kafka_bootstrap())
         .env("PROTOMOLT_URL", format!("http://127.0.0.1:{port}"))
         .env("PROTOMOLT_NODE__BIND", format!("127.0.0.1:{port}"))
+        // The guide's service takes 50051 unless told: tests running side by side
+        // each take a free port.
+        .env("SUMMARIZER_PORT", free_port().to_string())
         .env("PROTOMOLT_JOBS__EVENTS_TOPIC", &events)
         .env("PROTOMOLT_JOBS__REQUESTS_TOPIC", &requests)
         .env(

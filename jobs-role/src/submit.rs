@@ -559,6 +559,18 @@ impl Submitter {
         Ok((Arc::new(resolved), by_name))
     }
 
+    /// The workflow stored under `name` as a submission would snapshot it now:
+    /// resolved (its children's workflows included), compiled and held to a new job's
+    /// checks. What a retry onto the current workflow moves a job to.
+    pub async fn current_workflow(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<Value>, Compiled), SubmitError> {
+        let (envelope, _) = self.resolve(DefinitionSource::Stored(name.to_owned()))?;
+        let compiled = self.compile(&envelope).await?;
+        Ok((envelope, compiled))
+    }
+
     /// Bounds how deep child workflows may nest (`[jobs].max_child_depth`).
     pub fn with_max_child_depth(mut self, depth: usize) -> Self {
         self.max_child_depth = depth;

@@ -77,9 +77,11 @@ async fn a_dead_job_retried_after_its_target_recovers_completes_without_recallin
         json!({ "jobId": job_id, "reason": "the embedder is back" }),
     )
     .await;
+    // The job runs the snapshot it was submitted with, named by its digest.
+    let snapshot = node.job(&job_id).await["definition_digest"].clone();
     assert_eq!(
         answer,
-        json!({ "ok": true, "outcome": "RETRIED", "status": "QUEUED", "from": "DEAD", "checkpointsKept": 1 })
+        json!({ "ok": true, "outcome": "RETRIED", "status": "QUEUED", "from": "DEAD", "checkpointsKept": 1, "snapshot": snapshot })
     );
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(
@@ -105,7 +107,7 @@ async fn a_dead_job_retried_after_its_target_recovers_completes_without_recallin
     );
     assert_eq!(
         detail(&retried[0]),
-        json!({ "status": "QUEUED", "from": "DEAD", "reason": "the embedder is back" })
+        json!({ "status": "QUEUED", "from": "DEAD", "reason": "the embedder is back", "snapshot": snapshot })
     );
     node.stop().await;
 }

@@ -147,6 +147,10 @@ pub(crate) enum Command {
         /// Why.
         #[arg(long)]
         reason: Option<String>,
+        /// Run the workflow stored under the job's name now, not the snapshot it was
+        /// submitted with (when the results it keeps fit it).
+        #[arg(long)]
+        current: bool,
     },
     /// Stop new claims of a workflow's jobs (or of one concurrency key's) on every node.
     Pause {

@@ -261,8 +261,12 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             from_step,
             max_attempts,
             reason,
+            current,
         } => {
             let mut body = json!({ "jobId": job_id });
+            if current {
+                body["workflow"] = json!("current");
+            }
             if let Some(step) = from_step {
                 body["fromStep"] = json!(step);
             }
@@ -272,7 +276,7 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             if let Some(reason) = reason {
                 body["reason"] = json!(reason);
             }
-            outcome(out, ok(client.call("retry-job", &body).await?)?)
+            retried(out, ok(client.call("retry-job", &body).await?)?)
         }
         Command::Pause {
             workflow,
@@ -577,6 +581,37 @@ fn paused(out: Output, answer: Value, done: &str) -> Result<u8, CliError> {
         }
     }
     Ok(0)
+}
+
+/// A retry's answer, saying which workflow snapshot the job will run (or, refused
+/// for the current workflow, each misfit).
+fn retried(out: Output, answer: Value) -> Result<u8, CliError> {
+    if !out.json {
+        let snapshot = answer["snapshot"].as_str().map(output::printable);
+        let before = answer["snapshotBefore"].as_str().map(output::printable);
+        let sentence = match (snapshot, before) {
+            (Some(now), Some(was)) if now == was => Some(format!(
+                "the workflow stored under its name is the job's own snapshot ({now}): it runs that"
+            )),
+            (Some(now), Some(was)) => Some(format!(
+                "it runs the workflow stored under its name now (snapshot {now}; it ran {was})"
+            )),
+            (Some(now), None) => Some(format!(
+                "it runs the snapshot it was submitted with ({now}); --current runs the workflow stored under its name now"
+            )),
+            (None, _) => None,
+        };
+        let findings = answer["findings"].as_array().cloned().unwrap_or_default();
+        let code = outcome(out, answer)?;
+        if let Some(sentence) = sentence {
+            say!("{sentence}");
+        }
+        for finding in findings.iter().filter_map(Value::as_str) {
+            say!("  - {}", output::printable(finding));
+        }
+        return Ok(code);
+    }
+    outcome(out, answer)
 }
 
 fn outcome(out: Output, answer: Value) -> Result<u8, CliError> {

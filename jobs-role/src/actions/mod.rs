@@ -26,6 +26,7 @@
 pub mod cancel_job;
 pub mod cancel_jobs;
 pub mod complete_step;
+mod current_workflow;
 pub mod get_fleet;
 pub mod get_form;
 pub mod get_job;

@@ -1,11 +1,15 @@
-//! `retry-job {jobId, fromStep?, maxAttempts?, reason?}`: an operator re-queues a
-//! finished job (see [`crate::store::Retry`]). `fromStep` must name a step of the
-//! job's own workflow snapshot (400 otherwise, listing its steps).
+//! `retry-job {jobId, fromStep?, maxAttempts?, reason?, workflow?}`: an operator
+//! re-queues a finished job (see [`crate::store::Retry`]) on its own workflow
+//! snapshot, or with `workflow: "current"` on the workflow stored under its name now
+//! (see [`super::current_workflow`]). `fromStep` must name a step of the workflow it
+//! will run (400 otherwise, listing its steps).
 //!
 //! | answer                                                       | meaning                          |
 //! |--------------------------------------------------------------|----------------------------------|
-//! | `{ok: true, outcome: "RETRIED", status: "QUEUED", from, checkpointsKept}` | queued again; `from` the status it left; `checkpointsKept` the checkpoints kept (all but those of `fromStep` and the steps after it) |
+//! | `{ok: true, outcome: "RETRIED", status: "QUEUED", from, checkpointsKept, snapshot, snapshotBefore?}` | queued again; `from` the status it left; `checkpointsKept` the checkpoints kept (all but those of `fromStep` and the steps after it); `snapshot` the digest it runs, `snapshotBefore` the one it ran when moved |
 //! | `{ok: false, outcome: "WRONG_STATE", status, error}`           | live, COMPLETED without `fromStep`, or FAILED at submission |
+//! | `{ok: false, outcome: "INCOMPATIBLE", status, error, findings}` | `workflow: "current"`: what it keeps does not fit the stored workflow |
+//! | `{ok: false, outcome: "CHANGED", status, error}`               | `workflow: "current"`: it changed while checked; send again |
 //! | `{ok: false, error: "no workflow run <id>"}`                   | no such job                      |
 //!
 //! A job whose row another transaction holds for all of [`crate::store::LOCK_WAIT`]
@@ -18,7 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::many_jobs::busy;
-use super::{JobsState, store_error};
+use super::{JobsState, current_workflow, store_error};
 use crate::status::JobStatus;
 use crate::store::{ByJob, RerunFrom, Retry, RetryOutcome};
 
@@ -27,9 +31,30 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     let job_id = Uuid::parse_str(request.str("jobId"))
         .map_err(|e| ActionError::invalid(format!("jobId: {e}")))?;
     let not_found = || json!({ "ok": false, "error": format!("no workflow run {job_id}") });
-    let from_step = match request.str("fromStep") {
-        "" => None,
-        step => {
+    let step = Some(request.str("fromStep")).filter(|s| !s.is_empty());
+    let plan = match current_workflow::wants_current(&request) {
+        true => Some(current_workflow::plan(&state, &[job_id], step).await?),
+        false => None,
+    };
+    if let Some((_, status, findings)) = plan.as_ref().and_then(|p| p.misfits.first()) {
+        return Ok(json!({
+            "ok": false, "outcome": "INCOMPATIBLE", "status": status.as_str(),
+            "error": format!(
+                "{} result(s) the job keeps do not fit its workflow as stored now, so it was not moved (nothing changed): see findings",
+                findings.len()
+            ),
+            "findings": findings,
+        }));
+    }
+    let from_step = match (step, &plan) {
+        (None, _) => None,
+        // On the current workflow: its steps (a job the plan left out, in a state no
+        // retry takes or not there, is answered by the act).
+        (Some(step), Some(plan)) => Some(RerunFrom {
+            step,
+            dropped: plan.dropped.clone().unwrap_or_default(),
+        }),
+        (Some(step), None) => {
             let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
                 return Ok(not_found());
             };
@@ -48,6 +73,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         from_step,
         max_attempts: new_budget(&request),
         reason: Some(request.str("reason")).filter(|r| !r.is_empty()),
+        moves: plan.as_ref().map(|plan| &plan.moves),
     };
     let outcome = state
         .store
@@ -58,13 +84,21 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         ByJob::Decided(RetryOutcome::Retried {
             was,
             checkpoints_kept,
-        }) => json!({
-            "ok": true, "outcome": "RETRIED", "status": JobStatus::Queued.as_str(), "from": was.as_str(),
-            "checkpointsKept": checkpoints_kept,
-        }),
+            snapshot,
+            snapshot_before,
+        }) => {
+            let mut answer = json!({
+                "ok": true, "outcome": "RETRIED", "status": JobStatus::Queued.as_str(), "from": was.as_str(),
+                "checkpointsKept": checkpoints_kept, "snapshot": snapshot,
+            });
+            if let Some(before) = snapshot_before {
+                answer["snapshotBefore"] = json!(before);
+            }
+            answer
+        }
         ByJob::Decided(refused) => {
             let (status, error) = refusal(&refused);
-            json!({ "ok": false, "outcome": "WRONG_STATE", "status": status.as_str(), "error": error })
+            json!({ "ok": false, "outcome": outcome_name(&refused), "status": status.as_str(), "error": error })
         }
         ByJob::NotFound => not_found(),
         // NoLongerMatches only answers a filter's selection, never a job named by id.
@@ -101,5 +135,22 @@ pub fn refusal(outcome: &RetryOutcome) -> (JobStatus, String) {
             *status,
             format!("only DEAD, FAILED or CANCELLED jobs are retried; this one is {status}"),
         ),
+        RetryOutcome::Incompatible { status, findings } => {
+            (*status, current_workflow::misfit_error(findings))
+        }
+        RetryOutcome::ChangedWhileChecked { status } => (
+            *status,
+            "the job ran again or moved onto another snapshot while its results were checked against its current workflow; nothing changed: send the retry again".to_owned(),
+        ),
+    }
+}
+
+/// The answer's `outcome` for a refused retry.
+pub fn outcome_name(outcome: &RetryOutcome) -> &'static str {
+    match outcome {
+        RetryOutcome::Retried { .. } => "RETRIED",
+        RetryOutcome::Incompatible { .. } => "INCOMPATIBLE",
+        RetryOutcome::ChangedWhileChecked { .. } => "CHANGED",
+        RetryOutcome::NeverRan | RetryOutcome::WrongState { .. } => "WRONG_STATE",
     }
 }

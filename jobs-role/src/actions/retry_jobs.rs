@@ -1,5 +1,8 @@
-//! `retry-jobs {jobIds | filter + limit, maxAttempts?, reason?}`: `retry-job` for many
-//! jobs, each keeping its checkpoints (see [`super::many_jobs`] for the answer).
+//! `retry-jobs {jobIds | filter + limit, maxAttempts?, reason?, workflow?}`:
+//! `retry-job` for many jobs, each keeping its checkpoints (see [`super::many_jobs`]
+//! for the answer); `workflow: "current"` moves each onto the workflow stored under its
+//! name now, those whose results do not fit answered `INCOMPATIBLE` with why (see
+//! [`super::current_workflow`]).
 //! Without `filter.status` a filter selects DEAD and FAILED jobs: a CANCELLED job was
 //! stopped on purpose, so it is re-run only when the filter names CANCELLED. Jobs
 //! FAILED at submission (never claimed) are never selected. `fromStep` is not offered:
@@ -18,12 +21,13 @@ use std::sync::Arc;
 
 use registry_stub::{ActionError, ActionRequest};
 use serde_json::Value;
+use uuid::Uuid;
 
 use super::many_jobs::{NamedJobs, NotChanged, answer, named_jobs};
-use super::retry_job::{new_budget, refusal};
-use super::{JobsState, store_error};
+use super::retry_job::{new_budget, outcome_name, refusal};
+use super::{JobsState, current_workflow, store_error};
 use crate::status::JobStatus;
-use crate::store::{Retry, RetryOutcome};
+use crate::store::{ByJob, Retry, RetryOutcome};
 
 /// What sending a call again after an interruption does.
 const RESEND: &str = "Sending the same call again retries the jobs not retried yet, and any retried job that has finished again meanwhile; to work through a backlog once, give filter.finishedBefore the time your first call was sent";
@@ -45,15 +49,45 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             (selected.job_ids, selected.more)
         }
     };
+    let plan = match current_workflow::wants_current(&request) {
+        true => Some(current_workflow::plan(&state, &job_ids, None).await?),
+        false => None,
+    };
+    // Jobs whose results do not fit their current workflow are answered without
+    // acting on them.
+    let misfits: Vec<(Uuid, RetryOutcome)> = plan
+        .as_ref()
+        .map(|plan| {
+            plan.misfits
+                .iter()
+                .map(|(job_id, status, findings)| {
+                    let status = *status;
+                    let findings = findings.clone();
+                    (*job_id, RetryOutcome::Incompatible { status, findings })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let acting: Vec<Uuid> = job_ids
+        .iter()
+        .filter(|id| !misfits.iter().any(|(misfit, _)| misfit == *id))
+        .copied()
+        .collect();
     let retry = Retry {
         from_step: None,
         max_attempts: new_budget(&request),
         reason: Some(request.str("reason")).filter(|r| !r.is_empty()),
+        moves: plan.as_ref().map(|plan| &plan.moves),
     };
-    let acted = state
+    let mut acted = state
         .store
-        .retry_jobs(&job_ids, &retry, named.recheck())
+        .retry_jobs(&acting, &retry, named.recheck())
         .await;
+    acted.outcomes.extend(
+        misfits
+            .into_iter()
+            .map(|(job_id, outcome)| (job_id, ByJob::Decided(outcome))),
+    );
     answer(
         "retry-jobs",
         acted,
@@ -65,7 +99,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             }
             let (status, error) = refusal(outcome);
             Some(NotChanged {
-                outcome: "WRONG_STATE",
+                outcome: outcome_name(outcome),
                 status: Some(status),
                 error,
             })

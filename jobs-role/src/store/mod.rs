@@ -65,7 +65,7 @@ pub use outbox::{
 pub use parked::{ParkedAnswer, ParkedCompletion, TimedOut, has_checkpoint, outstanding_steps};
 pub use pruning::{EventsOut, MAX_BATCHES_PER_ROUND, Pruned};
 pub use reads::{FleetState, JobFilter, PoolStatus};
-pub use retries::{RerunFrom, Retry, RetryOutcome};
+pub use retries::{RerunFrom, Retry, RetryCandidate, RetryOutcome, SnapshotMove, SnapshotMoves};
 pub use schedules::{Fired, Firing, ScheduleRow};
 pub use signals::{MAX_SIGNALS_PER_KEY, Offer, Offering, SignalOutcome};
 pub use snapshots::{MovedSnapshots, PrunedSnapshots};

@@ -6,6 +6,8 @@
 //! One job or many are retried the same way (see
 //! [`operator_acts`](super::operator_acts)).
 
+use std::sync::Arc;
+
 use super::operator_acts::{Act, ActedOn, ByJob, Recheck};
 use super::*;
 
@@ -20,6 +22,54 @@ pub struct Retry<'a> {
     pub max_attempts: Option<i32>,
     /// Why, for the RETRIED event.
     pub reason: Option<&'a str>,
+    /// The snapshots the jobs move onto (`workflow: "current"`); `None` keeps each
+    /// job's own.
+    pub moves: Option<&'a SnapshotMoves>,
+}
+
+/// Where a retry onto the current stored workflow moves each job, decided by the verb
+/// from what [`Store::retry_candidates`] read, and checked again under each row lock.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotMoves {
+    /// The snapshots moved onto: their digests (the node's) and definitions.
+    pub targets: Vec<(Arc<str>, Arc<Value>)>,
+    /// Per job: where it moves, and what its checkpoints were checked at.
+    pub jobs: std::collections::HashMap<Uuid, SnapshotMove>,
+}
+
+/// One job's move onto another snapshot.
+#[derive(Debug, Clone)]
+pub struct SnapshotMove {
+    /// Its position in [`SnapshotMoves::targets`].
+    pub target: usize,
+    /// The snapshot the job named when its results were checked against the target.
+    pub checked_digest: String,
+    /// Its claims then: a claim since (the job ran again) voids the check.
+    pub checked_claims: i32,
+    /// For each step of the target workflow, the 1-based position of the step of the
+    /// same name in the job's old one (0: none), so re-run counts follow step names.
+    pub reruns_from: Arc<Vec<i32>>,
+}
+
+/// A job a retry onto the current stored workflow looks at first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryCandidate {
+    /// The job.
+    pub job_id: Uuid,
+    /// Its workflow's name.
+    pub workflow_name: String,
+    /// Its status when read.
+    pub status: JobStatus,
+    /// The snapshot it names.
+    pub digest: String,
+    /// Its claims so far.
+    pub claims: i32,
+    /// True while the row still holds its snapshot (written before migration V21 and
+    /// not moved out yet): it cannot move until it is.
+    pub inline: bool,
+    /// The steps it keeps results of (checkpoints, stored map elements, child jobs),
+    /// each once, sorted.
+    pub kept: Vec<String>,
 }
 
 /// The step an operator's retry runs again from, and what that drops.
@@ -44,6 +94,24 @@ pub enum RetryOutcome {
         /// (in a chain, the steps before `fromStep`, or fewer when the job never got
         /// that far).
         checkpoints_kept: i32,
+        /// The digest of the snapshot the job runs now.
+        snapshot: String,
+        /// The one it ran before, when the retry moved it onto another.
+        snapshot_before: Option<String>,
+    },
+    /// Its results do not fit the stored workflow it was to move onto, one finding per
+    /// misfit (decided by the verb before the act; nothing changed).
+    Incompatible {
+        /// Its status.
+        status: JobStatus,
+        /// What does not fit.
+        findings: Vec<String>,
+    },
+    /// It ran again, or moved onto another snapshot, after its results were checked
+    /// against the stored workflow (nothing changed: send the retry again).
+    ChangedWhileChecked {
+        /// Its status now.
+        status: JobStatus,
     },
     /// FAILED before it was ever claimed (its submission was refused): submit again.
     NeverRan,
@@ -78,6 +146,18 @@ struct RetryAct {
     from_step: Option<(String, Vec<(String, usize)>)>,
     max_attempts: Option<i32>,
     reason: Option<String>,
+    moves: Option<SnapshotMoves>,
+}
+
+/// A job the act re-queues: its id, the status it leaves, its workflow's name, its
+/// metadata, the snapshot it runs and (moved) the one it ran.
+struct Requeued {
+    job_id: Uuid,
+    was: JobStatus,
+    workflow_name: String,
+    metadata: Option<Value>,
+    snapshot: String,
+    snapshot_before: Option<String>,
 }
 
 impl Act for RetryAct {
@@ -91,24 +171,43 @@ impl Act for RetryAct {
         rows: &[tokio_postgres::Row],
     ) -> Result<Vec<(Uuid, RetryOutcome)>, StoreError> {
         let mut outcomes = Vec::with_capacity(rows.len());
-        // The jobs to re-queue, with the status each leaves, its workflow's name and
-        // its metadata.
-        let mut retried: Vec<(Uuid, JobStatus, String, Option<Value>)> = Vec::new();
+        let mut retried: Vec<Requeued> = Vec::new();
         for row in rows {
             let job_id: Uuid = row.get("job_id");
             let status: JobStatus = row.get::<_, String>("status").parse()?;
-            match RetryOutcome::of(status, row.get("claims"), self.from_step.is_some()) {
-                Some(refused) => outcomes.push((job_id, refused)),
-                None => retried.push((
-                    job_id,
-                    status,
-                    row.get("workflow_name"),
-                    row.get("metadata"),
-                )),
+            let claims: i32 = row.get("claims");
+            if let Some(refused) = RetryOutcome::of(status, claims, self.from_step.is_some()) {
+                outcomes.push((job_id, refused));
+                continue;
             }
+            let digest: String = row.get("digest");
+            let mut snapshot_before = None;
+            if let Some(moves) = &self.moves {
+                let checked = moves.jobs.get(&job_id).filter(|checked| {
+                    checked.checked_digest == digest && checked.checked_claims == claims
+                });
+                match checked {
+                    Some(_) => snapshot_before = Some(digest.clone()),
+                    None => {
+                        outcomes.push((job_id, RetryOutcome::ChangedWhileChecked { status }));
+                        continue;
+                    }
+                }
+            }
+            retried.push(Requeued {
+                job_id,
+                was: status,
+                workflow_name: row.get("workflow_name"),
+                metadata: row.get("metadata"),
+                snapshot: digest,
+                snapshot_before,
+            });
         }
         if retried.is_empty() {
             return Ok(outcomes);
+        }
+        if let Some(moves) = &self.moves {
+            move_to_snapshots(tx, moves, &mut retried).await?;
         }
         // The checkpoints of the steps dropped go, found by name (branches end in any
         // order); each step's position counts its re-runs.
@@ -123,7 +222,7 @@ impl Act for RetryAct {
                 .map(|(_, at)| i32::try_from(*at + 1).unwrap_or(i32::MAX))
                 .collect()
         });
-        let ids: Vec<Uuid> = retried.iter().map(|(id, ..)| *id).collect();
+        let ids: Vec<Uuid> = retried.iter().map(|job| job.job_id).collect();
         // A retried parent re-runs only the children that did not complete: their
         // slots are forgotten and they are re-queued too (from their checkpoints).
         let children: Vec<(Uuid, JobStatus, String, Option<Value>)> = tx
@@ -172,20 +271,31 @@ impl Act for RetryAct {
             let detail = [("from", was.as_str()), ("reason", "its parent was retried")];
             events.push(&retried_event(*job_id, name, &detail, metadata.as_ref()))?;
         }
-        for (job_id, was, name, metadata) in &retried {
-            let mut detail: Vec<(&str, &str)> = vec![("from", was.as_str())];
+        for job in retried {
+            let mut detail: Vec<(&str, &str)> =
+                vec![("from", job.was.as_str()), ("snapshot", &job.snapshot)];
+            if let Some(before) = &job.snapshot_before {
+                detail.push(("snapshotBefore", before));
+            }
             if let Some((step, _)) = &self.from_step {
                 detail.push(("fromStep", step));
             }
             if let Some(reason) = &self.reason {
                 detail.push(("reason", reason));
             }
-            events.push(&retried_event(*job_id, name, &detail, metadata.as_ref()))?;
+            events.push(&retried_event(
+                job.job_id,
+                &job.workflow_name,
+                &detail,
+                job.metadata.as_ref(),
+            ))?;
             outcomes.push((
-                *job_id,
+                job.job_id,
                 RetryOutcome::Retried {
-                    was: *was,
-                    checkpoints_kept: kept.get(job_id).copied().flatten().unwrap_or(0),
+                    was: job.was,
+                    checkpoints_kept: kept.get(&job.job_id).copied().flatten().unwrap_or(0),
+                    snapshot: job.snapshot,
+                    snapshot_before: job.snapshot_before,
                 },
             ));
         }
@@ -195,6 +305,46 @@ impl Act for RetryAct {
             .await?;
         Ok(outcomes)
     }
+}
+
+/// Files the snapshots `retried` move onto and points their rows at them (under the
+/// row locks the act holds); each job's `snapshot` becomes its new digest.
+async fn move_to_snapshots(
+    tx: &Transaction<'_>,
+    moves: &SnapshotMoves,
+    retried: &mut [Requeued],
+) -> Result<(), StoreError> {
+    let mut ids = Vec::with_capacity(retried.len());
+    let mut digests = Vec::with_capacity(retried.len());
+    let mut reruns = Vec::with_capacity(retried.len());
+    let mut used = vec![false; moves.targets.len()];
+    for job in retried.iter_mut() {
+        // Every job here passed the check against `moves.jobs` above.
+        let Some(to) = moves.jobs.get(&job.job_id) else {
+            continue;
+        };
+        let Some((digest, _)) = moves.targets.get(to.target) else {
+            continue;
+        };
+        used[to.target] = true;
+        ids.push(job.job_id);
+        digests.push(digest.to_string());
+        reruns.push(Value::from(to.reruns_from.as_slice()));
+        job.snapshot = digest.to_string();
+    }
+    let (definitions, filed): (Vec<&Value>, Vec<&str>) = moves
+        .targets
+        .iter()
+        .zip(&used)
+        .filter(|(_, used)| **used)
+        .map(|((digest, definition), _)| (definition.as_ref(), digest.as_ref()))
+        .unzip();
+    tx.execute(sql::FILE_SNAPSHOTS_SETTINGS, &[]).await?;
+    tx.execute(sql::FILE_SNAPSHOTS, &[&definitions, &filed])
+        .await?;
+    tx.execute(sql::MOVE_TO_SNAPSHOTS, &[&ids, &digests, &reruns])
+        .await?;
+    Ok(())
 }
 
 /// The RETRIED event of a job an operator's retry re-queued.
@@ -254,7 +404,34 @@ impl Store {
                 .map(|from| (from.step.to_owned(), from.dropped.clone())),
             max_attempts: retry.max_attempts,
             reason: retry.reason.map(printable),
+            moves: retry.moves.cloned(),
         };
         self.act_on(act, job_ids, recheck).await
+    }
+
+    /// What a retry onto the current stored workflow checks of each of `job_ids`
+    /// (ids of no job are left out).
+    pub async fn retry_candidates(
+        &self,
+        job_ids: &[Uuid],
+    ) -> Result<Vec<RetryCandidate>, StoreError> {
+        let client = self.shared().await?;
+        let rows = client.query(sql::RETRY_CANDIDATES, &[&job_ids]).await?;
+        rows.iter()
+            .map(|row| {
+                let mut kept: Vec<String> = row.get("kept");
+                kept.sort();
+                kept.dedup();
+                Ok(RetryCandidate {
+                    job_id: row.get("job_id"),
+                    workflow_name: row.get("workflow_name"),
+                    status: row.get::<_, String>("status").parse()?,
+                    digest: row.get("digest"),
+                    claims: row.get("claims"),
+                    inline: row.get("inline"),
+                    kept,
+                })
+            })
+            .collect()
     }
 }

@@ -464,10 +464,16 @@ pub const LOCK_JOBS_FOR_CANCEL_WAITING: &str =
     lock_jobs_for_an_act!("attempt, cancel_requested, metadata", "");
 
 /// Locks jobs for `retry-job` and `retry-jobs`, skipping held rows.
-pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!("claims, metadata", " SKIP LOCKED");
+pub const LOCK_JOBS_FOR_RETRY: &str = lock_jobs_for_an_act!(
+    "claims, metadata, COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex')) AS digest",
+    " SKIP LOCKED"
+);
 
 /// Locks a job for `retry-job` and `retry-jobs`, waiting for it.
-pub const LOCK_JOBS_FOR_RETRY_WAITING: &str = lock_jobs_for_an_act!("claims, metadata", "");
+pub const LOCK_JOBS_FOR_RETRY_WAITING: &str = lock_jobs_for_an_act!(
+    "claims, metadata, COALESCE(definition_digest, encode(sha256(convert_to(workflow_definition::text, 'UTF8')), 'hex')) AS digest",
+    ""
+);
 
 /// Bounds the transaction's waits for a row lock by `$1` (`'250ms'`; never `'0'`,
 /// which would mean no bound), and lifts any `statement_timeout` the database sets

@@ -81,3 +81,48 @@ SELECT (SELECT max(digest) FROM swept) AS last, (SELECT count(*) FROM gone) AS d
 
 /// A snapshot by its digest. `$1` digest.
 pub const SNAPSHOT_BY_DIGEST: &str = "SELECT definition FROM workflow_snapshot WHERE digest = $1";
+
+/// What a retry onto the current stored workflow (`workflow: "current"`) checks before
+/// it acts, per job: its workflow's name, the snapshot it names and its claims (both
+/// checked again under the row lock), its status, whether the row still holds its snapshot (not
+/// moved since V21 yet), and the steps it keeps results of: checkpoints, stored map
+/// elements and child jobs. `$1` job ids.
+pub const RETRY_CANDIDATES: &str = "\
+SELECT w.job_id, w.workflow_name, w.status, w.claims, w.workflow_definition IS NOT NULL AS inline,
+       COALESCE(w.definition_digest, encode(sha256(convert_to(w.workflow_definition::text, 'UTF8')), 'hex')) AS digest,
+       CASE WHEN jsonb_typeof(w.checkpoints) = 'array'
+            THEN ARRAY(SELECT c.entry ->> 'name' FROM jsonb_array_elements(w.checkpoints) AS c(entry)
+                        WHERE c.entry ->> 'name' IS NOT NULL)
+            ELSE '{}'::text[] END
+       || ARRAY(SELECT DISTINCT it.step FROM workflow_run_items it WHERE it.job_id = w.job_id)
+       || ARRAY(SELECT DISTINCT ch.parent_step FROM workflow_run ch
+                 WHERE ch.parent_job_id = w.job_id AND ch.parent_step IS NOT NULL) AS kept
+  FROM workflow_run w WHERE w.job_id = ANY($1)";
+
+/// Lets the next statement file snapshots under the node's digests (as a submission
+/// does), holding the snapshot lock shared so the pruner cannot take a snapshot the
+/// transaction names before it commits.
+pub const FILE_SNAPSHOTS_SETTINGS: &str = "\
+SELECT set_config('protomolt.digest_from_node', 'on', true), pg_advisory_xact_lock_shared(123615239430773)";
+
+/// Files the snapshots a retry moves jobs onto, each once, in digest order. `$1`
+/// definitions, `$2` their digests. Runs after [`FILE_SNAPSHOTS_SETTINGS`].
+pub const FILE_SNAPSHOTS: &str = "\
+INSERT INTO workflow_snapshot (digest, definition)
+SELECT d.digest, d.definition FROM unnest($1::jsonb[], $2::text[]) AS d(definition, digest)
+ ORDER BY d.digest
+ON CONFLICT (digest) DO NOTHING";
+
+/// Moves jobs onto another filed snapshot: `$1` job ids, `$2` the digest of each one's
+/// new snapshot, `$3` for each, a JSON list giving per step of the new workflow the
+/// 1-based position of the step of the same name in the old one (0: none), so a step's
+/// re-run count (part of its calls' idempotency keys) follows its name. Rows still
+/// holding their snapshot (not moved since V21) are left alone.
+pub const MOVE_TO_SNAPSHOTS: &str = "\
+UPDATE workflow_run w
+   SET definition_digest = m.digest,
+       step_reruns = ARRAY(SELECT COALESCE(w.step_reruns[r.old::int], 0)
+                             FROM jsonb_array_elements_text(m.reruns_from) WITH ORDINALITY AS r(old, at)
+                            ORDER BY r.at)
+  FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS m(job_id, digest, reruns_from)
+ WHERE w.job_id = m.job_id AND w.workflow_definition IS NULL";
