@@ -46,6 +46,9 @@ enum Command {
     /// Check the config as `run` would (without starting anything) and print it as
     /// TOML, secrets masked.
     CheckConfig,
+    /// List every key a config file may set, with the environment variable that
+    /// overrides it.
+    ConfigKeys,
     /// Start the demo: fixture gRPC services, stored workflows, one run, then serve.
     Demo {
         /// Run the example and exit instead of serving.
@@ -113,6 +116,13 @@ fn warn_on_stderr(warnings: &[String]) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Needs no config: the keys come from the config's types.
+    if matches!(cli.command, Some(Command::ConfigKeys)) {
+        for (key, variable) in config::HostConfig::key_listing() {
+            println!("{key}\t{variable}");
+        }
+        return ExitCode::SUCCESS;
+    }
     let env = config::EnvOverrides::from_process();
     // `PROTOMOLT_*` variables that set nothing; on stderr before a config error (which
     // they may explain), or logged once logging is up.
@@ -143,6 +153,8 @@ async fn main() -> ExitCode {
         Command::Run => node::run(config).await,
         Command::CheckConfig => check_config(&config, &env_warnings).await,
         Command::Demo { once } => demo::run(config, once).await,
+        // Answered above, before the config is read.
+        Command::ConfigKeys => Ok(()),
     };
     // Send the last spans before exiting.
     if let Some(traces) = traces {

@@ -498,12 +498,12 @@ fn collect_scans(node: &serde_json::Value, relation: &str, rows: &mut Vec<f64>) 
 }
 
 #[tokio::test]
-async fn the_readme_names_the_reject_tables_real_columns_and_its_query_runs() {
+async fn the_kafka_page_names_the_reject_tables_real_columns_and_its_query_runs() {
     let (_db, client) = migrated().await;
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/kafka.md");
     let start = readme
         .find("kept in the table `workflow_run_request_rejects` (columns `")
-        .expect("the README describes the reject table");
+        .expect("docs/kafka.md describes the reject table");
     let listed = &readme[start..];
     let listed = &listed[listed.find("(columns `").unwrap() + "(columns `".len()..];
     let listed = &listed[..listed.find('`').unwrap()];
@@ -524,24 +524,24 @@ async fn the_readme_names_the_reject_tables_real_columns_and_its_query_runs() {
     {
         assert!(
             columns.contains(&column),
-            "the README names `{column}`, the table has {columns:?}"
+            "docs/kafka.md names `{column}`, the table has {columns:?}"
         );
     }
-    // The query the README gives runs as written.
+    // The query the page gives runs as written.
     let query = &readme[readme.find("`SELECT topic, partition").unwrap() + 1..];
     let query = &query[..query.find('`').unwrap()];
     let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
     client
         .query(query.as_str(), &[])
         .await
-        .expect("the README's query runs");
+        .expect("docs/kafka.md's query runs");
 }
 
 #[test]
-fn the_readme_says_why_for_every_pinned_dependency() {
+fn the_development_page_says_why_for_every_pinned_dependency() {
     let manifest = include_str!("../../Cargo.toml");
     let pinned = &manifest[manifest.find("[workspace.dependencies]").unwrap()..];
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/development.md");
     let start = readme.find("## Dependencies and why").expect("the section");
     let section = &readme[start..];
     let section = &section[..section[3..]
@@ -557,7 +557,7 @@ fn the_readme_says_why_for_every_pinned_dependency() {
         }
         assert!(
             section.contains(&format!("`{name}`")),
-            "the README's 'Dependencies and why' does not name `{name}`"
+            "docs/development.md's 'Dependencies and why' does not name `{name}`"
         );
     }
 }

@@ -164,7 +164,7 @@ impl StepFailure {
     }
 
     /// Retrying can help: a transient gRPC status, a connection that failed under
-    /// the call, or a deadline (the table is in the README).
+    /// the call, or a deadline (the table is in `docs/envelope.md`).
     pub fn is_retryable(&self) -> bool {
         match &self.kind {
             FailureKind::Grpc {

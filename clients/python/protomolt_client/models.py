@@ -608,9 +608,10 @@ class RetryJobRequest(Model):
     job_id: Optional[str] = None
     max_attempts: Optional[int] = None
     reason: Optional[str] = None
+    workflow: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    _wire = (('from_step', 'fromStep', ''), ('job_id', 'jobId', ''), ('max_attempts', 'maxAttempts', ''), ('reason', 'reason', ''))
+    _wire = (('from_step', 'fromStep', ''), ('job_id', 'jobId', ''), ('max_attempts', 'maxAttempts', ''), ('reason', 'reason', ''), ('workflow', 'workflow', ''))
 
 
 @dataclass
@@ -619,13 +620,16 @@ class RetryJobResponse(Model):
 
     checkpoints_kept: Optional[int] = None
     error: Optional[str] = None
+    findings: Optional[List[str]] = None
     from_: Optional[str] = None
     ok: Optional[bool] = None
     outcome: Optional[str] = None
+    snapshot: Optional[str] = None
+    snapshot_before: Optional[str] = None
     status: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    _wire = (('checkpoints_kept', 'checkpointsKept', ''), ('error', 'error', ''), ('from_', 'from', ''), ('ok', 'ok', ''), ('outcome', 'outcome', ''), ('status', 'status', ''))
+    _wire = (('checkpoints_kept', 'checkpointsKept', ''), ('error', 'error', ''), ('findings', 'findings', ''), ('from_', 'from', ''), ('ok', 'ok', ''), ('outcome', 'outcome', ''), ('snapshot', 'snapshot', ''), ('snapshot_before', 'snapshotBefore', ''), ('status', 'status', ''))
 
 
 @dataclass
@@ -637,9 +641,10 @@ class RetryJobsRequest(Model):
     limit: Optional[int] = None
     max_attempts: Optional[int] = None
     reason: Optional[str] = None
+    workflow: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    _wire = (('filter', 'filter', 'M:JobsFilter'), ('job_ids', 'jobIds', ''), ('limit', 'limit', ''), ('max_attempts', 'maxAttempts', ''), ('reason', 'reason', ''))
+    _wire = (('filter', 'filter', 'M:JobsFilter'), ('job_ids', 'jobIds', ''), ('limit', 'limit', ''), ('max_attempts', 'maxAttempts', ''), ('reason', 'reason', ''), ('workflow', 'workflow', ''))
 
 
 @dataclass

@@ -126,14 +126,14 @@ class Verbs:
         request = models.ResumeWorkflowRequest(concurrency_key=concurrency_key, workflow_name=workflow_name)
         return self._call('resume-workflow', request, models.ResumeWorkflowResponse)
 
-    def retry_job(self, *, from_step: Optional[str] = None, job_id: Optional[str] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None) -> models.RetryJobResponse:
+    def retry_job(self, *, from_step: Optional[str] = None, job_id: Optional[str] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None, workflow: Optional[str] = None) -> models.RetryJobResponse:
         """Re-queue a DEAD, FAILED or CANCELLED run with a fresh retry budget (a COMPLETED one from a named step). (`retry-job`, scope `jobs:operate`)"""
-        request = models.RetryJobRequest(from_step=from_step, job_id=job_id, max_attempts=max_attempts, reason=reason)
+        request = models.RetryJobRequest(from_step=from_step, job_id=job_id, max_attempts=max_attempts, reason=reason, workflow=workflow)
         return self._call('retry-job', request, models.RetryJobResponse)
 
-    def retry_jobs(self, *, filter: Optional[models.JobsFilter] = None, job_ids: Optional[List[str]] = None, limit: Optional[int] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None) -> models.RetryJobsResponse:
+    def retry_jobs(self, *, filter: Optional[models.JobsFilter] = None, job_ids: Optional[List[str]] = None, limit: Optional[int] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None, workflow: Optional[str] = None) -> models.RetryJobsResponse:
         """Re-queue many runs, by jobIds (up to 1,000) or by a filter with a limit (up to 10,000), each as retry-job would (no fromStep). (`retry-jobs`, scope `jobs:operate`)"""
-        request = models.RetryJobsRequest(filter=filter, job_ids=job_ids, limit=limit, max_attempts=max_attempts, reason=reason)
+        request = models.RetryJobsRequest(filter=filter, job_ids=job_ids, limit=limit, max_attempts=max_attempts, reason=reason, workflow=workflow)
         return self._call('retry-jobs', request, models.RetryJobsResponse)
 
     def run_workflow(self, *, input: Optional[Dict[str, Any]] = None, workflow: Optional[Dict[str, Any]] = None, workflow_name: Optional[str] = None) -> models.RunWorkflowResponse:
@@ -284,14 +284,14 @@ class AsyncVerbs:
         request = models.ResumeWorkflowRequest(concurrency_key=concurrency_key, workflow_name=workflow_name)
         return await self._call('resume-workflow', request, models.ResumeWorkflowResponse)
 
-    async def retry_job(self, *, from_step: Optional[str] = None, job_id: Optional[str] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None) -> models.RetryJobResponse:
+    async def retry_job(self, *, from_step: Optional[str] = None, job_id: Optional[str] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None, workflow: Optional[str] = None) -> models.RetryJobResponse:
         """Re-queue a DEAD, FAILED or CANCELLED run with a fresh retry budget (a COMPLETED one from a named step). (`retry-job`, scope `jobs:operate`)"""
-        request = models.RetryJobRequest(from_step=from_step, job_id=job_id, max_attempts=max_attempts, reason=reason)
+        request = models.RetryJobRequest(from_step=from_step, job_id=job_id, max_attempts=max_attempts, reason=reason, workflow=workflow)
         return await self._call('retry-job', request, models.RetryJobResponse)
 
-    async def retry_jobs(self, *, filter: Optional[models.JobsFilter] = None, job_ids: Optional[List[str]] = None, limit: Optional[int] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None) -> models.RetryJobsResponse:
+    async def retry_jobs(self, *, filter: Optional[models.JobsFilter] = None, job_ids: Optional[List[str]] = None, limit: Optional[int] = None, max_attempts: Optional[int] = None, reason: Optional[str] = None, workflow: Optional[str] = None) -> models.RetryJobsResponse:
         """Re-queue many runs, by jobIds (up to 1,000) or by a filter with a limit (up to 10,000), each as retry-job would (no fromStep). (`retry-jobs`, scope `jobs:operate`)"""
-        request = models.RetryJobsRequest(filter=filter, job_ids=job_ids, limit=limit, max_attempts=max_attempts, reason=reason)
+        request = models.RetryJobsRequest(filter=filter, job_ids=job_ids, limit=limit, max_attempts=max_attempts, reason=reason, workflow=workflow)
         return await self._call('retry-jobs', request, models.RetryJobsResponse)
 
     async def run_workflow(self, *, input: Optional[Dict[str, Any]] = None, workflow: Optional[Dict[str, Any]] = None, workflow_name: Optional[str] = None) -> models.RunWorkflowResponse:

@@ -374,15 +374,19 @@ export interface RetryJobRequest {
   jobId?: string;
   maxAttempts?: number;
   reason?: string;
+  workflow?: string;
 }
 
 /** `protomolt.jobs.verbs.v1.RetryJobResponse` */
 export interface RetryJobResponse {
   checkpointsKept?: number | null;
   error?: string | null;
+  findings?: Array<string | null>;
   from?: string | null;
   ok?: boolean | null;
   outcome?: string | null;
+  snapshot?: string | null;
+  snapshotBefore?: string | null;
   status?: string | null;
 }
 
@@ -393,6 +397,7 @@ export interface RetryJobsRequest {
   limit?: number;
   maxAttempts?: number;
   reason?: string;
+  workflow?: string;
 }
 
 /** `protomolt.jobs.verbs.v1.RetryJobsResponse` */

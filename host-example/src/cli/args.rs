@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 
 /// Submit, follow and operate workflow jobs on a ProtoMolt node.
 #[derive(Debug, Parser)]
-#[command(name = "protomolt", version, about)]
+#[command(
+    name = "protomolt",
+    version,
+    about = "protomolt: the command line of a ProtoMolt node (its actions route)"
+)]
 pub(crate) struct Cli {
     /// The node's URL.
     #[arg(

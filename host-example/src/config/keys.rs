@@ -121,7 +121,8 @@ enum Answer {
     Refused,
 }
 
-/// What the key at `path` holds, with the names of its keys when it is a table.
+/// What the key at `path` holds, with the names of its keys when it is a table (of
+/// each element's keys, for an array of tables).
 fn probe(path: &[String]) -> (KeyKind, &'static [&'static str]) {
     let attempt = |leaf: Value| {
         let value = path.iter().rev().fold(leaf, |inner, key| {
@@ -149,8 +150,41 @@ fn probe(path: &[String]) -> (KeyKind, &'static [&'static str]) {
         Answer::Names(names) => (KeyKind::Table, names),
         Answer::Taken => (KeyKind::AnyKey, &[]),
         Answer::Refused => match attempt(Value::from(vec![table()])) {
-            Answer::Names(_) => (KeyKind::Tables, &[]),
+            // The names of each element's keys.
+            Answer::Names(names) => (KeyKind::Tables, names),
             Answer::Taken | Answer::Refused => (KeyKind::Value, &[]),
         },
     }
+}
+
+/// Every key a config file may set, one line each, for `protomolt-node config-keys`:
+/// the dotted key and the variable that overrides it. The keys of an array of
+/// tables' entries (`auth.tokens[].name`) have no variable; `[jobs.kafka_options]`
+/// takes any librdkafka option.
+pub(super) fn key_listing() -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for key in config_keys() {
+        match key.kind {
+            KeyKind::Table => {}
+            KeyKind::Value => lines.push((dotted(&key.path), env_name(&key.path))),
+            KeyKind::AnyKey => {
+                let mut path = key.path.clone();
+                path.push("<option>".to_owned());
+                lines.push((
+                    format!("{}.\"<option>\"", dotted(&key.path)),
+                    env_name(&path),
+                ));
+            }
+            KeyKind::Tables => {
+                let (_, names) = probe(&key.path);
+                for name in names {
+                    lines.push((
+                        format!("{}[].{name}", dotted(&key.path)),
+                        format!("(each [[{}]] entry)", dotted(&key.path)),
+                    ));
+                }
+            }
+        }
+    }
+    lines
 }

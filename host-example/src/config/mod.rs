@@ -75,6 +75,12 @@ impl HostConfig {
         Ok(config)
     }
 
+    /// Every key a config file may set, with the variable that overrides it (see
+    /// `keys::key_listing`): what `config-keys` prints.
+    pub fn key_listing() -> Vec<(String, String)> {
+        keys::key_listing()
+    }
+
     /// The config as TOML, every default filled in and the secrets masked (see
     /// `masking::mask_secrets`); optional keys that are not set are left out (TOML has no
     /// null). What `check-config` prints.

@@ -1,5 +1,5 @@
 //! `list-rejects {limit?, offset?}` → `{ok: true, rejects: [...]}`: the request
-//! records the consumer dead-lettered (see the README's reject table), newest first.
+//! records the consumer dead-lettered (see the reject table in `docs/kafka.md`), newest first.
 
 use std::sync::Arc;
 

@@ -130,7 +130,7 @@ pub fn hidden_character(text: &str) -> Option<char> {
         .find(|c| c.is_control() || crate::compile::is_invisible_format(*c))
 }
 
-const ENTRY_KEYS: &[&str] = &["key", "limit", "strategy", "weight"];
+pub(super) const ENTRY_KEYS: &[&str] = &["key", "limit", "strategy", "weight"];
 
 /// Reads the envelope's `concurrency` (absent: none), with a finding per problem.
 pub(super) fn read_concurrency(

@@ -59,6 +59,8 @@
 
 mod child;
 mod declared;
+#[cfg(test)]
+mod documented;
 mod draft;
 mod flow;
 pub(crate) mod graph;

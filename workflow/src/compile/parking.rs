@@ -18,6 +18,9 @@ use crate::gate::Gate;
 use crate::rules::parse_path;
 use crate::spec::{Completion, EventSpec, SleepSpec};
 
+/// The keys of a sleep step's `sleep`.
+pub(super) const SLEEP_KEYS: &[&str] = &["forMs", "until"];
+
 /// How long an event sent before a job parks on its key still counts, unless the step
 /// says otherwise: 24 hours.
 pub const DEFAULT_EVENT_LOOKBACK: Duration = Duration::from_secs(24 * 3600);
@@ -90,7 +93,7 @@ pub(super) fn read_sleep(
         );
         return None;
     };
-    draft.unknown_keys(sleep, &["forMs", "until"], step, &sleep_path);
+    draft.unknown_keys(sleep, SLEEP_KEYS, step, &sleep_path);
     match (sleep.get("forMs"), sleep.get("until")) {
         (Some(ms), None) => match ms.as_u64() {
             Some(ms) if (1..=MAX_WAIT_TIMEOUT_MS).contains(&ms) => {

@@ -23,7 +23,7 @@ pub(super) fn schema_pool(
         );
         return None;
     };
-    draft.unknown_keys(schema, &["descriptorSetBase64"], None, "$.schema");
+    draft.unknown_keys(schema, SCHEMA_KEYS, None, "$.schema");
     let encoded = draft.string(schema, "descriptorSetBase64", true, None, "$.schema")?;
     let bytes = match base64::engine::general_purpose::STANDARD.decode(encoded.trim()) {
         Ok(bytes) => bytes,
@@ -59,6 +59,8 @@ pub(super) fn schema_pool(
     }
 }
 
+/// The keys of `schema`.
+pub(super) const SCHEMA_KEYS: &[&str] = &["descriptorSetBase64"];
 /// A cycle of imports among the pool's files, as the chain of file names, found
 /// without recursion (the set is user input).
 fn import_cycle(pool: &DescriptorPool) -> Option<Vec<String>> {

@@ -23,7 +23,7 @@ use crate::gate::Gate;
 pub use crate::rate::{MAX_BURST, Rate, RateLimitRule};
 use crate::spec::Completion;
 
-const LIMIT_KEYS: &[&str] = &["key", "rate", "burst", "units"];
+pub(super) const LIMIT_KEYS: &[&str] = &["key", "rate", "burst", "units"];
 
 /// Reads a step's `rateLimit` (a called step's only), with a finding per problem;
 /// answers it with the JSON path of each expression (`key`, `units`).

@@ -17,7 +17,11 @@ use crate::compile::pool::{resolve_message, resolve_method};
 use crate::compile::rate::read_rate_limit;
 use crate::spec::{Completion, OutputSpec, StepSpec};
 
-const STEP_KEYS: &[&str] = &[
+/// The keys of `output`.
+pub(super) const OUTPUT_KEYS: &[&str] = &["type", "rules"];
+
+/// The keys of a step.
+pub(super) const STEP_KEYS: &[&str] = &[
     "name",
     "after",
     "forEach",
@@ -289,7 +293,7 @@ pub(super) fn output_spec(
         );
         return None;
     };
-    draft.unknown_keys(object, &["type", "rules"], None, "$.output");
+    draft.unknown_keys(object, OUTPUT_KEYS, None, "$.output");
     let type_name = draft.string(object, "type", true, None, "$.output");
     let message = match (pool, &type_name) {
         (Some(pool), Some(name)) => resolve_message(draft, pool, name, None, "$.output.type"),
