@@ -220,7 +220,7 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
     assert!(said.starts_with("RETRIED (QUEUED)"), "{said}");
     assert!(
         said.contains(&format!(
-            "it runs the snapshot it was submitted with ({snapshot}); --current runs the workflow stored under its name now"
+            "it runs the workflow snapshot the job holds ({snapshot}); --current runs the workflow stored under its name now"
         )),
         "the CLI says which snapshot runs: {said}"
     );
@@ -232,20 +232,48 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
     let refused = cli(&url, &["retry", &job_id]).await;
     assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
 
-    // On the current workflow: none is stored under its name yet, so each finding
-    // is listed and nothing changes (exit 3); once one is, the job moves onto it.
-    let current = ["retry", &job_id, "--current", "--from-step", "embed"];
-    let unstored = cli(&url, &current).await;
-    assert_eq!(unstored.status.code(), Some(3), "{}", text(&unstored));
-    let said = text(&unstored);
+    // On the current workflow: a job of an inline workflow never moves onto a stored
+    // one, and says why (each finding listed; nothing changes, exit 3).
+    let inline = ["retry", &job_id, "--current", "--from-step", "embed"];
+    let refused = cli(&url, &inline).await;
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused));
+    let said = text(&refused);
     assert!(said.starts_with("INCOMPATIBLE (COMPLETED)"), "{said}");
     assert!(
-        said.contains("\n  - workflow: no stored workflow named 'embed-text'"),
+        said.contains("\n  - workflow: the job was not submitted by the stored workflow's name"),
         "{said}"
     );
+    // A job of the stored workflow moves onto its fixed version.
+    idle.ok(
+        "put-workflow",
+        json!({ "workflow": two_step_workflow(&server.target()) }),
+    )
+    .await;
+    let submitted = cli(
+        &url,
+        &[
+            "--json",
+            "submit",
+            "--name",
+            "embed-text",
+            "--input",
+            r#"{"text": "b"}"#,
+            "--wait",
+        ],
+    )
+    .await;
+    let stored_job = json_lines(&submitted)[0]["jobId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let snapshot = idle.job(&stored_job).await["definition_digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut fixed = two_step_workflow(&server.target());
     fixed["steps"][1]["target"] = json!(server.target().replace("127.0.0.1", "localhost"));
     idle.ok("put-workflow", json!({ "workflow": fixed })).await;
+    let current = ["retry", &stored_job, "--current", "--from-step", "embed"];
     let moved = cli(&url, &current).await;
     assert_eq!(moved.status.code(), Some(0), "{}", text(&moved));
     let said = text(&moved);
@@ -254,7 +282,7 @@ async fn cancel_and_retry_round_trip_and_exit_codes_tell_scripts_what_happened()
             && said.contains(&format!("; it ran {snapshot})")),
         "{said}"
     );
-    let finished = cli(&url, &["--json", "get", &job_id, "--wait", "30"]).await;
+    let finished = cli(&url, &["--json", "get", &stored_job, "--wait", "30"]).await;
     assert_eq!(json_lines(&finished)[0]["status"], "COMPLETED");
 
     // Usage errors exit 2; an unknown job, a refused call or an unreachable node 3.
@@ -389,8 +417,8 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
         ],
     });
     std::fs::write(&skeleton, skeleton_json.to_string()).unwrap();
-    let build = || {
-        let args = [
+    let build_on = |node: Option<String>| {
+        let mut args = vec![
             "workflow".to_owned(),
             "build".to_owned(),
             "--proto".to_owned(),
@@ -400,14 +428,54 @@ async fn proto_export_workflow_build_submit_wait_and_rejects() {
             "--input-type".to_owned(),
             "jobs.test.Text".to_owned(),
         ];
+        if let Some(node) = node {
+            args.extend(["--node".to_owned(), node]);
+        }
         let url = url.clone();
         async move {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             cli(&url, &args).await
         }
     };
+    let build = || build_on(None);
     let built = build().await;
     assert_eq!(built.status.code(), Some(0), "{}", text(&built));
+    // Checked here only, and it says so (on stderr: stdout is the envelope).
+    assert!(
+        String::from_utf8_lossy(&built.stderr).contains("not against a node's outbound policy"),
+        "{}",
+        text(&built)
+    );
+    // With --node, the node checks it too: one that allows its target accepts it;
+    // one whose policy forbids every call refuses it, naming the step (exit 3).
+    let checked = build_on(Some(url.clone())).await;
+    assert_eq!(checked.status.code(), Some(0), "{}", text(&checked));
+    assert!(
+        String::from_utf8_lossy(&checked.stderr).contains("accepts 'my-review' too"),
+        "{}",
+        text(&checked)
+    );
+    let strict = JobsNode::start_with(
+        test_config(&db.url, "strict", 0),
+        None,
+        workflow::outbound::OutboundPolicy::nothing(),
+    )
+    .await;
+    let strict_url = serve(&strict).await;
+    let forbidden = build_on(Some(strict_url)).await;
+    assert_eq!(forbidden.status.code(), Some(3), "{}", text(&forbidden));
+    assert!(
+        text(&forbidden).contains("$.steps[0].target"),
+        "{}",
+        text(&forbidden)
+    );
+    // Nothing was stored by either check.
+    let (_, listed) = protomolt_e2e::jobs::call(&node.router, "list-workflows", json!({})).await;
+    assert!(
+        listed["workflows"].as_array().is_none_or(Vec::is_empty),
+        "{listed}"
+    );
+    let built = build().await;
     let envelope = &json_lines(&built)[0];
     assert!(envelope["schema"]["descriptorSetBase64"].is_string());
     assert_eq!(envelope["inputType"], "jobs.test.Text");

@@ -103,6 +103,11 @@ pub struct JobsConfig {
     /// waits for its answer before it ends per the step's `onTimeout`; off (waits for
     /// ever) unless set.
     pub wait_timeout_ms: Option<u64>,
+    /// What a reviewer (a token with `jobs:review` and not `jobs:read`) is shown of a
+    /// job parked on an external step without its own `reviewerSees`, besides the
+    /// step's request and form: any of `input`, `responses`, `metadata` (`request` is
+    /// always shown). Everything by default, as before reviewers had a scope.
+    pub reviewer_sees: Vec<String>,
     /// What the pruner deletes, and when; off (everything retained) unless set.
     pub retention: RetentionConfig,
 }
@@ -253,6 +258,10 @@ impl Default for JobsConfig {
             console: true,
             metrics_interval_ms: 5_000,
             max_releases: 10,
+            reviewer_sees: workflow::REVIEWER_SEES
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect(),
             events_topic: "workflow-run-events".into(),
             requests_topic: "workflow-run-requests".into(),
             signals_topic: None,
@@ -297,6 +306,13 @@ impl std::fmt::Debug for JobsConfig {
 }
 
 impl JobsConfig {
+    /// What a reviewer is shown of a job parked on a step without `reviewerSees`
+    /// (`[jobs].reviewer_sees`), or why the key is wrong.
+    pub fn reviewer_sees(&self) -> Result<workflow::ReviewerSees, String> {
+        workflow::ReviewerSees::parse(self.reviewer_sees.iter().map(String::as_str))
+            .map_err(|why| format!("jobs.reviewer_sees: {why}"))
+    }
+
     /// Checks what types alone cannot; the error names the key and the fix.
     pub fn check(&self) -> Result<(), String> {
         if self.database_url.is_none() {
@@ -320,6 +336,7 @@ impl JobsConfig {
                 return Err(format!("{key} must be greater than 0"));
             }
         }
+        self.reviewer_sees()?;
         if self.schedule_poll_ms > 60_000 {
             return Err(
                 "jobs.schedule_poll_ms must be at most 60000 (0: this node fires no schedules)"

@@ -200,6 +200,11 @@ impl Role for JobsModule {
             history: metrics.history.clone(),
             scheduler: scheduler.clone(),
             schedule_wake: schedule_wake.clone(),
+            // `check` refused a wrong key before the role mounted.
+            reviewer_sees: self
+                .config
+                .reviewer_sees()
+                .unwrap_or(workflow::ReviewerSees::EVERYTHING),
         });
         for action in actions(Some(state.clone()))? {
             ctx.add_action(action);

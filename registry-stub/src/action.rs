@@ -141,6 +141,11 @@ pub struct ActionRequest {
     pub message: DynamicMessage,
     /// Who called (the token the gate admitted), for limits kept per caller.
     pub caller: Caller,
+    /// The scope that admitted the call: the verb's own, or one of those that also
+    /// grant it (see [`Action::also_granted_by`]); `None` when no token was asked for
+    /// (a node without `[auth]`, or a call from inside the node). A verb that answers
+    /// some scopes less (a reviewer's trimmed view) reads it.
+    pub granted: Option<String>,
 }
 
 /// Who the gate let through: the token's position in `[auth]`, or `None` when the node
@@ -200,6 +205,9 @@ pub struct Action {
     pub description: String,
     /// The scope a token needs to call it.
     pub scope: String,
+    /// Further scopes that grant it too, each for a narrower use the handler tells
+    /// apart by [`ActionRequest::granted`].
+    pub also_scopes: Vec<String>,
     /// The request message: bodies are parsed as it and checked against its rules.
     pub request: MessageDescriptor,
     /// The response message, documented in the catalog.
@@ -235,6 +243,7 @@ impl Action {
             name: name.to_owned(),
             description: description.to_owned(),
             scope: scope.to_owned(),
+            also_scopes: Vec::new(),
             request,
             response,
             validator: Arc::new(Validator::new()),
@@ -242,15 +251,35 @@ impl Action {
         }
     }
 
-    /// Parses and validates a body, then runs the handler.
-    pub async fn call(&self, body: Value) -> ActionResult {
-        self.call_as(body, Caller::default()).await
+    /// The same verb, granted by `scope` too (a narrower use: the handler tells it
+    /// apart by [`ActionRequest::granted`]).
+    pub fn also_granted_by(mut self, scope: &str) -> Action {
+        self.also_scopes.push(scope.to_owned());
+        self
     }
 
-    /// [`Self::call`] on behalf of `caller`.
-    pub async fn call_as(&self, body: Value, caller: Caller) -> ActionResult {
+    /// Every scope that grants the verb, its own first.
+    pub fn scopes(&self) -> Vec<&str> {
+        std::iter::once(self.scope.as_str())
+            .chain(self.also_scopes.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// Parses and validates a body, then runs the handler.
+    pub async fn call(&self, body: Value) -> ActionResult {
+        self.call_as(body, Caller::default(), None).await
+    }
+
+    /// [`Self::call`] on behalf of `caller`, admitted by the scope `granted`.
+    pub async fn call_as(
+        &self,
+        body: Value,
+        caller: Caller,
+        granted: Option<String>,
+    ) -> ActionResult {
         let mut request = self.parse(body)?;
         request.caller = caller;
+        request.granted = granted;
         (self.handler)(request).await
     }
 
@@ -291,6 +320,7 @@ impl Action {
                 json: canonical_body(&message, &body),
                 message,
                 caller: Caller::default(),
+                granted: None,
             });
         }
         let details: Vec<Value> = violations

@@ -152,6 +152,29 @@ impl TokenConfig {
         }
     }
 
+    /// The first of `scopes` (a verb's own, then those that also grant it) the token
+    /// grants; `*` grants the first.
+    pub fn authorize_any<'a>(
+        &self,
+        scopes: &[&'a str],
+        verb: &str,
+    ) -> Result<&'a str, ActionError> {
+        if let Some(scope) = scopes
+            .iter()
+            .find(|scope| self.scopes.iter().any(|s| s == *scope || s == "*"))
+        {
+            return Ok(scope);
+        }
+        let named: Vec<String> = scopes.iter().map(|s| format!("'{s}'")).collect();
+        Err(ActionError::new(
+            Code::PermissionDenied,
+            format!(
+                "the token lacks the scope {} that {verb} needs",
+                named.join(" or ")
+            ),
+        ))
+    }
+
     /// Checks that the token grants `scope`.
     pub fn authorize(&self, scope: &str, verb: &str) -> Result<(), ActionError> {
         if self.scopes.iter().any(|s| s == scope || s == "*") {

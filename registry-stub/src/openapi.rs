@@ -125,7 +125,8 @@ fn verb_item(action: &Action, request: &str, response: &str) -> Value {
         "summary": action.name,
         "description": action.description,
         "tags": [tag(&action.scope)],
-        "security": [{ "bearer": [action.scope] }],
+        // Any one of the scopes grants it: its own, or a narrower use's.
+        "security": action.scopes().iter().map(|scope| json!({ "bearer": [scope] })).collect::<Vec<_>>(),
         "x-protomolt-scope": action.scope,
         "requestBody": {
             "required": true,

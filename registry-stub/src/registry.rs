@@ -165,7 +165,7 @@ impl Role for RegistryRole {
         let store = repository.clone();
         ctx.add_action(Action::new(
             "put-workflow",
-            "Compile, verify and store a workflow under its own name (files in the registry's directory).",
+            "Compile, verify and store a workflow under its own name (files in the registry's directory); dryRun checks it as a put would and stores nothing.",
             "registry:write",
             message("PutWorkflowRequest")?,
             message("PutWorkflowResponse")?,
@@ -173,6 +173,12 @@ impl Role for RegistryRole {
                 let store = store.clone();
                 async move {
                     let envelope = request.get("workflow").cloned().unwrap_or(Value::Null);
+                    if request.get("dryRun").and_then(Value::as_bool) == Some(true) {
+                        let (name, created) = store.check(&envelope).map_err(repository_error)?;
+                        return Ok(
+                            json!({ "ok": true, "name": name, "created": created, "checked": true }),
+                        );
+                    }
                     let (name, created) = store.put(envelope).await.map_err(repository_error)?;
                     Ok(json!({ "ok": true, "name": name, "created": created }))
                 }

@@ -305,6 +305,15 @@ impl FileWorkflowRepository {
         })
     }
 
+    /// Compiles and verifies `envelope` as [`Self::put`] would, storing nothing;
+    /// returns its name and whether a put would make it (no workflow of that name yet).
+    pub fn check(&self, envelope: &Value) -> Result<(String, bool), RepositoryError> {
+        let entries = self.read_entries();
+        let (name, _) = compile_named(envelope, &self.outbound, &entries)?;
+        let created = !entries.contains_key(&name);
+        Ok((name, created))
+    }
+
     /// Compiles, verifies and stores `envelope` under its own name; returns the name
     /// and whether it was new. When it returns `Ok`, the file is on disk (fsynced,
     /// directory included) and the same version is served.

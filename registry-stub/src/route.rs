@@ -68,13 +68,17 @@ impl Catalog {
             .actions
             .values()
             .map(|a| {
-                json!({
+                let mut described = json!({
                     "name": a.name,
                     "description": a.description,
                     "scope": a.scope,
                     "request": json_schema(&a.request),
                     "response": json_schema(&a.response),
-                })
+                });
+                if !a.also_scopes.is_empty() {
+                    described["alsoGrantedBy"] = json!(a.also_scopes);
+                }
+                described
             })
             .collect();
         json!({ "actions": actions })
@@ -247,17 +251,21 @@ async fn dispatch(
             format!("unknown verb '{verb}': {guess}GET /v1/actions lists the verbs"),
         )
     })?;
-    if let Some(token) = state.gate.token(caller) {
-        token
-            .authorize(&action.scope, verb)
-            .inspect_err(|error| state.gate.log_refusal(caller, verb, error))?;
-    }
+    let granted = match state.gate.token(caller) {
+        Some(token) => Some(
+            token
+                .authorize_any(&action.scopes(), verb)
+                .inspect_err(|error| state.gate.log_refusal(caller, verb, error))?
+                .to_owned(),
+        ),
+        None => None,
+    };
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
         parse_body(body)?
     };
-    action.call_as(body, caller).await
+    action.call_as(body, caller, granted).await
 }
 
 /// The body as JSON; a body that does not parse is refused naming where (the path of

@@ -237,6 +237,18 @@ pub async fn http_get_text(router: &Router, path: &str) -> (StatusCode, String) 
     .await
 }
 
+/// GETs `path` on `router` with a bearer `token`; the status and the text.
+pub async fn http_get_as(router: &Router, path: &str, token: &str) -> (StatusCode, String) {
+    send(
+        router,
+        Request::get(path)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await
+}
+
 /// POSTs `body` as JSON to `path` on `router` (an admin route); the status and the
 /// JSON answer.
 pub async fn http_post(router: &Router, path: &str, body: &Value) -> (StatusCode, Value) {

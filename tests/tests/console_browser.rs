@@ -613,12 +613,116 @@ async fn with_auth_the_page_asks_for_a_token_and_a_reader_cannot_complete_a_step
     console.node.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewers_token_sees_the_request_and_the_form_and_never_the_input() {
+    const SECRET: &str = "SECRET-ada@example.com";
+    let token = |name: &str, token: &str, scope: &str| TokenConfig {
+        name: name.into(),
+        token: token.into(),
+        token_sha256: None,
+        scopes: vec![scope.into()],
+        requests_per_minute: None,
+        max_body_bytes: None,
+    };
+    let auth = AuthConfig {
+        tokens: vec![
+            token("operator", "operator-token-0123456789", "*"),
+            token("reviewer", "reviewer-token-0123456789", "jobs:review"),
+        ],
+    };
+    let console = Console::start(Some(auth)).await;
+    // The reviewer is asked about the amount, never shown the claim's text.
+    let mut workflow = review_workflow("claims-redacted");
+    workflow["steps"][0]["rules"] = json!(["amount_cents = input.amount_cents"]);
+    workflow["steps"][0]["reviewerSees"] = json!(["request"]);
+    let input = json!({ "text": format!("{SECRET} wants a refund"), "amountCents": "1200" });
+    let job_id = submit_input_with_token(
+        &console.base,
+        "operator-token-0123456789",
+        &workflow,
+        &input,
+    )
+    .await;
+    console
+        .node
+        .wait_for_status(&job_id, "WAITING", Duration::from_secs(30))
+        .await;
+
+    let browser = Browser::start().await;
+    let page = browser.session().await;
+    page.goto(&console.page("#/inbox")).await.unwrap();
+    element(&page, "#token-form").await;
+    fill(&page, "#token-input", "reviewer-token-0123456789").await;
+    click(&page, "#token-form button[type=\"submit\"]").await;
+    // The inbox lists the job, previewing its request.
+    let item = format!("li[data-job-id=\"{job_id}\"]");
+    wait_for_text(
+        &page,
+        &format!("{item} .input-preview"),
+        "the request",
+        |t| t.contains("\"amountCents\"") && t.contains("1200"),
+    )
+    .await;
+    click(&page, &format!("{item} a.review-link")).await;
+    wait_for_exact_text(&page, "#job-status", "WAITING").await;
+    wait_for_text(&page, "#pending-request", "the request", |t| {
+        t.contains("\"amountCents\"") && t.contains("1200")
+    })
+    .await;
+    wait_for_text(&page, "#reviewer-sees", "what a reviewer is shown", |t| {
+        t.contains("Shown to a reviewer of this step: request.")
+    })
+    .await;
+    wait_for_text(&page, "#job-input", "that the input is withheld", |t| {
+        t.contains("Not shown to a reviewer")
+    })
+    .await;
+    element(&page, "form.review-form").await;
+    let body = page
+        .find(Locator::Css("body"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!body.contains(SECRET), "the page showed the input: {body}");
+    // And the reviewer answers.
+    page.find(Locator::Css(&field("decision")))
+        .await
+        .unwrap()
+        .select_by_label("APPROVE")
+        .await
+        .unwrap();
+    click(&page, "form.review-form button.submit-review").await;
+    element(&page, ".review-outcome[data-outcome=\"COMPLETED\"]").await;
+    let body = page.source().await.unwrap();
+    assert!(!body.contains(SECRET), "the page held the input");
+    console
+        .node
+        .wait_for_status(&job_id, "COMPLETED", Duration::from_secs(30))
+        .await;
+
+    page.close().await.unwrap();
+    browser.stop().await;
+    console.node.stop().await;
+}
+
 /// Submits over HTTP with a bearer token; returns the job id.
 async fn submit_with_token(base: &str, token: &str, workflow: &Value) -> String {
+    submit_input_with_token(base, token, workflow, &json!({ "text": "t" })).await
+}
+
+/// Submits `input` over HTTP with a bearer token; returns the job id.
+async fn submit_input_with_token(
+    base: &str,
+    token: &str,
+    workflow: &Value,
+    input: &Value,
+) -> String {
     let answer: Value = reqwest::Client::new()
         .post(format!("{base}/v1/actions/submit-workflow"))
         .bearer_auth(token)
-        .json(&json!({ "workflow": workflow, "input": { "text": "t" } }))
+        .json(&json!({ "workflow": workflow, "input": input }))
         .send()
         .await
         .expect("submit")

@@ -163,6 +163,33 @@ async fn results_that_do_not_fit_the_stored_workflow_are_refused_with_a_finding_
         ])
     );
 
+    // A new first step: the kept checkpoint would not replay in the chain.
+    let mut new_first = two_step_workflow(&server.target());
+    new_first["steps"].as_array_mut().unwrap().insert(
+        0,
+        step(
+            "prep",
+            &server.target(),
+            "jobs.test.Tokenizer/Tokenize",
+            &["text = input.text"],
+        ),
+    );
+    node.ok("put-workflow", json!({ "workflow": new_first }))
+        .await;
+    let refused = node
+        .ok(
+            "retry-job",
+            json!({ "jobId": job_id, "workflow": "current" }),
+        )
+        .await;
+    assert_eq!(
+        refused["findings"],
+        json!([
+            "step 'prep': workflow 'embed-text' as stored now runs it before step 'tokenize', and the job has no result of it (retry from step 'prep')"
+        ]),
+        "{refused}"
+    );
+
     // Another input type, and no `tokenize` at all: two findings.
     let mut other_input = workflow(
         "embed-text",
@@ -228,7 +255,7 @@ async fn results_that_do_not_fit_the_stored_workflow_are_refused_with_a_finding_
 }
 
 #[tokio::test]
-async fn a_step_keeps_its_rerun_count_by_name_when_its_position_moves() {
+async fn a_moved_job_calls_every_step_that_runs_with_a_key_never_sent_before() {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "reruns", 2)).await;
@@ -268,8 +295,11 @@ async fn a_step_keeps_its_rerun_count_by_name_when_its_position_moves() {
     assert_eq!(moved["outcome"], "RETRIED", "{moved}");
     assert_eq!(moved["checkpointsKept"], 1, "tokenize's: {moved}");
     let job = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
-    // embed's count followed its name (1, then one more re-run); audit's starts at 0.
-    assert_eq!(job["step_reruns"], json!([0, 0, 2]), "{job}");
+    // tokenize keeps its count (its result is kept); audit and embed will run, so each
+    // gets a count no step of the job had (the job's reruns, 1, plus the move), and
+    // embed, whose checkpoint the retry dropped, one more.
+    assert_eq!(job["step_reruns"], json!([0, 2, 3]), "{job}");
+    assert_eq!(job["reruns"], 3);
     let names: Vec<&str> = job["checkpoints"]
         .as_array()
         .unwrap()
@@ -326,7 +356,7 @@ async fn retry_jobs_moves_the_jobs_that_fit_and_names_why_the_others_did_not() {
         not_changed["error"]
             .as_str()
             .unwrap()
-            .contains("no stored workflow named 'inline-only'"),
+            .contains("the job was not submitted by the stored workflow's name (an inline workflow named 'inline-only')"),
         "{not_changed}"
     );
     node.wait_for_status(&stored, "COMPLETED", WAIT).await;

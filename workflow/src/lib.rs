@@ -73,7 +73,7 @@ pub use checkpoint::{
 };
 pub use compile::{
     CompiledStep, CompiledWorkflow, Completion, Finding, Findings, MapStep, OnItemFailure,
-    OnTimeout, OutputMapping,
+    OnTimeout, OutputMapping, REVIEWER_SEES, ReviewerSees,
 };
 pub use failure::{FailureKind, StepFailure, Violation};
 pub use runner::{

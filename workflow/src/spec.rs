@@ -151,6 +151,8 @@ pub(crate) struct StepSpec {
     pub child: Option<ChildSpec>,
     /// `rateLimit`, on a called step.
     pub rate_limit: Option<crate::rate::RateLimitRule>,
+    /// `reviewerSees`, on an external step.
+    pub reviewer_sees: Option<crate::compile::ReviewerSees>,
 }
 
 /// A step's `after` as written: the names and the JSON path of the list.

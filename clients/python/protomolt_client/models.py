@@ -870,22 +870,24 @@ class WorkflowSummary(Model):
 class PutWorkflowRequest(Model):
     """`protomolt.registry.v1.PutWorkflowRequest`."""
 
+    dry_run: Optional[bool] = None
     workflow: Optional[Dict[str, Any]] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    _wire = (('workflow', 'workflow', ''),)
+    _wire = (('dry_run', 'dryRun', ''), ('workflow', 'workflow', ''))
 
 
 @dataclass
 class PutWorkflowResponse(Model):
     """`protomolt.registry.v1.PutWorkflowResponse`."""
 
+    checked: Optional[bool] = None
     created: Optional[bool] = None
     name: Optional[str] = None
     ok: Optional[bool] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    _wire = (('created', 'created', ''), ('name', 'name', ''), ('ok', 'ok', ''))
+    _wire = (('checked', 'checked', ''), ('created', 'created', ''), ('name', 'name', ''), ('ok', 'ok', ''))
 
 
 @dataclass

@@ -101,9 +101,9 @@ class Verbs:
         request = models.PutScheduleRequest(catchup=catchup, catchup_window_ms=catchup_window_ms, cron=cron, end_at=end_at, input=input, jitter_ms=jitter_ms, max_attempts=max_attempts, name=name, overlap=overlap, paused=paused, paused_reason=paused_reason, priority=priority, start_at=start_at, timezone=timezone, workflow_name=workflow_name)
         return self._call('put-schedule', request, models.PutScheduleResponse)
 
-    def put_workflow(self, *, workflow: Optional[Dict[str, Any]] = None) -> models.PutWorkflowResponse:
-        """Compile, verify and store a workflow under its own name (files in the registry's directory). (`put-workflow`, scope `registry:write`)"""
-        request = models.PutWorkflowRequest(workflow=workflow)
+    def put_workflow(self, *, dry_run: Optional[bool] = None, workflow: Optional[Dict[str, Any]] = None) -> models.PutWorkflowResponse:
+        """Compile, verify and store a workflow under its own name (files in the registry's directory); dryRun checks it as a put would and stores nothing. (`put-workflow`, scope `registry:write`)"""
+        request = models.PutWorkflowRequest(dry_run=dry_run, workflow=workflow)
         return self._call('put-workflow', request, models.PutWorkflowResponse)
 
     def redrive_events(self, *, all: Optional[bool] = None, job_ids: Optional[List[str]] = None, limit: Optional[int] = None, workflow_name: Optional[str] = None) -> models.RedriveEventsResponse:
@@ -259,9 +259,9 @@ class AsyncVerbs:
         request = models.PutScheduleRequest(catchup=catchup, catchup_window_ms=catchup_window_ms, cron=cron, end_at=end_at, input=input, jitter_ms=jitter_ms, max_attempts=max_attempts, name=name, overlap=overlap, paused=paused, paused_reason=paused_reason, priority=priority, start_at=start_at, timezone=timezone, workflow_name=workflow_name)
         return await self._call('put-schedule', request, models.PutScheduleResponse)
 
-    async def put_workflow(self, *, workflow: Optional[Dict[str, Any]] = None) -> models.PutWorkflowResponse:
-        """Compile, verify and store a workflow under its own name (files in the registry's directory). (`put-workflow`, scope `registry:write`)"""
-        request = models.PutWorkflowRequest(workflow=workflow)
+    async def put_workflow(self, *, dry_run: Optional[bool] = None, workflow: Optional[Dict[str, Any]] = None) -> models.PutWorkflowResponse:
+        """Compile, verify and store a workflow under its own name (files in the registry's directory); dryRun checks it as a put would and stores nothing. (`put-workflow`, scope `registry:write`)"""
+        request = models.PutWorkflowRequest(dry_run=dry_run, workflow=workflow)
         return await self._call('put-workflow', request, models.PutWorkflowResponse)
 
     async def redrive_events(self, *, all: Optional[bool] = None, job_ids: Optional[List[str]] = None, limit: Optional[int] = None, workflow_name: Optional[str] = None) -> models.RedriveEventsResponse:

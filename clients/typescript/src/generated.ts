@@ -541,11 +541,13 @@ export interface WorkflowSummary {
 
 /** `protomolt.registry.v1.PutWorkflowRequest` */
 export interface PutWorkflowRequest {
+  dryRun?: boolean;
   workflow?: Record<string, unknown>;
 }
 
 /** `protomolt.registry.v1.PutWorkflowResponse` */
 export interface PutWorkflowResponse {
+  checked?: boolean | null;
   created?: boolean | null;
   name?: string | null;
   ok?: boolean | null;
@@ -706,7 +708,7 @@ export abstract class Verbs {
     return this.call("put-schedule", request, options);
   }
 
-  /** Compile, verify and store a workflow under its own name (files in the registry's directory). (`put-workflow`, scope `registry:write`) */
+  /** Compile, verify and store a workflow under its own name (files in the registry's directory); dryRun checks it as a put would and stores nothing. (`put-workflow`, scope `registry:write`) */
   putWorkflow(request: PutWorkflowRequest = {}, options?: CallOptions): Promise<PutWorkflowResponse> {
     return this.call("put-workflow", request, options);
   }

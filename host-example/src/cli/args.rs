@@ -260,6 +260,10 @@ pub(crate) enum Workflows {
         /// Set (or replace) the skeleton's inputType.
         #[arg(long)]
         input_type: Option<String>,
+        /// Check the envelope on the node at this URL too (`put-workflow` with
+        /// `dryRun`: its outbound policy and stored child workflows), storing nothing.
+        #[arg(long, value_name = "URL")]
+        node: Option<String>,
     },
 }
 

@@ -67,6 +67,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
+    let token = cli.token.clone();
     let client = Client::new(&cli.url, cli.token)?;
     match cli.command {
         Command::Submit {
@@ -390,8 +391,25 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
             includes,
             skeleton,
             input_type,
+            node,
         }) => {
             let envelope = build_workflow(&protos, &includes, &skeleton, input_type)?;
+            // What was checked goes to stderr: stdout is the envelope.
+            match node {
+                Some(url) => {
+                    let node = Client::new(&url, token)?;
+                    let body = json!({ "workflow": envelope, "dryRun": true });
+                    let checked = ok(node.call("put-workflow", &body).await?)?;
+                    eprintln!(
+                        "protomolt: the node at {} accepts '{}' too (its outbound policy, its stored child workflows); nothing was stored",
+                        output::printable(&url),
+                        output::printable(checked["name"].as_str().unwrap_or_default())
+                    );
+                }
+                None => eprintln!(
+                    "protomolt: checked here as a node compiles it; not against a node's outbound policy ([workflow.outbound]) or its stored child workflows: add --node URL to check there too"
+                ),
+            }
             out.json_line(&envelope);
             Ok(0)
         }
@@ -597,7 +615,7 @@ fn retried(out: Output, answer: Value) -> Result<u8, CliError> {
                 "it runs the workflow stored under its name now (snapshot {now}; it ran {was})"
             )),
             (Some(now), None) => Some(format!(
-                "it runs the snapshot it was submitted with ({now}); --current runs the workflow stored under its name now"
+                "it runs the workflow snapshot the job holds ({now}); --current runs the workflow stored under its name now"
             )),
             (None, _) => None,
         };

@@ -56,7 +56,8 @@ export function renderInboxView(main) {
       const jobId = previewQueue.shift();
       previewsInFlight += 1;
       callVerb('get-job', { jobId }, abort.signal)
-        .then((answer) => (answer.ok && answer.job ? previewText(answer.job.input) : UNAVAILABLE))
+        // A reviewer's view may hold the request and not the input: preview what it holds.
+        .then((answer) => (answer.ok && answer.job ? previewText(answer.job.input !== undefined ? answer.job.input : answer.job.pendingRequest) : UNAVAILABLE))
         .catch((err) => (isAbort(err) ? null : UNAVAILABLE))
         .then((text) => {
           previewsInFlight -= 1;

@@ -150,13 +150,22 @@ export function renderJobView(main, params) {
     drawJobGraph(job);
     drawJobTree(treeBox, job);
     drawTimeline(job, steps);
-    inputPre.textContent = prettyJson(job.input);
+    // A reviewer's view (jobs:review) holds only what the step's reviewerSees lists.
+    const reviewerView = Array.isArray(job.reviewerSees);
+    inputPre.textContent = job.input !== undefined ? prettyJson(job.input) : (reviewerView ? 'Not shown to a reviewer of this step.' : '—');
     resultPre.textContent = job.result === null || job.result === undefined ? '—' : prettyJson(job.result);
     definitionPre.textContent = prettyJson(withoutDescriptorBlob(definition));
     updateRetryOptions(steps);
     updateActionButtons();
     updateReview(job);
     updateCountdown();
+    if (reviewerView) {
+      // The event stream is jobs:read's: its events carry responses and results.
+      stream.stop();
+      streamState.setAttribute('data-state', 'reviewer');
+      streamState.textContent = 'Events are not shown to a reviewer: they hold the job\'s responses and result.';
+      return;
+    }
     // A retried job writes events after its terminal one (and may reach its next terminal
     // event before this read): ask again from the last event seen. A no-op while the
     // stream is live; a finished job with nothing newer answers 204 at once.
@@ -622,15 +631,22 @@ export function sendEventOutcomeText(answer, id) {
   return ['WRONG_STATE', 'Event ' + String(answer.eventId) + ' sent; this job was no longer waiting on the key.' + also];
 }
 
-/** "What the reviewer judges": the input and every earlier step's response. */
+/**
+ * "What the reviewer judges": the request, and the input and every earlier step's
+ * response when the job shows them (a reviewer's view holds what the step's
+ * reviewerSees lists, and says so).
+ */
 function reviewContext(job, step) {
   const aside = el('aside', { id: 'review-context', class: 'review-context', 'aria-labelledby': 'review-context-heading' },
     el('h3', { id: 'review-context-heading', text: 'What the reviewer judges' }));
+  if (Array.isArray(job.reviewerSees)) {
+    aside.append(el('p', { id: 'reviewer-sees', class: 'muted', text: 'Shown to a reviewer of this step: ' + job.reviewerSees.map(String).join(', ') + '.' }));
+  }
   // What the step's rules built when the job parked: the request to approve.
   if (job.pendingRequest !== undefined && job.pendingRequest !== null) {
     aside.append(el('h4', { text: 'The request' }), el('pre', { id: 'pending-request', class: 'json', text: prettyJson(job.pendingRequest) }));
   }
-  aside.append(el('h4', { text: 'Input' }), el('pre', { class: 'json', text: prettyJson(job.input) }));
+  if (job.input !== undefined) aside.append(el('h4', { text: 'Input' }), el('pre', { class: 'json', text: prettyJson(job.input) }));
   for (const checkpoint of Array.isArray(job.checkpoints) ? job.checkpoints : []) {
     if (!checkpoint || checkpoint.name === step) continue;
     aside.append(el('h4', { text: 'Step ' + String(checkpoint.name) }),

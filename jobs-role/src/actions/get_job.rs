@@ -10,6 +10,9 @@
 //!   `error`, `verdict` and `detail` when the event has them.
 //! - `steps` are the workflow's steps with their states (see [`super::job_steps`]).
 //!
+//! A reviewer (a call admitted by `jobs:review` alone) reads a trimmed view: see
+//! [`super::review`].
+//!
 //! With `waitMs` (up to 60,000) the answer waits until the job is finished or WAITING
 //! on a step, or the time is up, whichever comes first. A job not submitted yet is
 //! waited for too, as the event stream waits for it (a record produced to the request
@@ -28,7 +31,7 @@ use registry_stub::{ActionError, ActionRequest, Code};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{JobsState, camel_case_keys, job_steps, store_error};
+use super::{JobsState, camel_case_keys, job_steps, review, store_error};
 use crate::status::JobStatus;
 
 /// Handles one call.
@@ -53,6 +56,9 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
     let Some(row) = row else {
         return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
     };
+    if review::is_reviewer(&request) {
+        return Ok(json!({ "ok": true, "job": review::job_view(&state, &row).await }));
+    }
     // The job's outbox rows, so its events can be read even with the Kafka lanes off.
     let events: Vec<Value> = state
         .store

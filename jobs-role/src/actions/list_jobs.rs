@@ -3,7 +3,8 @@
 //! (oldest first with `oldestFirst`, as a review inbox reads them).
 //! `jobIdPrefix` selects the ids that begin with those hex digits (dashes ignored),
 //! read as a range of the primary key, so it stays cheap on any number of rows.
-//! A limit of 0 selects the default of 50; anything above the ceiling of 500 is
+//! A reviewer (`jobs:review` alone) lists WAITING jobs only, trimmed (see
+//! [`super::review`]). A limit of 0 selects the default of 50; anything above the ceiling of 500 is
 //! clamped rather than refused, because the ceiling bounds the answer, not the request.
 //!
 //! Paging: `offset` (at most 10,000: an offset scan reads every row it skips), or
@@ -16,7 +17,7 @@ use registry_stub::{ActionError, ActionRequest};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{JobsState, store_error};
+use super::{JobsState, review, store_error};
 use crate::status::JobStatus;
 use crate::store::JobFilter;
 
@@ -27,7 +28,13 @@ pub const MAX_LIMIT: i64 = 500;
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    let reviewer = review::is_reviewer(&request);
+    if reviewer {
+        review::check_listing(&request)?;
+    }
     let status = match request.str("status") {
+        // A reviewer's inbox: WAITING jobs only.
+        "" if reviewer => Some(JobStatus::Waiting),
         "" => None,
         name => Some(
             name.parse::<JobStatus>()
@@ -81,7 +88,10 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             Some((created_at, job_id))
         }),
     };
-    let jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
+    let mut jobs = state.store.list_jobs(&filter).await.map_err(store_error)?;
+    if reviewer {
+        jobs = jobs.iter().map(review::listed_view).collect();
+    }
     // A full page may have a next one: where it starts.
     let next = jobs
         .last()

@@ -4,17 +4,17 @@
 //! |-------------------|-----------------|-------------------|
 //! | `submit-workflow` | `workflow:run`  | [`submit`]        |
 //! | `submit-workflows`| `workflow:run`  | [`submit_many`]   |
-//! | `get-job`         | `jobs:read`     | [`get_job`]       |
+//! | `get-job`         | `jobs:read` (or `jobs:review`, trimmed) | [`get_job`]       |
 //! | `get-job-items`   | `jobs:read`     | [`get_job_items`] |
-//! | `list-jobs`       | `jobs:read`     | [`list_jobs`]     |
-//! | `complete-step`   | `jobs:complete` | [`complete_step`] |
-//! | `reject-step`     | `jobs:complete` | [`reject_step`]   |
+//! | `list-jobs`       | `jobs:read` (or `jobs:review`, WAITING jobs, trimmed) | [`list_jobs`]     |
+//! | `complete-step`   | `jobs:complete` (or `jobs:review`) | [`complete_step`] |
+//! | `reject-step`     | `jobs:complete` (or `jobs:review`) | [`reject_step`]   |
 //! | `send-event`      | `jobs:signal`   | [`send_event`]    |
 //! | `cancel-job`      | `jobs:operate`  | [`cancel_job`]    |
 //! | `retry-job`       | `jobs:operate`  | [`retry_job`]     |
 //! | `cancel-jobs`     | `jobs:operate`  | [`cancel_jobs`]   |
 //! | `retry-jobs`      | `jobs:operate`  | [`retry_jobs`]    |
-//! | `get-form`        | `jobs:read`     | [`get_form`]      |
+//! | `get-form`        | `jobs:read` (or `jobs:review`) | [`get_form`]      |
 //! | `get-fleet`       | `jobs:read`     | [`get_fleet`]     |
 //! | `list-rejects`    | `jobs:read`     | [`list_rejects`]  |
 //! | `redrive-events`  | `jobs:operate`  | [`redrive_events`]|
@@ -22,6 +22,10 @@
 //! | `resume-workflow` | `jobs:operate`  | [`pause`]         |
 //!
 //! A node without jobs configured still mounts them all; they answer `unavailable`.
+//!
+//! `jobs:review` is a reviewer's scope: answer and reject parked steps, read the
+//! inbox and a parked job's request and form, and nothing a step's `reviewerSees`
+//! keeps from them (see [`review`]).
 
 pub mod cancel_job;
 pub mod cancel_jobs;
@@ -40,6 +44,7 @@ pub mod redrive_events;
 pub mod reject_step;
 pub mod retry_job;
 pub mod retry_jobs;
+pub mod review;
 pub mod schedule_jobs;
 pub mod schedules;
 pub mod send_event;
@@ -56,6 +61,10 @@ use serde_json::{Map, Value};
 
 use crate::store::{Store, StoreError};
 use crate::submit::Submitter;
+
+/// The scope of a reviewer: the verbs a review needs, their answers trimmed to what
+/// the parked step's `reviewerSees` shows (see [`review`]).
+pub const REVIEW_SCOPE: &str = "jobs:review";
 
 /// The jobs role's surface contract.
 pub const VERBS_PROTO: &str = include_str!("../../proto/jobs_verbs.proto");
@@ -79,6 +88,9 @@ pub struct JobsState {
     pub scheduler: crate::schedules::Scheduler,
     /// Wakes this node's firing loop (a schedule was put or resumed).
     pub schedule_wake: Arc<tokio::sync::Notify>,
+    /// What a reviewer is shown of a job parked on a step without its own
+    /// `reviewerSees` (`[jobs].reviewer_sees`).
+    pub reviewer_sees: workflow::ReviewerSees,
 }
 
 /// The jobs verbs, answering `unavailable` when `state` is `None`.
@@ -112,7 +124,8 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:read",
             "GetJob",
             get_job::handle,
-        )?,
+        )?
+        .also_granted_by(REVIEW_SCOPE),
         verb(
             &pool,
             &state,
@@ -121,7 +134,8 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:read",
             "ListJobs",
             list_jobs::handle,
-        )?,
+        )?
+        .also_granted_by(REVIEW_SCOPE),
         verb(
             &pool,
             &state,
@@ -130,7 +144,8 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:complete",
             "CompleteStep",
             complete_step::handle,
-        )?,
+        )?
+        .also_granted_by(REVIEW_SCOPE),
         verb(
             &pool,
             &state,
@@ -148,7 +163,8 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:complete",
             "RejectStep",
             reject_step::handle,
-        )?,
+        )?
+        .also_granted_by(REVIEW_SCOPE),
         verb(
             &pool,
             &state,
@@ -193,7 +209,8 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             "jobs:read",
             "GetForm",
             get_form::handle,
-        )?,
+        )?
+        .also_granted_by(REVIEW_SCOPE),
         verb(
             &pool,
             &state,

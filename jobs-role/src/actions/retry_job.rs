@@ -50,10 +50,14 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         (None, _) => None,
         // On the current workflow: its steps (a job the plan left out, in a state no
         // retry takes or not there, is answered by the act).
-        (Some(step), Some(plan)) => Some(RerunFrom {
-            step,
-            dropped: plan.dropped.clone().unwrap_or_default(),
-        }),
+        (Some(step), Some(plan)) => {
+            let (dropped, also_dropped) = plan.dropped.clone().unwrap_or_default();
+            Some(RerunFrom {
+                step,
+                dropped,
+                also_dropped,
+            })
+        }
         (Some(step), None) => {
             let Some(job) = state.store.get_job(job_id).await.map_err(store_error)? else {
                 return Ok(not_found());
@@ -66,7 +70,11 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
                 .filter(|s| s.index == at || s.ancestors.contains(&at))
                 .map(|s| (s.name.clone(), s.index))
                 .collect();
-            Some(RerunFrom { step, dropped })
+            Some(RerunFrom {
+                step,
+                dropped,
+                also_dropped: Vec::new(),
+            })
         }
     };
     let retry = Retry {

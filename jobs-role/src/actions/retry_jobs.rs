@@ -88,6 +88,8 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
             .into_iter()
             .map(|(job_id, outcome)| (job_id, ByJob::Decided(outcome))),
     );
+    // One list in job-id order, as the act answers its own.
+    acted.outcomes.sort_by_key(|(job_id, _)| *job_id);
     answer(
         "retry-jobs",
         acted,

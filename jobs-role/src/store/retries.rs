@@ -67,9 +67,19 @@ pub struct RetryCandidate {
     /// True while the row still holds its snapshot (written before migration V21 and
     /// not moved out yet): it cannot move until it is.
     pub inline: bool,
-    /// The steps it keeps results of (checkpoints, stored map elements, child jobs),
-    /// each once, sorted.
-    pub kept: Vec<String>,
+    /// Whether it was submitted by a stored workflow's name (`None`: before V31).
+    pub submitted_by_name: Option<bool>,
+    /// The job whose child step started it, if any.
+    pub parent_job_id: Option<Uuid>,
+    /// Its input (canonical proto3 JSON).
+    pub input: Value,
+    /// The concurrency keys it holds.
+    pub concurrency_keys: Vec<String>,
+    /// The steps of its checkpoints, in the order they were written.
+    pub checkpointed: Vec<String>,
+    /// The steps it keeps part of a result of (stored map elements, child jobs), each
+    /// once.
+    pub parts: Vec<String>,
 }
 
 /// The step an operator's retry runs again from, and what that drops.
@@ -77,10 +87,13 @@ pub struct RetryCandidate {
 pub struct RerunFrom<'a> {
     /// The step named.
     pub step: &'a str,
-    /// It and every step that runs after it (its descendants in the job's workflow):
-    /// name and position in the workflow's declaration. Their checkpoints are
-    /// dropped, and each one dropped counts one more re-run of its step.
+    /// It and every step that runs after it (its descendants in the workflow the job
+    /// will run): name and position in the workflow's declaration. Their checkpoints
+    /// are dropped, and each one dropped counts one more re-run of its step.
     pub dropped: Vec<(String, usize)>,
+    /// Steps of the job's old workflow after the one named that the workflow it moves
+    /// onto does not have (`workflow: "current"`): their results are dropped too.
+    pub also_dropped: Vec<String>,
 }
 
 /// What `retry-job` did.
@@ -142,12 +155,17 @@ impl RetryOutcome {
 
 /// `retry-job` and `retry-jobs`: see [`operator_acts`](super::operator_acts).
 struct RetryAct {
-    /// The step to run again from, and what that drops.
-    from_step: Option<(String, Vec<(String, usize)>)>,
+    /// The step to run again from, and what that drops (with positions, then the old
+    /// workflow's steps the new one lacks).
+    from_step: Option<OwnedRerunFrom>,
     max_attempts: Option<i32>,
     reason: Option<String>,
     moves: Option<SnapshotMoves>,
 }
+
+/// [`RerunFrom`], owned by the act: the step, the steps dropped with their positions,
+/// and the old workflow's steps dropped that the new one lacks.
+type OwnedRerunFrom = (String, Vec<(String, usize)>, Vec<String>);
 
 /// A job the act re-queues: its id, the status it leaves, its workflow's name, its
 /// metadata, the snapshot it runs and (moved) the one it ran.
@@ -210,12 +228,17 @@ impl Act for RetryAct {
             move_to_snapshots(tx, moves, &mut retried).await?;
         }
         // The checkpoints of the steps dropped go, found by name (branches end in any
-        // order); each step's position counts its re-runs.
-        let dropped: Option<Vec<&str>> = self
-            .from_step
-            .as_ref()
-            .map(|(_, dropped)| dropped.iter().map(|(name, _)| name.as_str()).collect());
-        let positions: Option<Vec<i32>> = self.from_step.as_ref().map(|(_, dropped)| {
+        // order); each step's position counts its re-runs. The names the positions
+        // cover come first: the old workflow's steps the new one lacks, which have no
+        // position, pair with none (`unnest` pads the shorter array with NULL).
+        let dropped: Option<Vec<&str>> = self.from_step.as_ref().map(|(_, dropped, also)| {
+            dropped
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .chain(also.iter().map(String::as_str))
+                .collect()
+        });
+        let positions: Option<Vec<i32>> = self.from_step.as_ref().map(|(_, dropped, _)| {
             dropped
                 .iter()
                 // A workflow has at most a few hundred steps (compile bounds them).
@@ -277,7 +300,7 @@ impl Act for RetryAct {
             if let Some(before) = &job.snapshot_before {
                 detail.push(("snapshotBefore", before));
             }
-            if let Some((step, _)) = &self.from_step {
+            if let Some((step, ..)) = &self.from_step {
                 detail.push(("fromStep", step));
             }
             if let Some(reason) = &self.reason {
@@ -342,8 +365,33 @@ async fn move_to_snapshots(
     tx.execute(sql::FILE_SNAPSHOTS_SETTINGS, &[]).await?;
     tx.execute(sql::FILE_SNAPSHOTS, &[&definitions, &filed])
         .await?;
-    tx.execute(sql::MOVE_TO_SNAPSHOTS, &[&ids, &digests, &reruns])
+    tx.execute(sql::FILED_SNAPSHOTS_SETTINGS_OFF, &[]).await?;
+    // ON CONFLICT kept a snapshot already filed under the digest: it must be this one.
+    let misfiled = tx
+        .query(sql::MISFILED_SNAPSHOTS, &[&definitions, &filed])
         .await?;
+    if let Some(row) = misfiled.first() {
+        let digest: String = row.get(0);
+        return Err(StoreError::Data {
+            sqlstate: "23505".into(),
+            message: format!(
+                "the workflow snapshot filed under digest {digest} is not the stored workflow's: delete that snapshot (no job names it, or check which do) and retry again"
+            ),
+        });
+    }
+    let moved = tx
+        .query(sql::MOVE_TO_SNAPSHOTS, &[&ids, &digests, &reruns])
+        .await?;
+    if moved.len() != ids.len() {
+        return Err(StoreError::Data {
+            sqlstate: "40001".into(),
+            message: format!(
+                "{} of {} jobs moved onto their current workflow: send the retry again",
+                moved.len(),
+                ids.len()
+            ),
+        });
+    }
     Ok(())
 }
 
@@ -398,10 +446,13 @@ impl Store {
         recheck: Recheck,
     ) -> ActedOn<RetryOutcome> {
         let act = RetryAct {
-            from_step: retry
-                .from_step
-                .as_ref()
-                .map(|from| (from.step.to_owned(), from.dropped.clone())),
+            from_step: retry.from_step.as_ref().map(|from| {
+                (
+                    from.step.to_owned(),
+                    from.dropped.clone(),
+                    from.also_dropped.clone(),
+                )
+            }),
             max_attempts: retry.max_attempts,
             reason: retry.reason.map(printable),
             moves: retry.moves.cloned(),
@@ -410,18 +461,28 @@ impl Store {
     }
 
     /// What a retry onto the current stored workflow checks of each of `job_ids`
-    /// (ids of no job are left out).
+    /// (ids of no job are left out), read a thousand jobs at a time (each row's
+    /// checkpoints are read whole).
     pub async fn retry_candidates(
         &self,
         job_ids: &[Uuid],
     ) -> Result<Vec<RetryCandidate>, StoreError> {
-        let client = self.shared().await?;
-        let rows = client.query(sql::RETRY_CANDIDATES, &[&job_ids]).await?;
+        let mut candidates = Vec::with_capacity(job_ids.len());
+        for chunk in job_ids.chunks(1_000) {
+            let client = self.shared().await?;
+            let rows = client.query(sql::RETRY_CANDIDATES, &[&chunk]).await?;
+            drop(client);
+            candidates.extend(Self::candidates_of(&rows)?);
+        }
+        Ok(candidates)
+    }
+
+    fn candidates_of(rows: &[tokio_postgres::Row]) -> Result<Vec<RetryCandidate>, StoreError> {
         rows.iter()
             .map(|row| {
-                let mut kept: Vec<String> = row.get("kept");
-                kept.sort();
-                kept.dedup();
+                let mut parts: Vec<String> = row.get("parts");
+                parts.sort();
+                parts.dedup();
                 Ok(RetryCandidate {
                     job_id: row.get("job_id"),
                     workflow_name: row.get("workflow_name"),
@@ -429,7 +490,12 @@ impl Store {
                     digest: row.get("digest"),
                     claims: row.get("claims"),
                     inline: row.get("inline"),
-                    kept,
+                    submitted_by_name: row.get("submitted_by_name"),
+                    parent_job_id: row.get("parent_job_id"),
+                    input: row.get("input"),
+                    concurrency_keys: row.get("concurrency_keys"),
+                    checkpointed: row.get("checkpointed"),
+                    parts,
                 })
             })
             .collect()

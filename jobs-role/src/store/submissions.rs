@@ -164,7 +164,7 @@ impl Store {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let statement = tx.prepare_cached(first.statement).await?;
-        let params: [&(dyn ToSql + Sync); 13] = [
+        let params: [&(dyn ToSql + Sync); 14] = [
             &job.job_id,
             &job.workflow_name,
             &definition,
@@ -178,6 +178,7 @@ impl Store {
             &events::type_name(first.event),
             &payload,
             &job.metadata,
+            &job.by_name,
         ];
         // The settings and the write are sent together (one round trip); PostgreSQL
         // runs them in order.
@@ -410,6 +411,7 @@ pub(super) async fn insert_batch(
                 &rows.schedule_names,
                 &rows.scheduled_fors,
                 &rows.metadata,
+                &rows.by_name,
             ],
         )
         .await?
@@ -544,6 +546,8 @@ struct SnapshotRows<'a> {
     scheduled_fors: Vec<Option<chrono::DateTime<chrono::Utc>>>,
     /// Each job's metadata (NULL: none).
     metadata: Vec<Option<&'a Value>>,
+    /// Whether each was submitted by a stored workflow's name.
+    by_name: Vec<bool>,
 }
 
 impl<'a> SnapshotRows<'a> {
@@ -568,6 +572,7 @@ impl<'a> SnapshotRows<'a> {
             schedule_names: Vec::with_capacity(order.len()),
             scheduled_fors: Vec::with_capacity(order.len()),
             metadata: Vec::with_capacity(order.len()),
+            by_name: Vec::with_capacity(order.len()),
         };
         let mut by_digest: std::collections::HashMap<&str, i32> = Default::default();
         for &i in order {
@@ -601,6 +606,7 @@ impl<'a> SnapshotRows<'a> {
             rows.scheduled_fors
                 .push(job.schedule.as_ref().map(|tick| tick.at));
             rows.metadata.push(job.metadata.as_ref());
+            rows.by_name.push(job.by_name);
             rows.concurrency_keys
                 .push((!job.concurrency.is_empty()).then(|| {
                     Value::from_iter(job.concurrency.iter().map(|held| held.key.clone()))

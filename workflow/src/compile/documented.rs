@@ -2,8 +2,8 @@
 //! without its page saying what it does.
 
 use super::{
-    ROOT_KEYS, flow::ENTRY_KEYS, parking::SLEEP_KEYS, pool::SCHEMA_KEYS, rate::LIMIT_KEYS,
-    steps::OUTPUT_KEYS, steps::STEP_KEYS,
+    REVIEWER_SEES, ROOT_KEYS, flow::ENTRY_KEYS, parking::SLEEP_KEYS, pool::SCHEMA_KEYS,
+    rate::LIMIT_KEYS, steps::OUTPUT_KEYS, steps::STEP_KEYS,
 };
 
 const PAGE: &str = include_str!("../../../docs/envelope.md");
@@ -18,6 +18,7 @@ fn the_envelope_page_names_every_key_the_compiler_reads() {
         ("sleep", SLEEP_KEYS),
         ("a concurrency entry", ENTRY_KEYS),
         ("rateLimit", LIMIT_KEYS),
+        ("reviewerSees", REVIEWER_SEES),
     ];
     let mut missing = Vec::new();
     for (of, keys) in groups {

@@ -71,6 +71,7 @@ mod names;
 mod parking;
 mod pool;
 mod rate;
+mod review;
 mod steps;
 
 use std::fmt;
@@ -114,6 +115,7 @@ use names::{valid_name, valid_target};
 pub use parking::{DEFAULT_EVENT_LOOKBACK, EventStep, SleepStep, empty_type};
 use pool::{resolve_message, schema_pool};
 pub use rate::{MAX_BURST, Rate, RateLimitRule};
+pub use review::{REVIEWER_SEES, ReviewerSees};
 use steps::{output_spec, step_specs};
 
 /// A resolved, verified step.
@@ -170,6 +172,9 @@ pub struct CompiledStep {
     pub child: Option<ChildStep>,
     /// `rateLimit`: the fleet-wide bucket each call takes from (called steps only).
     pub rate_limit: Option<RateLimitRule>,
+    /// `reviewerSees`: what a reviewer of a job parked here is shown (external steps
+    /// only; `None`: the node's default).
+    pub reviewer_sees: Option<ReviewerSees>,
 }
 
 /// The workflow a child step starts, compiled from the snapshot filed into the step.
@@ -657,6 +662,7 @@ fn compile_envelope(
                 (None, _) => None,
             },
             rate_limit: spec.rate_limit,
+            reviewer_sees: spec.reviewer_sees,
             event: match spec.event {
                 Some(event) => Some(EventStep {
                     key: Gate::compile_as(&event.key.0, "`eventKey`").ok()?,

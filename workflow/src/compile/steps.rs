@@ -15,6 +15,7 @@ use crate::compile::names::valid_step_name;
 use crate::compile::parking::{empty_type, read_event, read_sleep};
 use crate::compile::pool::{resolve_message, resolve_method};
 use crate::compile::rate::read_rate_limit;
+use crate::compile::review::read_reviewer_sees;
 use crate::spec::{Completion, OutputSpec, StepSpec};
 
 /// The keys of `output`.
@@ -46,6 +47,7 @@ pub(super) const STEP_KEYS: &[&str] = &[
     "workflow",
     "workflowSnapshot",
     "rateLimit",
+    "reviewerSees",
 ];
 
 pub(super) fn step_specs(
@@ -170,6 +172,7 @@ pub(super) fn step_specs(
         let after = read_after(draft, object, step, &path);
         let map = read_map(draft, object, completion, step, &path);
         let rate_limit = read_rate_limit(draft, object, completion, step, &path);
+        let reviewer_sees = read_reviewer_sees(draft, object, completion, step, &path);
         specs.push(StepSpec {
             name: label,
             after,
@@ -191,6 +194,7 @@ pub(super) fn step_specs(
             event,
             child,
             rate_limit,
+            reviewer_sees,
         });
     }
     specs

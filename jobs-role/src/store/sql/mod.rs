@@ -111,13 +111,15 @@ SELECT job.status,
 
 /// Submits a QUEUED job with its ACCEPTED event ([`submission!`]'s parameters): `$5`
 /// max attempts, `$8` when it becomes claimable (NULL, or a time past: now, so a past
-/// start never jumps the queue), `$13` its metadata (NULL: none).
+/// start never jumps the queue), `$13` its metadata (NULL: none), `$14` whether it
+/// was submitted by a stored workflow's name.
 pub const SUBMIT_JOB: &str = submission!(
     "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts,
-                              definition_digest, priority, run_after, trace_context, metadata)
+                              definition_digest, priority, run_after, trace_context, metadata,
+                              submitted_by_name)
     SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, $5::integer,
            $6::text, $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text,
-           $13::jsonb"
+           $13::jsonb, $14::boolean"
 );
 
 /// Inserts a batch of jobs in one statement, each unless its id exists, sending each
@@ -130,7 +132,8 @@ pub const SUBMIT_JOB: &str = submission!(
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
 /// (NULL: now), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
 /// or NULL), `$12` dedupe keys (or NULL), `$13` and `$14` the schedule and tick that
-/// fired each (or NULL), `$15` each one's metadata (or NULL). Per distinct snapshot: `$6`
+/// fired each (or NULL), `$15` each one's metadata (or NULL), `$16` whether each was
+/// submitted by a stored workflow's name. Per distinct snapshot: `$6`
 /// definitions (NULL: filed, as in [`SUBMIT_JOB`]), `$7` digests (NULL: the row
 /// carries the definition and V21's trigger files it). Each snapshot is filed once (see [`SUBMIT_JOB`]), in digest order (two
 /// batches filing the same new snapshots never deadlock).
@@ -143,16 +146,18 @@ WITH filed AS (
     ON CONFLICT (digest) DO NOTHING)
 INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts, definition_digest,
                           priority, run_after, trace_context, concurrency_keys, dedupe_key,
-                          schedule_name, scheduled_for, metadata)
+                          schedule_name, scheduled_for, metadata, submitted_by_name)
 SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
        j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context,
        CASE WHEN j.keys IS NOT NULL
             THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END,
-       j.dedupe_key, j.schedule_name, j.scheduled_for, j.metadata
+       j.dedupe_key, j.schedule_name, j.scheduled_for, j.metadata, j.by_name
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
-              $10::text[], $11::jsonb[], $12::text[], $13::text[], $14::timestamptz[], $15::jsonb[])
+              $10::text[], $11::jsonb[], $12::text[], $13::text[], $14::timestamptz[], $15::jsonb[],
+              $16::bool[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
-                                trace_context, keys, dedupe_key, schedule_name, scheduled_for, metadata, at)
+                                trace_context, keys, dedupe_key, schedule_name, scheduled_for, metadata,
+                                by_name, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
@@ -167,9 +172,10 @@ RETURNING job_id";
 /// redelivery from a conflict).
 pub const SUBMIT_FAILED_JOB: &str = submission!(
     "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error,
-                              finished_at, definition_digest, priority, run_after, trace_context, metadata)
+                              finished_at, definition_digest, priority, run_after, trace_context, metadata,
+                              submitted_by_name)
     SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, 'FAILED', $5::text,
-           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now()), $9::text, $13::jsonb"
+           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now()), $9::text, $13::jsonb, $14::boolean"
 );
 
 /// What an existing job was submitted with, to tell a resubmission from a conflict.

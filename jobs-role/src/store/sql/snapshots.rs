@@ -83,20 +83,22 @@ SELECT (SELECT max(digest) FROM swept) AS last, (SELECT count(*) FROM gone) AS d
 pub const SNAPSHOT_BY_DIGEST: &str = "SELECT definition FROM workflow_snapshot WHERE digest = $1";
 
 /// What a retry onto the current stored workflow (`workflow: "current"`) checks before
-/// it acts, per job: its workflow's name, the snapshot it names and its claims (both
-/// checked again under the row lock), its status, whether the row still holds its snapshot (not
-/// moved since V21 yet), and the steps it keeps results of: checkpoints, stored map
-/// elements and child jobs. `$1` job ids.
+/// it acts, per job: its workflow's name, status, the snapshot it names and its claims
+/// (both checked again under the row lock), whether the row still holds its snapshot
+/// (not moved since V21 yet), whether it was submitted by a stored name, its parent,
+/// input and concurrency keys, the steps of its checkpoints in their order, and the
+/// steps it keeps part of a result of (stored map elements, child jobs). `$1` job ids.
 pub const RETRY_CANDIDATES: &str = "\
 SELECT w.job_id, w.workflow_name, w.status, w.claims, w.workflow_definition IS NOT NULL AS inline,
        COALESCE(w.definition_digest, encode(sha256(convert_to(w.workflow_definition::text, 'UTF8')), 'hex')) AS digest,
+       w.submitted_by_name, w.parent_job_id, w.input, COALESCE(w.concurrency_keys, '{}') AS concurrency_keys,
        CASE WHEN jsonb_typeof(w.checkpoints) = 'array'
-            THEN ARRAY(SELECT c.entry ->> 'name' FROM jsonb_array_elements(w.checkpoints) AS c(entry)
-                        WHERE c.entry ->> 'name' IS NOT NULL)
-            ELSE '{}'::text[] END
-       || ARRAY(SELECT DISTINCT it.step FROM workflow_run_items it WHERE it.job_id = w.job_id)
+            THEN ARRAY(SELECT c.entry ->> 'name' FROM jsonb_array_elements(w.checkpoints) WITH ORDINALITY AS c(entry, at)
+                        WHERE c.entry ->> 'name' IS NOT NULL ORDER BY c.at)
+            ELSE '{}'::text[] END AS checkpointed,
+       ARRAY(SELECT DISTINCT it.step FROM workflow_run_items it WHERE it.job_id = w.job_id)
        || ARRAY(SELECT DISTINCT ch.parent_step FROM workflow_run ch
-                 WHERE ch.parent_job_id = w.job_id AND ch.parent_step IS NOT NULL) AS kept
+                 WHERE ch.parent_job_id = w.job_id AND ch.parent_step IS NOT NULL) AS parts
   FROM workflow_run w WHERE w.job_id = ANY($1)";
 
 /// Lets the next statement file snapshots under the node's digests (as a submission
@@ -115,14 +117,33 @@ ON CONFLICT (digest) DO NOTHING";
 
 /// Moves jobs onto another filed snapshot: `$1` job ids, `$2` the digest of each one's
 /// new snapshot, `$3` for each, a JSON list giving per step of the new workflow the
-/// 1-based position of the step of the same name in the old one (0: none), so a step's
-/// re-run count (part of its calls' idempotency keys) follows its name. Rows still
-/// holding their snapshot (not moved since V21) are left alone.
+/// 1-based position of the step of the same name in the old one whose result the job
+/// keeps (its re-run count, part of its calls' idempotency keys, follows it), or -1 for
+/// a step that will run: its count becomes the job's `reruns` + 1, higher than any
+/// count a step of the job ever had (a step's count never passes `reruns`), so its
+/// calls get a key never sent before. `reruns` counts the move. Rows still holding
+/// their snapshot (not moved since V21) are left alone; answers the ids moved.
 pub const MOVE_TO_SNAPSHOTS: &str = "\
 UPDATE workflow_run w
    SET definition_digest = m.digest,
-       step_reruns = ARRAY(SELECT COALESCE(w.step_reruns[r.old::int], 0)
+       step_reruns = ARRAY(SELECT CASE WHEN r.old::int < 0 THEN w.reruns + 1
+                                       ELSE COALESCE(w.step_reruns[r.old::int], 0) END
                              FROM jsonb_array_elements_text(m.reruns_from) WITH ORDINALITY AS r(old, at)
-                            ORDER BY r.at)
+                            ORDER BY r.at),
+       reruns = w.reruns + 1
   FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS m(job_id, digest, reruns_from)
- WHERE w.job_id = m.job_id AND w.workflow_definition IS NULL";
+ WHERE w.job_id = m.job_id AND w.workflow_definition IS NULL
+RETURNING w.job_id";
+
+/// The digests of `$2` whose filed snapshot is not the definition at the same place
+/// of `$1`: filed under a node's digest by someone else (nothing but the node files
+/// under its digests, so none, unless the database was written by hand).
+pub const MISFILED_SNAPSHOTS: &str = "\
+SELECT d.digest FROM unnest($1::jsonb[], $2::text[]) AS d(definition, digest)
+  JOIN workflow_snapshot s ON s.digest = d.digest
+ WHERE s.definition <> d.definition";
+
+/// Ends what [`FILE_SNAPSHOTS_SETTINGS`] allowed: later statements of the transaction
+/// file nothing under a digest they name.
+pub const FILED_SNAPSHOTS_SETTINGS_OFF: &str =
+    "SELECT set_config('protomolt.digest_from_node', 'off', true)";
