@@ -174,7 +174,8 @@ impl Role for RegistryRole {
                 async move {
                     let envelope = request.get("workflow").cloned().unwrap_or(Value::Null);
                     if request.get("dryRun").and_then(Value::as_bool) == Some(true) {
-                        let (name, created) = store.check(&envelope).map_err(repository_error)?;
+                        let (name, created) =
+                            store.check(envelope).await.map_err(repository_error)?;
                         return Ok(
                             json!({ "ok": true, "name": name, "created": created, "checked": true }),
                         );

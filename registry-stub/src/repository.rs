@@ -307,11 +307,26 @@ impl FileWorkflowRepository {
 
     /// Compiles and verifies `envelope` as [`Self::put`] would, storing nothing;
     /// returns its name and whether a put would make it (no workflow of that name yet).
-    pub fn check(&self, envelope: &Value) -> Result<(String, bool), RepositoryError> {
-        let entries = self.read_entries();
-        let (name, _) = compile_named(envelope, &self.outbound, &entries)?;
-        let created = !entries.contains_key(&name);
-        Ok((name, created))
+    /// The map is copied first: compiling (up to megabytes of descriptors) runs on a
+    /// blocking thread, never under the lock every read of a workflow takes.
+    pub async fn check(&self, envelope: Value) -> Result<(String, bool), RepositoryError> {
+        let entries = self.read_entries().clone();
+        let outbound = self.outbound.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            let (name, _) = compile_named(&envelope, &outbound, &entries)?;
+            match entries.get(&name).map(|s| &s.source) {
+                Some(WorkflowSource::Role(role)) => Err(RepositoryError::Contributed {
+                    name,
+                    role: role.clone(),
+                }),
+                stored => Ok((name, stored.is_none())),
+            }
+        });
+        checked.await.map_err(|e| RepositoryError::Io {
+            action: "checking",
+            path: self.dir.clone(),
+            source: std::io::Error::other(e),
+        })?
     }
 
     /// Compiles, verifies and stores `envelope` under its own name; returns the name

@@ -110,6 +110,7 @@ async fn a_reviewer_sees_the_request_and_the_form_and_never_the_input() {
         "{view}"
     );
     assert_eq!(view["reviewerSees"], json!(["request"]));
+    assert_eq!(view["reviewer"], true);
     for hidden in [
         "input",
         "checkpoints",
@@ -182,7 +183,7 @@ async fn a_reviewer_sees_the_request_and_the_form_and_never_the_input() {
     let finished = ok_as(&node, REVIEWER, "get-job", json!({ "jobId": job_id })).await;
     assert_eq!(
         finished["job"],
-        json!({ "jobId": job_id, "workflowName": "redact", "status": "COMPLETED" })
+        json!({ "jobId": job_id, "workflowName": "redact", "status": "COMPLETED", "reviewer": true })
     );
     seen.push(finished);
     for answer in &seen {
@@ -197,6 +198,9 @@ async fn a_reviewer_sees_the_request_and_the_form_and_never_the_input() {
     for (verb, body) in [
         ("list-jobs", json!({ "status": "COMPLETED" })),
         ("list-jobs", json!({ "metadata": { "customer": "acme" } })),
+        ("list-jobs", json!({ "parentJobId": job_id })),
+        ("list-jobs", json!({ "priority": 5 })),
+        ("get-form", json!({ "workflowName": "redact" })),
         ("get-fleet", json!({})),
         (
             "get-job-items",

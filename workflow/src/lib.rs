@@ -35,6 +35,7 @@
 //! | [`offload`]    | CEL evaluations on a bounded set of detached threads, within a deadline |
 //! | [`checkpoint`] | the checkpoint entry and its non-trusting replay                       |
 //! | [`resolve`]    | child workflows: their stored envelopes filed into the steps naming them |
+//! | [`review`]     | what a reviewer of a human step is shown (`reviewerSees`)              |
 //! | [`runner`]     | segments and the synchronous run                                       |
 //! | [`suggest`]    | "did you mean …?" for misspelled names                                 |
 //! | [`failure`]    | what a step failure is, and which kinds are retryable                  |
@@ -55,6 +56,7 @@ pub mod offload;
 pub mod outbound;
 pub mod rate;
 pub mod resolve;
+pub mod review;
 pub mod rules;
 pub mod ruleset;
 pub mod runner;

@@ -152,7 +152,7 @@ pub(crate) struct StepSpec {
     /// `rateLimit`, on a called step.
     pub rate_limit: Option<crate::rate::RateLimitRule>,
     /// `reviewerSees`, on an external step.
-    pub reviewer_sees: Option<crate::compile::ReviewerSees>,
+    pub reviewer_sees: Option<crate::review::ReviewerSees>,
 }
 
 /// A step's `after` as written: the names and the JSON path of the list.

@@ -261,7 +261,8 @@ pub(crate) enum Workflows {
         #[arg(long)]
         input_type: Option<String>,
         /// Check the envelope on the node at this URL too (`put-workflow` with
-        /// `dryRun`: its outbound policy and stored child workflows), storing nothing.
+        /// `dryRun`: its outbound policy and stored child workflows), storing nothing;
+        /// --token is sent there (it needs registry:write).
         #[arg(long, value_name = "URL")]
         node: Option<String>,
     },

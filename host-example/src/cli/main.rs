@@ -400,6 +400,12 @@ async fn run(cli: Cli, out: Output) -> Result<u8, CliError> {
                     let node = Client::new(&url, token)?;
                     let body = json!({ "workflow": envelope, "dryRun": true });
                     let checked = ok(node.call("put-workflow", &body).await?)?;
+                    if checked["checked"] != true {
+                        return Err(CliError::Refused(format!(
+                            "the node at {} did not say it only checked the workflow (a node older than put-workflow's dryRun?): see whether it stored it",
+                            output::printable(&url)
+                        )));
+                    }
                     eprintln!(
                         "protomolt: the node at {} accepts '{}' too (its outbound policy, its stored child workflows); nothing was stored",
                         output::printable(&url),

@@ -30,6 +30,7 @@ export function renderInboxView(main) {
   const previewQueue = [];
   let previewsInFlight = 0;
   let signature = '';
+  let fleetDenied = false; // get-fleet answered 403 (a reviewer's token): not asked again
   let previewBudget = INBOX_PREVIEWS;
 
   function previewText(input) {
@@ -81,12 +82,15 @@ export function renderInboxView(main) {
       return;
     }
     try {
+      // A reviewer's token (jobs:review) cannot read the fleet: asked once, not again.
+      if (fleetDenied) throw new Error('the fleet needs jobs:read');
       const fleet = await callVerb('get-fleet', {}, abort.signal);
       for (const g of Array.isArray(fleet.waitingBySteps) ? fleet.waitingBySteps : []) {
         counts.set(groupKey(g.workflowName, g.stepName), Number(g.count) || 0);
       }
     } catch (err) {
       if (isAbort(err)) return;
+      if (err && err.code === 'permission_denied') fleetDenied = true;
       counts = new Map(); // the listed jobs alone, then
     }
     // Inputs are read for the first few listed jobs only; forget those no longer listed.

@@ -151,7 +151,7 @@ export function renderJobView(main, params) {
     drawJobTree(treeBox, job);
     drawTimeline(job, steps);
     // A reviewer's view (jobs:review) holds only what the step's reviewerSees lists.
-    const reviewerView = Array.isArray(job.reviewerSees);
+    const reviewerView = job.reviewer === true;
     inputPre.textContent = job.input !== undefined ? prettyJson(job.input) : (reviewerView ? 'Not shown to a reviewer of this step.' : '—');
     resultPre.textContent = job.result === null || job.result === undefined ? '—' : prettyJson(job.result);
     definitionPre.textContent = prettyJson(withoutDescriptorBlob(definition));

@@ -27,6 +27,7 @@ use super::{JobsState, store_error};
 
 /// Handles one call.
 pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Value, ActionError> {
+    super::review::check_form(&request)?;
     let (message, validates) = match request.str("workflowName") {
         "" => {
             let job_id = Uuid::parse_str(request.str("jobId"))

@@ -57,7 +57,7 @@ pub async fn handle(state: Arc<JobsState>, request: ActionRequest) -> Result<Val
         return Ok(json!({ "ok": false, "error": format!("no workflow run {job_id}") }));
     };
     if review::is_reviewer(&request) {
-        return Ok(json!({ "ok": true, "job": review::job_view(&state, &row).await }));
+        return Ok(json!({ "ok": true, "job": review::job_view(&state, &row).await? }));
     }
     // The job's outbox rows, so its events can be read even with the Kafka lanes off.
     let events: Vec<Value> = state

@@ -89,6 +89,7 @@ use crate::failure::{Violation, violations_of};
 pub use crate::finding::{Finding, Findings};
 use crate::gate::Gate;
 use crate::offload::{self, OffloadError};
+pub use crate::review::{REVIEWER_SEES, ReviewerSees};
 use crate::rules::Rule;
 use crate::scope::INPUT;
 pub use crate::spec::{Completion, OnItemFailure, OnTimeout};
@@ -115,7 +116,6 @@ use names::{valid_name, valid_target};
 pub use parking::{DEFAULT_EVENT_LOOKBACK, EventStep, SleepStep, empty_type};
 use pool::{resolve_message, schema_pool};
 pub use rate::{MAX_BURST, Rate, RateLimitRule};
-pub use review::{REVIEWER_SEES, ReviewerSees};
 use steps::{output_spec, step_specs};
 
 /// A resolved, verified step.
