@@ -55,7 +55,13 @@ fn pg_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             if dir.join("pg_ctl").is_file() && dir.join("initdb").is_file() {
-                return dir;
+                // A link to the server's own directory (which also holds
+                // pg_basebackup and the other tools): that directory.
+                return std::fs::canonicalize(dir.join("pg_ctl"))
+                    .ok()
+                    .and_then(|ctl| ctl.parent().map(Path::to_path_buf))
+                    .filter(|real| real.join("initdb").is_file())
+                    .unwrap_or(dir);
             }
         }
     }
@@ -195,6 +201,83 @@ impl PgCluster {
     /// The cluster's directory (readable by the test; the CA file can go here).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// A streaming standby of `primary` (`pg_basebackup -R`: it follows the primary's
+    /// WAL and answers read-only until promoted), started on a port of its own.
+    pub fn standby_of(primary: &PgCluster) -> PgCluster {
+        let bin = primary.bin.clone();
+        let dir = tempfile::Builder::new()
+            .prefix("protomolt-pg-standby-")
+            .tempdir()
+            .expect("a temporary directory");
+        let data = dir.path().join("data");
+        give_to_owner(dir.path());
+        let mut backup = as_owner(&bin.join("pg_basebackup"));
+        backup
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-X", "stream", "-R", "--no-sync", "-D"])
+            .arg(&data);
+        run(backup, "pg_basebackup");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        // The copied postgresql.conf names the primary's port and socket directory:
+        // the lines added last win.
+        let conf = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("postgresql.conf");
+        text.push_str(&format!(
+            "port = {port}\nunix_socket_directories = '{}'\n",
+            dir.path().display()
+        ));
+        std::fs::write(&conf, text).expect("postgresql.conf written");
+        give_to_owner(dir.path());
+        let mut start = as_owner(&bin.join("pg_ctl"));
+        start
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.path().join("server.log"))
+            .args(["-w", "start"]);
+        run(start, "pg_ctl start (standby)");
+        PgCluster { dir, bin, port }
+    }
+
+    /// Makes every commit on this primary wait until a standby has the commit's WAL
+    /// (`synchronous_standby_names = '*'`): what the server acknowledges survives a
+    /// failover to the standby.
+    pub fn require_synchronous_standby(&self) {
+        let conf = self.dir.path().join("data/postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("postgresql.conf");
+        text.push_str("synchronous_standby_names = '*'\nsynchronous_commit = on\n");
+        std::fs::write(&conf, text).expect("postgresql.conf written");
+        let mut reload = as_owner(&self.bin.join("pg_ctl"));
+        reload
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .arg("reload");
+        run(reload, "pg_ctl reload");
+    }
+
+    /// Kills the server without a checkpoint, as a crashed host would, and leaves it
+    /// down.
+    pub fn crash(&self) {
+        let mut stop = as_owner(&self.bin.join("pg_ctl"));
+        stop.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"]);
+        run(stop, "pg_ctl stop -m immediate");
+    }
+
+    /// Promotes a standby to primary; blocks until it accepts writes.
+    pub fn promote(&self) {
+        let mut promote = as_owner(&self.bin.join("pg_ctl"));
+        promote
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-w", "promote"]);
+        run(promote, "pg_ctl promote");
     }
 }
 
