@@ -110,6 +110,19 @@ fn give_to_owner(path: &Path) {
     }
 }
 
+/// Starts the server of the cluster in `dir` (its `data`, logging to `server.log`);
+/// blocks until it accepts connections.
+fn start_server(bin: &Path, dir: &Path, what: &str) {
+    let mut start = as_owner(&bin.join("pg_ctl"));
+    start
+        .arg("-D")
+        .arg(dir.join("data"))
+        .arg("-l")
+        .arg(dir.join("server.log"))
+        .args(["-w", "start"]);
+    run(start, what);
+}
+
 fn run(mut command: Command, what: &str) {
     let output = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
@@ -160,14 +173,7 @@ impl PgCluster {
         text.push_str(&settings);
         std::fs::write(&conf, text).expect("postgresql.conf written");
         give_to_owner(dir.path());
-        let mut start = as_owner(&bin.join("pg_ctl"));
-        start
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.path().join("server.log"))
-            .args(["-w", "start"]);
-        run(start, "pg_ctl start");
+        start_server(&bin, dir.path(), "pg_ctl start");
         PgCluster { dir, bin, port }
     }
 
@@ -233,14 +239,7 @@ impl PgCluster {
         ));
         std::fs::write(&conf, text).expect("postgresql.conf written");
         give_to_owner(dir.path());
-        let mut start = as_owner(&bin.join("pg_ctl"));
-        start
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.path().join("server.log"))
-            .args(["-w", "start"]);
-        run(start, "pg_ctl start (standby)");
+        start_server(&bin, dir.path(), "pg_ctl start (standby)");
         PgCluster { dir, bin, port }
     }
 
