@@ -237,6 +237,22 @@ pub async fn http_get_text(router: &Router, path: &str) -> (StatusCode, String) 
     .await
 }
 
+/// The detail of an operator's event (RETRIED, CANCELLED: every value a string) as a
+/// JSON object.
+pub fn string_detail(event: &jobs_proto::v1::WorkflowRunEvent) -> Value {
+    let fields = &event.detail.as_ref().expect("a detail").fields;
+    fields
+        .iter()
+        .map(|(key, value)| match &value.kind {
+            Some(prost_types::value::Kind::StringValue(text)) => {
+                (key.clone(), Value::String(text.clone()))
+            }
+            other => panic!("detail.{key} is {other:?}"),
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// GETs `path` on `router` with a bearer `token`; the status and the text.
 pub async fn http_get_as(router: &Router, path: &str, token: &str) -> (StatusCode, String) {
     send(

@@ -581,13 +581,7 @@ async fn with_auth_the_page_asks_for_a_token_and_a_reader_cannot_complete_a_step
         .await
         .unwrap();
     // Asked for a token, with the reason.
-    element(&page, "#token-form").await;
-    wait_for_text(&page, "#token-message", "why a token is needed", |t| {
-        !t.is_empty()
-    })
-    .await;
-    fill(&page, "#token-input", "reader-token-0123456789").await;
-    click(&page, "#token-form button[type=\"submit\"]").await;
+    sign_in(&page, "reader-token-0123456789").await;
     wait_for_exact_text(&page, "#job-status", "WAITING").await;
 
     // A reader sees the form, and is told plainly that completing needs more.
@@ -651,9 +645,7 @@ async fn a_reviewers_token_sees_the_request_and_the_form_and_never_the_input() {
     let browser = Browser::start().await;
     let page = browser.session().await;
     page.goto(&console.page("#/inbox")).await.unwrap();
-    element(&page, "#token-form").await;
-    fill(&page, "#token-input", "reviewer-token-0123456789").await;
-    click(&page, "#token-form button[type=\"submit\"]").await;
+    sign_in(&page, "reviewer-token-0123456789").await;
     // The inbox lists the job, previewing its request.
     let item = format!("li[data-job-id=\"{job_id}\"]");
     wait_for_text(
@@ -705,6 +697,17 @@ async fn a_reviewers_token_sees_the_request_and_the_form_and_never_the_input() {
     page.close().await.unwrap();
     browser.stop().await;
     console.node.stop().await;
+}
+
+/// Answers the console's token prompt (asked for, with the reason) with `token`.
+async fn sign_in(page: &Client, token: &str) {
+    element(page, "#token-form").await;
+    wait_for_text(page, "#token-message", "why a token is needed", |t| {
+        !t.is_empty()
+    })
+    .await;
+    fill(page, "#token-input", token).await;
+    click(page, "#token-form button[type=\"submit\"]").await;
 }
 
 /// Submits over HTTP with a bearer token; returns the job id.

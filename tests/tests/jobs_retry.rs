@@ -38,15 +38,7 @@ async fn events(node: &JobsNode, job_id: &str) -> (Vec<String>, Vec<WorkflowRunE
 }
 
 fn detail(event: &WorkflowRunEvent) -> Value {
-    let fields = &event.detail.as_ref().unwrap().fields;
-    fields
-        .iter()
-        .map(|(key, value)| match &value.kind {
-            Some(prost_types::value::Kind::StringValue(text)) => (key.clone(), json!(text)),
-            other => panic!("detail.{key} is {other:?}"),
-        })
-        .collect::<serde_json::Map<_, _>>()
-        .into()
+    protomolt_e2e::jobs::string_detail(event)
 }
 
 #[tokio::test]

@@ -56,25 +56,35 @@ async fn last_retried(node: &JobsNode, job_id: &str) -> Value {
         .rev()
         .find(|row| row.event_type == "RETRIED")
         .expect("a RETRIED event");
-    let event = WorkflowRunEvent::decode_validated(&row.payload).unwrap();
-    let fields = &event.detail.as_ref().unwrap().fields;
-    fields
-        .iter()
-        .map(|(key, value)| match &value.kind {
-            Some(prost_types::value::Kind::StringValue(text)) => (key.clone(), json!(text)),
-            other => panic!("detail.{key} is {other:?}"),
-        })
-        .collect::<serde_json::Map<_, _>>()
-        .into()
+    protomolt_e2e::jobs::string_detail(&WorkflowRunEvent::decode_validated(&row.payload).unwrap())
+}
+
+/// Stores `workflow`, then asks to retry `job_id` on it (`workflow: "current"`).
+async fn retried_onto(node: &JobsNode, job_id: &str, workflow: &Value) -> Value {
+    node.ok("put-workflow", json!({ "workflow": workflow }))
+        .await;
+    node.ok(
+        "retry-job",
+        json!({ "jobId": job_id, "workflow": "current" }),
+    )
+    .await
+}
+
+/// A node whose stored `embed-text` calls nowhere at `embed`, and a job of it DEAD
+/// there with `tokenize` checkpointed (the database and the target must outlive the
+/// node).
+async fn stranded(worker: &str) -> (TestDatabase, FixtureServer, JobsNode, String) {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, worker, 2)).await;
+    store_embed_text(&node, &server.target(), NOWHERE).await;
+    let job_id = dead_at_embed(&node).await;
+    (db, server, node, job_id)
 }
 
 #[tokio::test]
 async fn a_job_moved_onto_its_fixed_workflow_completes_without_recalling_its_checkpoints() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = JobsNode::start(test_config(&db.url, "mover", 2)).await;
-    store_embed_text(&node, &server.target(), NOWHERE).await;
-    let job_id = dead_at_embed(&node).await;
+    let (_db, server, node, job_id) = stranded("mover").await;
     let submitted = node.job(&job_id).await["definition_digest"]
         .as_str()
         .unwrap()
@@ -129,11 +139,7 @@ async fn a_job_moved_onto_its_fixed_workflow_completes_without_recalling_its_che
 
 #[tokio::test]
 async fn results_that_do_not_fit_the_stored_workflow_are_refused_with_a_finding_each() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = JobsNode::start(test_config(&db.url, "misfit", 2)).await;
-    store_embed_text(&node, &server.target(), NOWHERE).await;
-    let job_id = dead_at_embed(&node).await;
+    let (_db, server, node, job_id) = stranded("misfit").await;
     let before = node.job(&job_id).await;
 
     // `tokenize` now gives a Review, not the Tokens the job keeps.
@@ -145,14 +151,7 @@ async fn results_that_do_not_fit_the_stored_workflow_are_refused_with_a_finding_
         &["text = input.text"]
     )]);
     changed_type.as_object_mut().unwrap().remove("output");
-    node.ok("put-workflow", json!({ "workflow": changed_type }))
-        .await;
-    let refused = node
-        .ok(
-            "retry-job",
-            json!({ "jobId": job_id, "workflow": "current" }),
-        )
-        .await;
+    let refused = retried_onto(&node, &job_id, &changed_type).await;
     assert_eq!(refused["ok"], false, "{refused}");
     assert_eq!(refused["outcome"], "INCOMPATIBLE");
     assert_eq!(refused["status"], "DEAD");
@@ -174,14 +173,7 @@ async fn results_that_do_not_fit_the_stored_workflow_are_refused_with_a_finding_
             &["text = input.text"],
         ),
     );
-    node.ok("put-workflow", json!({ "workflow": new_first }))
-        .await;
-    let refused = node
-        .ok(
-            "retry-job",
-            json!({ "jobId": job_id, "workflow": "current" }),
-        )
-        .await;
+    let refused = retried_onto(&node, &job_id, &new_first).await;
     assert_eq!(
         refused["findings"],
         json!([
@@ -202,14 +194,7 @@ async fn results_that_do_not_fit_the_stored_workflow_are_refused_with_a_finding_
         None,
     );
     other_input["inputType"] = json!("jobs.test.Tokens");
-    node.ok("put-workflow", json!({ "workflow": other_input }))
-        .await;
-    let refused = node
-        .ok(
-            "retry-job",
-            json!({ "jobId": job_id, "workflow": "current" }),
-        )
-        .await;
+    let refused = retried_onto(&node, &job_id, &other_input).await;
     let findings = refused["findings"].as_array().unwrap();
     assert_eq!(findings.len(), 2, "{refused}");
     assert!(findings[0].as_str().unwrap().starts_with(
@@ -376,11 +361,7 @@ fn retry_onto(moves: &SnapshotMoves) -> Retry<'_> {
 
 #[tokio::test]
 async fn a_job_that_ran_again_after_its_check_is_not_moved() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = JobsNode::start(test_config(&db.url, "stale", 2)).await;
-    store_embed_text(&node, &server.target(), NOWHERE).await;
-    let job_id = dead_at_embed(&node).await;
+    let (_db, server, node, job_id) = stranded("stale").await;
     let job = node.job(&job_id).await;
     let id = uuid::Uuid::parse_str(&job_id).unwrap();
     let digest = job["definition_digest"].as_str().unwrap().to_owned();

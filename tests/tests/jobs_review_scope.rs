@@ -30,6 +30,14 @@ fn token(name: &str, token: &str, scopes: &[&str]) -> TokenConfig {
     }
 }
 
+/// A database, the fixture targets and a node with both tokens.
+async fn started() -> (TestDatabase, FixtureServer, JobsNode) {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = node(&db).await;
+    (db, server, node)
+}
+
 async fn node(db: &TestDatabase) -> JobsNode {
     let auth = AuthConfig {
         tokens: vec![
@@ -80,9 +88,7 @@ async fn parked_job(node: &JobsNode, workflow: &Value) -> String {
 
 #[tokio::test]
 async fn a_reviewer_sees_the_request_and_the_form_and_never_the_input() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = node(&db).await;
+    let (_db, server, node) = started().await;
     let workflow = redacting_workflow(&server.target(), "redact", Some(&["request"]));
     let job_id = parked_job(&node, &workflow).await;
 
@@ -232,9 +238,7 @@ async fn a_reviewer_sees_the_request_and_the_form_and_never_the_input() {
 
 #[tokio::test]
 async fn what_a_reviewer_sees_follows_the_step_and_a_step_without_the_key_shows_everything() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = node(&db).await;
+    let (_db, server, node) = started().await;
     // As before the key existed: everything.
     let open = parked_job(&node, &redacting_workflow(&server.target(), "open", None)).await;
     let view = &ok_as(&node, REVIEWER, "get-job", json!({ "jobId": open })).await["job"];
@@ -275,9 +279,7 @@ async fn what_a_reviewer_sees_follows_the_step_and_a_step_without_the_key_shows_
 
 #[tokio::test]
 async fn reviewer_sees_is_checked_where_the_workflow_is_accepted() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = node(&db).await;
+    let (_db, server, node) = started().await;
     let mut on_a_call = redacting_workflow(&server.target(), "wrong", Some(&["request"]));
     on_a_call["steps"][0]["reviewerSees"] = json!(["input"]);
     let misspelled = redacting_workflow(&server.target(), "typo", Some(&["inputs"]));
