@@ -24,7 +24,7 @@ use crate::batch::{BatchQueue, batch_loop};
 use crate::compiled::{Compiled, CompiledCache};
 use crate::status::JobStatus;
 use crate::store::{
-    DEFAULT_PRIORITY, Dedupe, DedupeMode, Inserted, NewJob, Store, StoreError, nul_path,
+    DEFAULT_PRIORITY, Dedupe, DedupeMode, Inserted, NewJob, RunAfter, Store, StoreError, nul_path,
 };
 
 /// Submissions of one `submit_many` call prepared at once.
@@ -277,13 +277,14 @@ impl Start {
         }
     }
 
-    /// The instant it stands for; `None`: now. (A delay is added to the node's clock:
-    /// nodes are expected to keep time with NTP, as PostgreSQL's host does.)
-    fn run_after(self) -> Option<std::time::SystemTime> {
+    /// When the job becomes claimable. A delay counts from the insert by the
+    /// database's clock, not the node's: a node whose clock is off never starts a
+    /// delayed job early (the chaos run's clock-skew fault proves it).
+    fn run_after(self) -> RunAfter {
         match self {
-            Start::Now => None,
-            Start::At(at) => Some(at),
-            Start::After(delay) => Some(std::time::SystemTime::now() + delay),
+            Start::Now => RunAfter::Now,
+            Start::At(at) => RunAfter::At(at),
+            Start::After(delay) => RunAfter::Delay(delay),
         }
     }
 }

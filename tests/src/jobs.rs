@@ -208,7 +208,7 @@ pub async fn queue_jobs(store: &Store, workflow: &Value, count: usize) {
             definition: std::sync::Arc::new(workflow.clone()),
             definition_digest: None,
             priority: jobs_role::store::DEFAULT_PRIORITY,
-            run_after: None,
+            run_after: Default::default(),
             input: serde_json::json!({ "text": format!("job {i}") }),
             max_attempts: 3,
             trace_context: None,

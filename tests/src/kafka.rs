@@ -161,7 +161,7 @@ pub async fn hand_driven_lanes_node(
         definition: std::sync::Arc::new(serde_json::json!({})),
         definition_digest: None,
         priority: jobs_role::store::DEFAULT_PRIORITY,
-        run_after: None,
+        run_after: Default::default(),
         input: serde_json::json!({}),
         max_attempts: 3,
         trace_context: None,

@@ -73,7 +73,57 @@ pub struct Node {
     config: PathBuf,
     /// Its log (stdout and stderr, across restarts).
     pub log: PathBuf,
+    /// Its wall clock, when set off from the machine's.
+    clock: Option<FakeClock>,
     child: Mutex<Option<Child>>,
+}
+
+/// Where Debian's `libfaketime` puts the library (`./dev` installs it).
+const LIBFAKETIME: [&str; 2] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+];
+
+/// A process's wall clock set off from the machine's by `libfaketime` (preloaded), its
+/// offset read from a file the test rewrites while the process runs (re-read each
+/// second). Only the wall clock moves: the monotonic clock, which a clock step never
+/// moves either, is left alone, as is sleeping.
+#[derive(Debug)]
+pub struct FakeClock {
+    library: PathBuf,
+    file: PathBuf,
+}
+
+impl FakeClock {
+    /// A clock whose offset lives in `file` (at +0 s until [`Self::set`]), or `None`
+    /// when `libfaketime` is not installed.
+    pub fn new(file: &Path) -> Option<FakeClock> {
+        let library = LIBFAKETIME
+            .iter()
+            .map(PathBuf::from)
+            .find(|path| path.is_file())?;
+        let clock = FakeClock {
+            library,
+            file: file.to_owned(),
+        };
+        clock.set(0);
+        Some(clock)
+    }
+
+    /// Sets the offset, in seconds (the process sees it within a second).
+    pub fn set(&self, seconds: i64) {
+        std::fs::write(&self.file, format!("{seconds:+}\n")).expect("the clock's offset file");
+    }
+
+    /// Makes `command` run on this clock.
+    pub fn apply(&self, command: &mut Command) {
+        command
+            .env("LD_PRELOAD", &self.library)
+            .env("FAKETIME_TIMESTAMP_FILE", &self.file)
+            .env("FAKETIME_CACHE_DURATION", "1")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .env("DONT_FAKE_MONOTONIC", "1");
+    }
 }
 
 impl Node {
@@ -87,8 +137,20 @@ impl Node {
             bin: bin.to_owned(),
             config,
             log: dir.join(format!("{name}.log")),
+            clock: None,
             child: Mutex::new(None),
         }
+    }
+
+    /// Runs the node on `clock` from its next start.
+    pub fn with_clock(mut self, clock: FakeClock) -> Node {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Its clock, when it has one of its own.
+    pub fn clock(&self) -> Option<&FakeClock> {
+        self.clock.as_ref()
     }
 
     /// `http://127.0.0.1:port`.
@@ -98,7 +160,11 @@ impl Node {
 
     /// Starts the process and waits until it listens.
     pub fn up(&self) {
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(clock) = &self.clock {
+            clock.apply(&mut command);
+        }
+        let child = command
             .env("RUST_LOG", "warn")
             .env_remove("DATABASE_URL")
             .env_remove("KAFKA_BOOTSTRAP")

@@ -315,7 +315,7 @@ async fn a_retry_with_hostile_values_is_refused_and_changes_nothing() {
         definition: Arc::new(json!({})),
         definition_digest: None,
         priority: jobs_role::store::DEFAULT_PRIORITY,
-        run_after: None,
+        run_after: Default::default(),
         input: json!({ "text": 5 }),
         max_attempts: 1,
         trace_context: None,

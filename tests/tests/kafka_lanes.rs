@@ -108,7 +108,7 @@ async fn an_unpublishable_row_lands_failed_after_ten_attempts_and_others_flow() 
         definition: std::sync::Arc::new(json!({})),
         definition_digest: None,
         priority: jobs_role::store::DEFAULT_PRIORITY,
-        run_after: None,
+        run_after: Default::default(),
         input: json!({}),
         max_attempts: 1,
         trace_context: None,

@@ -308,7 +308,7 @@ async fn a_zone_smuggling_another_host_is_refused_and_never_connects() {
             definition: std::sync::Arc::new(smuggling),
             definition_digest: None,
             priority: jobs_role::store::DEFAULT_PRIORITY,
-            run_after: None,
+            run_after: Default::default(),
             input: json!({ "text": "hi" }),
             max_attempts: 1,
             trace_context: None,

@@ -251,6 +251,7 @@ async fn the_pruner_never_deletes_a_snapshot_a_job_names_even_one_racing_a_submi
             &Vec::<u8>::new(),
             &None::<serde_json::Value>,
             &false,
+            &0i64,
         ],
     )
     .await

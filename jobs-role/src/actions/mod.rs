@@ -422,9 +422,12 @@ pub fn store_error(error: StoreError) -> ActionError {
         StoreError::Pool(_) | StoreError::Database(_) | StoreError::GroupCommit(_) => {
             let reference = uuid::Uuid::now_v7();
             tracing::warn!(%reference, %error, "the jobs database is unavailable");
-            ActionError::unavailable(format!(
-                "the jobs database is unavailable; try again shortly (reference {reference} in the node's log)"
-            ))
+            let why = if error.is_disk_full() {
+                "the jobs database's disk is full; nothing was written: try again once its operator frees space"
+            } else {
+                "the jobs database is unavailable; try again shortly"
+            };
+            ActionError::unavailable(format!("{why} (reference {reference} in the node's log)"))
         }
         other => ActionError::internal(other),
     }

@@ -681,7 +681,7 @@ impl RequestHandler {
             definition: std::sync::Arc::new(definition),
             definition_digest: None,
             priority: crate::store::DEFAULT_PRIORITY,
-            run_after: None,
+            run_after: Default::default(),
             input,
             max_attempts: 1,
             trace_context: registry_stub::telemetry::current_traceparent(),

@@ -183,7 +183,7 @@ pub fn encode_as(
     facts: &EventFacts<'_>,
     event_id: Uuid,
 ) -> Result<(Uuid, Vec<u8>), jobs_proto::ContractError> {
-    encode_at(facts, event_id, SystemTime::now())
+    encode_at(facts, event_id, super::clock::now())
 }
 
 /// [`encode_as`], the event stamped `occurred_at` (a claim's batch: when its

@@ -557,9 +557,10 @@ impl Store {
         plans: &[Vec<Part<'_>>],
         together: bool,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
-        // Taken before BEGIN: the transaction's `now()`, from which a park's sleep and
+        // Taken before BEGIN, by the database's clock as the node reads it (never
+        // ahead of it): the transaction's `now()`, from which a park's sleep and
         // timeout count, is no earlier, so its events never look later than that.
-        let began = std::time::SystemTime::now();
+        let began = super::clock::now();
         let tx = begin_batch(client).await?;
         // A write blocked on a row lock (an operator's open transaction) must not hold
         // the node's every other write for ever: it fails the batch, which then commits

@@ -24,6 +24,7 @@
 mod cancels;
 mod children;
 mod claims;
+pub mod clock;
 mod completions;
 mod dedupe;
 mod event_batch;
@@ -69,7 +70,7 @@ pub use retries::{RerunFrom, Retry, RetryCandidate, RetryOutcome, SnapshotMove, 
 pub use schedules::{Fired, Firing, ScheduleRow};
 pub use signals::{MAX_SIGNALS_PER_KEY, Offer, Offering, SignalOutcome};
 pub use snapshots::{MovedSnapshots, PrunedSnapshots};
-pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob, ScheduledTick};
+pub use submissions::{DEFAULT_PRIORITY, Inserted, NewJob, RunAfter, ScheduledTick};
 pub use unstorable::{nul_path, printable};
 pub use watching::{WATCHED_EVENTS_PER_JOB, WatchedEvent};
 pub use writes::{
@@ -242,6 +243,13 @@ impl StoreError {
             if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE))
     }
 
+    /// True when the database's disk is full (SQLSTATE 53100): nothing was written,
+    /// and the same write passes once space is freed.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::Database(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL))
+    }
+
     /// True when PostgreSQL broke a deadlock by failing this transaction: the same
     /// writes, in smaller transactions, may pass.
     pub fn is_deadlock(&self) -> bool {
@@ -378,6 +386,7 @@ impl Store {
             reason: causes(&error),
         })?;
         migrate(&mut client).await?;
+        clock::read_on(&client).await?;
         Ok(Store {
             pool,
             connect: (config, tls),

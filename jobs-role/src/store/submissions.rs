@@ -28,8 +28,8 @@ pub struct NewJob {
     pub max_attempts: i32,
     /// Claim order, 0 to 9 (higher first; [`DEFAULT_PRIORITY`] unless asked).
     pub priority: i16,
-    /// When the job becomes claimable; `None`: at once.
-    pub run_after: Option<std::time::SystemTime>,
+    /// When the job becomes claimable.
+    pub run_after: RunAfter,
     /// The submitter's W3C trace context (`traceparent`), when it was traced.
     pub trace_context: Option<String>,
     /// Submitted by a stored workflow's name: a resubmission with the same id matches
@@ -45,6 +45,39 @@ pub struct NewJob {
     pub schedule: Option<ScheduledTick>,
     /// Its metadata, a JSON object of strings (`None`: none), checked by the submitter.
     pub metadata: Option<Value>,
+}
+
+/// When a new job becomes claimable. A delay is added to the database's clock when
+/// the row is inserted, never to the node's: a node whose clock is off must not start
+/// a delayed job early or late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunAfter {
+    /// At once.
+    #[default]
+    Now,
+    /// At this instant (a past one: at once, so it never jumps the queue).
+    At(std::time::SystemTime),
+    /// This long after the insert, by the database's clock.
+    Delay(std::time::Duration),
+}
+
+impl RunAfter {
+    /// The instant asked for (`$8` of the submission statements).
+    fn at(self) -> Option<std::time::SystemTime> {
+        match self {
+            RunAfter::At(at) => Some(at),
+            RunAfter::Now | RunAfter::Delay(_) => None,
+        }
+    }
+
+    /// The delay asked for, in ms (0: none); a submission's delay is at most 366
+    /// days, far below `i64::MAX` ms.
+    fn delay_ms(self) -> i64 {
+        match self {
+            RunAfter::Delay(delay) => i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+            RunAfter::Now | RunAfter::At(_) => 0,
+        }
+    }
 }
 
 /// The schedule tick a job was fired for (`workflow_run.schedule_name`,
@@ -164,7 +197,8 @@ impl Store {
         let mut client = self.shared().await?;
         let tx = client.transaction().await?;
         let statement = tx.prepare_cached(first.statement).await?;
-        let params: [&(dyn ToSql + Sync); 14] = [
+        let (run_at, delay_ms) = (job.run_after.at(), job.run_after.delay_ms());
+        let params: [&(dyn ToSql + Sync); 15] = [
             &job.job_id,
             &job.workflow_name,
             &definition,
@@ -172,13 +206,14 @@ impl Store {
             first.last_param,
             &job.definition_digest.as_deref(),
             &job.priority,
-            &job.run_after,
+            &run_at,
             &job.trace_context,
             &event_id,
             &events::type_name(first.event),
             &payload,
             &job.metadata,
             &job.by_name,
+            &delay_ms,
         ];
         // The settings and the write are sent together (one round trip); PostgreSQL
         // runs them in order.
@@ -412,6 +447,7 @@ pub(super) async fn insert_batch(
                 &rows.scheduled_fors,
                 &rows.metadata,
                 &rows.by_name,
+                &rows.delays_ms,
             ],
         )
         .await?
@@ -536,6 +572,8 @@ struct SnapshotRows<'a> {
     digests: Vec<Option<&'a str>>,
     priorities: Vec<i16>,
     run_afters: Vec<Option<std::time::SystemTime>>,
+    /// Each job's delay from the insert, by the database's clock (0: none).
+    delays_ms: Vec<i64>,
     trace_contexts: Vec<Option<&'a str>>,
     /// Each job's keys as a JSON list (NULL: none).
     concurrency_keys: Vec<Option<Value>>,
@@ -566,6 +604,7 @@ impl<'a> SnapshotRows<'a> {
             digests: Vec::new(),
             priorities: Vec::with_capacity(order.len()),
             run_afters: Vec::with_capacity(order.len()),
+            delays_ms: Vec::with_capacity(order.len()),
             trace_contexts: Vec::with_capacity(order.len()),
             concurrency_keys: Vec::with_capacity(order.len()),
             dedupe_keys: Vec::with_capacity(order.len()),
@@ -597,7 +636,8 @@ impl<'a> SnapshotRows<'a> {
             rows.inputs.push(&job.input);
             rows.max_attempts.push(job.max_attempts);
             rows.priorities.push(job.priority);
-            rows.run_afters.push(job.run_after);
+            rows.run_afters.push(job.run_after.at());
+            rows.delays_ms.push(job.run_after.delay_ms());
             rows.trace_contexts.push(job.trace_context.as_deref());
             rows.dedupe_keys
                 .push(job.dedupe.as_ref().map(|d| d.key.as_str()));

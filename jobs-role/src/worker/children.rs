@@ -108,7 +108,7 @@ impl Worker {
                         // As the parent: a child is part of its parent's work.
                         max_attempts: job.max_attempts,
                         priority: job.priority,
-                        run_after: None,
+                        run_after: Default::default(),
                         trace_context: job.trace_context.clone(),
                         by_name: false,
                         concurrency,

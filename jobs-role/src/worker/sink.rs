@@ -79,7 +79,7 @@ impl CheckpointSink for StoreSink<'_> {
         if !self.started.contains_key(step) {
             self.started.insert(
                 step.to_owned(),
-                (std::time::SystemTime::now(), std::time::Instant::now()),
+                (crate::store::clock::now(), std::time::Instant::now()),
             );
         }
         Ok(())

@@ -30,6 +30,10 @@ pub async fn sweep_loop(
 ) {
     let count = JobsMetrics::count;
     loop {
+        // Event stamps follow the database's clock (see `store::clock`).
+        if let Err(e) = store.read_database_clock().await {
+            tracing::debug!(error = %e, "reading the database's clock failed; retrying at the next interval");
+        }
         match store.sweep_expired_leases(SWEEP_BATCH).await {
             Ok(report) if report.requeued + report.dead + report.cancelled > 0 => {
                 count(&metrics.sweeps, "requeued", report.requeued as u64);

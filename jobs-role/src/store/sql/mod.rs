@@ -58,6 +58,9 @@ pub const UNLOCK_MIGRATIONS: &str =
 /// The channel submissions and requeues notify and the idle worker listens on.
 pub const QUEUED_CHANNEL: &str = "protomolt_jobs_queued";
 
+/// The database's clock now (not the transaction's start: see `store::clock`).
+pub const READ_CLOCK: &str = "SELECT clock_timestamp()";
+
 /// Subscribes a connection to [`QUEUED_CHANNEL`].
 pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
 
@@ -111,15 +114,17 @@ SELECT job.status,
 
 /// Submits a QUEUED job with its ACCEPTED event ([`submission!`]'s parameters): `$5`
 /// max attempts, `$8` when it becomes claimable (NULL, or a time past: now, so a past
-/// start never jumps the queue), `$13` its metadata (NULL: none), `$14` whether it
-/// was submitted by a stored workflow's name.
+/// start never jumps the queue), `$15` a delay in ms from now, by the database's clock
+/// (used when `$8` is NULL; 0: none), `$13` its metadata (NULL: none), `$14` whether
+/// it was submitted by a stored workflow's name.
 pub const SUBMIT_JOB: &str = submission!(
     "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max_attempts,
                               definition_digest, priority, run_after, trace_context, metadata,
                               submitted_by_name)
     SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, $5::integer,
-           $6::text, $7::smallint, GREATEST(COALESCE($8::timestamptz, now()), now()), $9::text,
-           $13::jsonb, $14::boolean"
+           $6::text, $7::smallint,
+           GREATEST(COALESCE($8::timestamptz, now() + $15::bigint * interval '1 millisecond'), now()),
+           $9::text, $13::jsonb, $14::boolean"
 );
 
 /// Inserts a batch of jobs in one statement, each unless its id exists, sending each
@@ -130,7 +135,7 @@ pub const SUBMIT_JOB: &str = submission!(
 ///
 /// Per job: `$1` ids, `$2` workflow names, `$3` which snapshot (1-based into `$6`),
 /// `$4` inputs, `$5` max attempts, `$8` priorities, `$9` when each becomes claimable
-/// (NULL: now), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
+/// (NULL: now plus its `$17` delay in ms, by the database's clock), `$10` trace contexts (or NULL), `$11` concurrency keys (a JSON list,
 /// or NULL), `$12` dedupe keys (or NULL), `$13` and `$14` the schedule and tick that
 /// fired each (or NULL), `$15` each one's metadata (or NULL), `$16` whether each was
 /// submitted by a stored workflow's name. Per distinct snapshot: `$6`
@@ -148,16 +153,17 @@ INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, max
                           priority, run_after, trace_context, concurrency_keys, dedupe_key,
                           schedule_name, scheduled_for, metadata, submitted_by_name)
 SELECT j.job_id, j.workflow_name, CASE WHEN d.digest IS NULL THEN d.definition END, j.input, j.max_attempts, d.digest,
-       j.priority, GREATEST(COALESCE(j.run_after, now()), now()), j.trace_context,
+       j.priority, GREATEST(COALESCE(j.run_after, now() + j.delay_ms * interval '1 millisecond'), now()),
+       j.trace_context,
        CASE WHEN j.keys IS NOT NULL
             THEN ARRAY(SELECT k.key FROM jsonb_array_elements_text(j.keys) WITH ORDINALITY AS k(key, at) ORDER BY k.at) END,
        j.dedupe_key, j.schedule_name, j.scheduled_for, j.metadata, j.by_name
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[], $5::int[], $8::int2[], $9::timestamptz[],
               $10::text[], $11::jsonb[], $12::text[], $13::text[], $14::timestamptz[], $15::jsonb[],
-              $16::bool[])
+              $16::bool[], $17::bigint[])
            WITH ORDINALITY AS j(job_id, workflow_name, snapshot, input, max_attempts, priority, run_after,
                                 trace_context, keys, dedupe_key, schedule_name, scheduled_for, metadata,
-                                by_name, at)
+                                by_name, delay_ms, at)
   JOIN unnest($6::jsonb[], $7::text[]) WITH ORDINALITY AS d(definition, digest, at)
     ON d.at = j.snapshot
  WHERE NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id = j.job_id)
@@ -167,15 +173,16 @@ RETURNING job_id";
 
 /// Submits a job that failed before it could run (for example a broker-native
 /// request naming an unknown workflow) with its FAILED event ([`submission!`]'s
-/// parameters): `$5` the error, `$8` the start asked for (NULL: now), kept for the
-/// record. An id already taken answers no row ([`SAME_SUBMISSION`] then tells a
+/// parameters): `$5` the error, `$8` the start asked for (NULL: now plus the `$15`
+/// delay in ms), kept for the record. An id already taken answers no row ([`SAME_SUBMISSION`] then tells a
 /// redelivery from a conflict).
 pub const SUBMIT_FAILED_JOB: &str = submission!(
     "    INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status, error,
                               finished_at, definition_digest, priority, run_after, trace_context, metadata,
                               submitted_by_name)
     SELECT $1::uuid, $2::text, CASE WHEN $6::text IS NULL THEN $3::jsonb END, $4::jsonb, 'FAILED', $5::text,
-           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now()), $9::text, $13::jsonb, $14::boolean"
+           now(), $6::text, $7::smallint, COALESCE($8::timestamptz, now() + $15::bigint * interval '1 millisecond'),
+           $9::text, $13::jsonb, $14::boolean"
 );
 
 /// What an existing job was submitted with, to tell a resubmission from a conflict.

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use protomolt_e2e::cluster::{PgCluster, Shutdown};
+use protomolt_e2e::cluster::Shutdown;
 use protomolt_e2e::proxy::{FaultProxy, Trigger};
 
+use crate::database::{Database, Handover};
 use crate::fixture::{Targets, now_ms};
 use crate::rng::Rng;
 use crate::world::{Broker, Node};
@@ -37,11 +38,22 @@ pub enum Fault {
     /// Produce answers rewritten to an error: OUT_OF_ORDER_SEQUENCE_NUMBER (fatal for
     /// an idempotent producer) or UNKNOWN_SERVER_ERROR (retriable), one to three.
     BrokerError,
+    /// Kill the primary (`-m immediate`), promote its synchronous standby a moment
+    /// later, rebuild the old primary as the new standby (a base backup).
+    Failover,
+    /// Stop the primary cleanly (`-m fast`), promote the standby, rebuild the old
+    /// primary as its standby.
+    Switchover,
+    /// The primary's data disk full to the last byte for 1 to 4 s (WAL on its own
+    /// disk, as production keeps it).
+    DiskFull,
+    /// One node's wall clock 30 s ahead or behind for a while.
+    ClockSkew,
 }
 
 impl Fault {
     /// Every kind, in the order the summary prints them.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 14] = [
         Fault::KillNode,
         Fault::StopNode,
         Fault::RestartDatabaseFast,
@@ -52,6 +64,10 @@ impl Fault {
         Fault::CommitLost,
         Fault::DbBlip,
         Fault::BrokerError,
+        Fault::Failover,
+        Fault::Switchover,
+        Fault::DiskFull,
+        Fault::ClockSkew,
     ];
 
     /// The summary's name.
@@ -67,6 +83,10 @@ impl Fault {
             Fault::CommitLost => "a COMMIT's answer lost",
             Fault::DbBlip => "the database unreachable 1-5 s",
             Fault::BrokerError => "produce answered with an error",
+            Fault::Failover => "kill the primary, promote the standby",
+            Fault::Switchover => "switch the primary over cleanly",
+            Fault::DiskFull => "the database's disk full 1-4 s",
+            Fault::ClockSkew => "a node's clock 30 s off",
         }
     }
 }
@@ -84,8 +104,8 @@ pub struct Injected {
 
 /// What the driver may hurt.
 pub struct Fleet {
-    /// The database.
-    pub database: Arc<PgCluster>,
+    /// The database: a primary and its standby, each behind a fault proxy.
+    pub database: Arc<Database>,
     /// The broker.
     pub broker: Arc<Broker>,
     /// The nodes.
@@ -94,8 +114,6 @@ pub struct Fleet {
     pub targets: Arc<Targets>,
     /// The nodes' lease.
     pub lease: Duration,
-    /// Between the nodes and the database.
-    pub database_proxy: Arc<FaultProxy>,
     /// Between the nodes and the broker.
     pub broker_proxy: Arc<FaultProxy>,
 }
@@ -166,8 +184,8 @@ async fn inject(fleet: &Fleet, fault: Fault, rng: &mut Rng) -> String {
                 Shutdown::Immediate
             };
             let database = fleet.database.clone();
-            blocking(move || database.restart(mode)).await;
-            "postgres".into()
+            blocking(move || database.primary().restart(mode)).await;
+            format!("primary :{}", fleet.database.ports().0)
         }
         Fault::RestartBroker => {
             let broker = fleet.broker.clone();
@@ -178,7 +196,7 @@ async fn inject(fleet: &Fleet, fault: Fault, rng: &mut Rng) -> String {
             "broker".into()
         }
         Fault::CutConnections => {
-            let cut = cut_connections(&fleet.database.url(""), &node.name).await;
+            let cut = cut_connections(&fleet.database.url(), &node.name).await;
             format!("{}: {cut} connections", node.name)
         }
         Fault::HangTarget => {
@@ -188,7 +206,7 @@ async fn inject(fleet: &Fleet, fault: Fault, rng: &mut Rng) -> String {
             "targets".into()
         }
         Fault::CommitLost => {
-            let proxy = &fleet.database_proxy;
+            let proxy = fleet.database.proxy();
             let cuts = rng.between(1, 4);
             let before = proxy.stats().cut_after_trigger;
             proxy.cut_after(Trigger::Commit, 1, Some(cuts));
@@ -202,7 +220,7 @@ async fn inject(fleet: &Fleet, fault: Fault, rng: &mut Rng) -> String {
         }
         Fault::DbBlip => {
             let length = pause(rng, 1_000, 5_000);
-            fleet.database_proxy.outage(length).await;
+            fleet.database.proxy().outage(length).await;
             format!("{} ms", length.as_millis())
         }
         Fault::BrokerError => {
@@ -224,6 +242,31 @@ async fn inject(fleet: &Fleet, fault: Fault, rng: &mut Rng) -> String {
                 "{} answers {name}",
                 proxy.stats().rewritten_answers - before
             )
+        }
+        Fault::Failover | Fault::Switchover => {
+            let how = if fault == Fault::Failover {
+                Handover::Failover
+            } else {
+                Handover::Switchover
+            };
+            let noticed = pause(rng, 200, 2_000);
+            let database = fleet.database.clone();
+            tokio::task::spawn_blocking(move || database.hand_over(how, noticed))
+                .await
+                .unwrap_or_else(|e| panic!("a hand-over panicked: {e}"))
+        }
+        Fault::DiskFull => fleet.database.fill_disk(pause(rng, 1_000, 4_000)).await,
+        Fault::ClockSkew => {
+            let Some(clock) = node.clock() else {
+                return format!("{}: no clock of its own", node.name);
+            };
+            let seconds = if rng.percent(50) { 30 } else { -30 };
+            clock.set(seconds);
+            // Past a lease, so a node judging leases by its own clock would be seen.
+            let past = fleet.lease.as_millis() as u64;
+            tokio::time::sleep(pause(rng, past + 1_000, 2 * past + 2_000)).await;
+            clock.set(0);
+            format!("{}: {seconds:+} s", node.name)
         }
     }
 }

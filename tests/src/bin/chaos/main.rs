@@ -5,11 +5,12 @@
 //! cargo run --release -p protomolt-e2e --bin chaos -- --jobs 2000 --seed 42 --minutes 10 --gap-ms 1000
 //! ```
 //!
-//! It starts a PostgreSQL cluster and a Tansu broker of its own (the broker storing
-//! in a second cluster), serves the fixture targets in-process, and runs three
-//! `protomolt-node` processes (the real binary, built beside this one first when
-//! started by `cargo run`), each reaching the database and the broker through the
-//! test kit's fault proxies. It submits the jobs over
+//! It starts a PostgreSQL primary with a synchronous standby (`database`) and a Tansu
+//! broker of its own (storing in a third cluster), serves the fixture targets
+//! in-process, and runs three `protomolt-node` processes (the real binary, built beside
+//! this one first when started by `cargo run`), each reaching the database and the
+//! broker through the test kit's fault proxies, on a wall clock the driver can set off
+//! (libfaketime). It submits the jobs over
 //! the minutes given, half over HTTP and half over the request topic, while an
 //! operator answers external steps, cancels some jobs, retries the DEAD ones and
 //! re-runs some finished ones from a step, and a fault driver kills, freezes and
@@ -20,6 +21,7 @@
 //! schedule (the machine's timing still varies). The working directory (node logs,
 //! configs) is kept when a check fails, or with `--keep`.
 
+mod database;
 mod faults;
 mod fixture;
 mod items;
@@ -34,11 +36,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use protomolt_e2e::cluster::PgCluster;
+use protomolt_e2e::cluster::SmallDisk;
 use protomolt_e2e::invariants;
+use protomolt_e2e::process::FakeClock;
 use protomolt_e2e::proxy::FaultProxy;
 use tokio_util::sync::CancellationToken;
 
+use crate::database::Database;
 use crate::faults::{Fault, Fleet};
 use crate::fixture::{Targets, now_ms};
 use crate::load::{Ledger, Nodes};
@@ -72,6 +76,10 @@ struct Args {
     /// The kinds of fault to inject (every kind when none is named).
     #[arg(long, value_enum, value_delimiter = ',')]
     faults: Vec<Fault>,
+    /// The size of each database server's data disk, in MiB, when `disk-full` is
+    /// among the faults (the disk is a tmpfs: mounting it needs root).
+    #[arg(long, default_value_t = 512)]
+    disk_mb: u64,
     /// The `protomolt-node` binary (default: beside this one).
     #[arg(long)]
     node_bin: Option<PathBuf>,
@@ -116,11 +124,19 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     let mut rng = Rng::new(seed);
     let (mut job_rng, fault_rng) = (rng.fork(), rng.fork());
 
-    let database = Arc::new(
-        tokio::task::spawn_blocking(|| PgCluster::start(None))
-            .await
-            .expect("the cluster starts"),
-    );
+    let kinds = if args.faults.is_empty() {
+        Fault::ALL.to_vec()
+    } else {
+        args.faults.clone()
+    };
+    let disk_mb = kinds.contains(&Fault::DiskFull).then(|| {
+        assert!(
+            SmallDisk::allowed(),
+            "the disk-full fault mounts a small tmpfs, which needs root: run as root or leave it out (--faults)"
+        );
+        args.disk_mb
+    });
+    let database = Arc::new(Database::start(disk_mb).await);
     let (_broker_storage, storage) = world::broker_storage().await;
     let broker = Arc::new(Broker::start(tansu, dir.join("broker"), storage));
     let topics = Topics {
@@ -132,7 +148,6 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
 
     // The nodes reach the database and the broker through fault proxies (commit-lost,
     // db-blip, broker-error); the run's own checks go direct.
-    let database_proxy = Arc::new(FaultProxy::postgres_for(&database.url("")).await);
     let broker_proxy = Arc::new(FaultProxy::kafka_for(&broker.bootstrap()).await);
     let targets = Arc::new(Targets::default());
     let target = fixture::serve(targets.clone()).await.to_string();
@@ -142,20 +157,24 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         .map(|i| {
             let name = format!("n{i}");
             let port = world::free_port();
-            let url = format!(
-                "{}&application_name={name}",
-                database_proxy.database_url(&database.url(""))
-            );
             let config = world::node_config(
                 &name,
                 port,
                 &workflows,
-                &url,
+                &database.node_url(&name),
                 &broker_proxy.addr().to_string(),
                 &topics,
                 args.lease_ms,
             );
-            Arc::new(Node::new(&name, port, &node_bin, &dir, &config))
+            let node = Node::new(&name, port, &node_bin, &dir, &config);
+            if !kinds.contains(&Fault::ClockSkew) {
+                return Arc::new(node);
+            }
+            let clock = FakeClock::new(&dir.join(format!("{name}.clock")));
+            let clock = clock.unwrap_or_else(|| {
+                panic!("the clock-skew fault needs libfaketime (./dev up installs it), or leave it out (--faults)")
+            });
+            Arc::new(node.with_clock(clock))
         })
         .collect();
     // The first node migrates the database alone; then the others join.
@@ -166,9 +185,10 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
             .expect("a node starts");
     }
     println!(
-        "chaos: fleet up in {} (database :{}, broker {}, targets {target})",
+        "chaos: fleet up in {} (database :{} with standby :{}, broker {}, targets {target})",
         dir.display(),
-        database.port,
+        database.ports().0,
+        database.ports().1,
         broker.bootstrap()
     );
 
@@ -205,13 +225,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         nodes: nodes.clone(),
         targets: targets.clone(),
         lease: Duration::from_millis(args.lease_ms),
-        database_proxy: database_proxy.clone(),
         broker_proxy: broker_proxy.clone(),
-    };
-    let kinds = if args.faults.is_empty() {
-        Fault::ALL.to_vec()
-    } else {
-        args.faults.clone()
     };
     let injected = faults::drive(
         &fleet,
@@ -224,7 +238,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     let last_fault = Instant::now();
     println!("chaos: {} faults injected; draining", injected.len());
 
-    let client = protomolt_e2e::connect(&database.url("")).await;
+    let client = protomolt_e2e::connect(&database.url()).await;
     let drained = drain(
         &client,
         &specs,

@@ -588,13 +588,14 @@ pub fn check(
             .push(call);
     }
     // Only faults that can cost a worker its claim or its write explain a re-run: a
-    // hung target is refused, not answered, and the broker holds no step.
+    // hung target is refused, not answered, and the broker holds no step. A node's
+    // clock set off explains nothing: leases are judged by the database's clock.
     let windows: Vec<(i64, i64)> = faults
         .iter()
         .filter(|f| {
             !matches!(
                 f.fault,
-                Fault::HangTarget | Fault::RestartBroker | Fault::BrokerError
+                Fault::HangTarget | Fault::RestartBroker | Fault::BrokerError | Fault::ClockSkew
             )
         })
         .map(|f| (f.started_ms, f.ended_ms))

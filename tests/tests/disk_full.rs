@@ -1,0 +1,141 @@
+//! The database's disk full (issue 38): PostgreSQL's data directory on a small tmpfs
+//! (its WAL on another disk, as production keeps it), filled to the last byte while
+//! jobs run, then freed. Submissions answer 503 with a sentence naming the full disk
+//! and write nothing; running jobs keep their claims and spend no attempt; everything
+//! resumes within seconds of space coming back. Needs root (it mounts the tmpfs), as
+//! the rest of the suite's clusters do.
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use protomolt_e2e::cluster::{ClusterOptions, PgCluster};
+use protomolt_e2e::jobs::{JobsNode, test_config};
+use serde_json::{Value, json};
+use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn job(node: &JobsNode, job_id: &str) -> Value {
+    let (status, answer) = node.call("get-job", json!({ "jobId": job_id })).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    answer["job"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_nothing() {
+    let cluster = PgCluster::start_with(
+        None,
+        ClusterOptions {
+            durable: true,
+            data_disk_mb: Some(128),
+        },
+    );
+    let disk = cluster.disk().expect("the cluster's small disk");
+    // Steps slow enough that jobs are mid-step when the disk fills.
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(1_500)),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let workflow = two_step_workflow(&server.target());
+    let node = JobsNode::start(test_config(&cluster.url(""), "disk", 4)).await;
+    let client = protomolt_e2e::connect(&cluster.url("")).await;
+
+    let mut jobs = Vec::new();
+    for i in 0..6 {
+        let (status, answer) = node
+            .call(
+                "submit-workflow",
+                json!({ "workflow": workflow, "input": { "text": format!("before {i}") } }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
+    }
+    let deadline = Instant::now() + WAIT;
+    while job(&node, &jobs[0]).await["status"] != "RUNNING" {
+        assert!(Instant::now() < deadline, "the first job never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Full: a submission that needs a new page is refused, saying why, and leaves
+    // nothing behind. (Rows that fit in pages with room still go in: keep sending.)
+    let filled = disk.fill();
+    assert!(filled > 0, "nothing written: the disk was already full?");
+    let refused_at = Instant::now();
+    let (answer, refused_id) = loop {
+        let job_id = uuid::Uuid::now_v7().to_string();
+        let (status, answer) = node
+            .call(
+                "submit-workflow",
+                json!({ "workflow": workflow, "input": { "text": "while full" }, "jobId": job_id }),
+            )
+            .await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            break (answer, job_id);
+        }
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        jobs.push(job_id);
+        assert!(
+            refused_at.elapsed() < Duration::from_secs(20),
+            "a full disk never refused a submission"
+        );
+    };
+    assert!(
+        answer.to_string().contains("disk is full"),
+        "the answer does not say the disk is full: {answer}"
+    );
+    let written: i64 = client
+        .query_one(
+            "SELECT count(*) FROM workflow_run WHERE job_id::text = $1",
+            &[&refused_id],
+        )
+        .await
+        .expect("a count")
+        .get(0);
+    assert_eq!(written, 0, "a refused submission left a row");
+
+    // Full for less than a lease (5 s): the running jobs hold on.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    disk.free();
+    let freed = Instant::now();
+    let deadline = freed + WAIT;
+    loop {
+        let (status, answer) = node
+            .call(
+                "submit-workflow",
+                json!({ "workflow": workflow, "input": { "text": "after" } }),
+            )
+            .await;
+        if status == StatusCode::OK {
+            jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
+            break;
+        }
+        assert!(Instant::now() < deadline, "never accepted again: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resumed = freed.elapsed();
+    assert!(
+        resumed < Duration::from_secs(10),
+        "submissions resumed {resumed:?} after space came back"
+    );
+    for job_id in &jobs {
+        loop {
+            let job = job(&node, job_id).await;
+            if job["status"] == "COMPLETED" {
+                assert_eq!(
+                    job["attempt"],
+                    json!(1),
+                    "job {job_id} spent an attempt on the full disk: {job}"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job_id} never completed after space came back: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    node.stop().await;
+}
