@@ -279,7 +279,7 @@ impl Start {
 
     /// When the job becomes claimable. A delay counts from the insert by the
     /// database's clock, not the node's: a node whose clock is off never starts a
-    /// delayed job early (the chaos run's clock-skew fault proves it).
+    /// delayed job early (`tests/tests/clock_skew.rs` proves it).
     fn run_after(self) -> RunAfter {
         match self {
             Start::Now => RunAfter::Now,

@@ -112,7 +112,10 @@ impl FakeClock {
 
     /// Sets the offset, in seconds (the process sees it within a second).
     pub fn set(&self, seconds: i64) {
-        std::fs::write(&self.file, format!("{seconds:+}\n")).expect("the clock's offset file");
+        // Written aside and renamed: libfaketime never reads a half-written file.
+        let aside = self.file.with_extension("new");
+        std::fs::write(&aside, format!("{seconds:+}\n")).expect("the clock's offset file");
+        std::fs::rename(&aside, &self.file).expect("the clock's offset file renamed");
     }
 
     /// Makes `command` run on this clock.
@@ -146,6 +149,15 @@ impl Node {
     pub fn with_clock(mut self, clock: FakeClock) -> Node {
         self.clock = Some(clock);
         self
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child
+            .lock()
+            .expect("node lock")
+            .as_ref()
+            .map(Child::id)
     }
 
     /// Its clock, when it has one of its own.

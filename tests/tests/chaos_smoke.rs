@@ -107,11 +107,19 @@ fn a_short_chaos_run_of_every_fault_kind_keeps_every_invariant() {
     ] {
         assert!(figure(act) > 0, "the operator never did '{act}':\n{stdout}");
     }
+    // The concurrency limit (2) was reached, so its check means something.
+    assert!(
+        figure("most calls of the concurrency-limited key in flight at once") >= 2,
+        "the limited jobs never reached their limit:\n{stdout}"
+    );
     for invariant in [
         "none lost or stuck",
         "the fleet drains after the faults",
         "every event on the topic, in order",
         "a step re-ran only under a fault",
+        "a concurrency limit never exceeded at the target",
+        "a rate limit never exceeded beyond its burst",
+        "one job per schedule tick",
     ] {
         assert!(
             stdout.contains(&format!("| {invariant} | held |")),

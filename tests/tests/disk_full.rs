@@ -94,6 +94,24 @@ async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_
         .expect("a count")
         .get(0);
     assert_eq!(written, 0, "a refused submission left a row");
+    // Submissions at once are written in one batch: each refused one still says why.
+    let at_once = (0..8).map(|i| {
+        node.call(
+            "submit-workflow",
+            json!({ "workflow": workflow, "input": { "text": format!("at once {i}") } }),
+        )
+    });
+    for (status, answer) in futures_util::future::join_all(at_once).await {
+        if status == StatusCode::OK {
+            jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
+            continue;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        assert!(
+            answer.to_string().contains("disk is full"),
+            "a submission of a batch was refused without saying the disk is full: {answer}"
+        );
+    }
 
     // Full for less than a lease (5 s): the running jobs hold on.
     tokio::time::sleep(Duration::from_secs(2)).await;

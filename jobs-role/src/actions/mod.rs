@@ -419,11 +419,14 @@ pub fn store_error(error: StoreError) -> ActionError {
         StoreError::Data { .. } => ActionError::invalid(format!(
             "the request holds a value the jobs database cannot store: {error}"
         )),
-        StoreError::Pool(_) | StoreError::Database(_) | StoreError::GroupCommit(_) => {
+        StoreError::Pool(_)
+        | StoreError::Database(_)
+        | StoreError::GroupCommit(_)
+        | StoreError::DiskFull(_) => {
             let reference = uuid::Uuid::now_v7();
             tracing::warn!(%reference, %error, "the jobs database is unavailable");
             let why = if error.is_disk_full() {
-                "the jobs database's disk is full; nothing was written: try again once its operator frees space"
+                "the jobs database's disk is full; try again once its operator frees space"
             } else {
                 "the jobs database is unavailable; try again shortly"
             };

@@ -9,19 +9,22 @@
 //!
 //! An anchor is a reading of `clock_timestamp()` paired with the [`Instant`] its
 //! answer arrived: the estimate `reading + elapsed` is never ahead of the database
-//! (the reading was taken before the answer came), and behind it by at most one round
-//! trip. Each new reading ([`offer`]) replaces the anchor when it is a tighter bound
-//! (later than the estimate) or the anchor is older than [`REANCHOR_AFTER`] (so a
-//! database whose clock was stepped back, or a failover to a host whose clock is
-//! behind, is followed within minutes). Until the first reading, [`now`] is the node's
-//! own clock. One anchor serves the process: every store a process opens reads a
-//! database on the same host's clock in practice, and a later reading only tightens it.
+//! while the anchor holds (the reading was taken before the answer came), and behind
+//! it by at most the reading's round trip. Each new reading ([`offer`]) bounds the
+//! database's time at its arrival between `reading` and `reading + round trip`; the
+//! anchor is replaced when its estimate falls below that range (the new reading is
+//! tighter) or above it (the database's clock was stepped back, or the node failed
+//! over to a host whose clock is behind, or the monotonic clock ran fast): so the
+//! estimate is at most one sweep away from being back within a round trip of the
+//! database. A replacement after the estimate ran ahead steps the stamps back by as
+//! much; nothing else does. Until the first reading, [`now`] is the node's own clock.
+//!
+//! One anchor serves the process, on the assumption that its stores reach one
+//! database host (or hosts keeping one time): a process whose stores read clocks that
+//! disagree stamps by whichever was read last.
 
 use std::sync::RwLock;
-use std::time::{Duration, Instant, SystemTime};
-
-/// How long an anchor is kept when later readings are no tighter.
-pub const REANCHOR_AFTER: Duration = Duration::from_secs(300);
+use std::time::{Instant, SystemTime};
 
 /// A reading of the database's clock and when, on this node's monotonic clock, it
 /// arrived.
@@ -59,18 +62,18 @@ impl DatabaseClock {
         anchor.map_or_else(SystemTime::now, |anchor| anchor.estimate_at(Instant::now()))
     }
 
-    fn offer(&self, database: SystemTime, arrived: Instant) {
-        let fresh = Anchor { database, arrived };
+    fn offer(&self, database: SystemTime, sent: Instant, arrived: Instant) {
+        let round_trip = arrived.saturating_duration_since(sent);
         let mut anchor = self
             .anchor
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let keep = anchor.is_some_and(|old| {
-            arrived.saturating_duration_since(old.arrived) < REANCHOR_AFTER
-                && old.estimate_at(arrived) >= database
+            let estimate = old.estimate_at(arrived);
+            estimate >= database && estimate <= database + round_trip
         });
         if !keep {
-            *anchor = Some(fresh);
+            *anchor = Some(Anchor { database, arrived });
         }
     }
 }
@@ -83,25 +86,30 @@ pub fn now() -> SystemTime {
     CLOCK.now()
 }
 
-/// Takes a reading of the database's clock (`database`), whose answer arrived at
-/// `arrived`, as the anchor when it is tighter or the anchor is old.
-pub fn offer(database: SystemTime, arrived: Instant) {
-    CLOCK.offer(database, arrived)
+/// Takes a reading of the database's clock (`database`), asked at `sent` and
+/// answered at `arrived`, as the anchor when the anchor's estimate falls outside what
+/// the reading allows (see the module docs).
+fn offer(database: SystemTime, sent: Instant, arrived: Instant) {
+    CLOCK.offer(database, sent, arrived)
 }
 
 /// Reads the database's clock on `client` and [`offer`]s the reading.
 pub(super) async fn read_on(client: &tokio_postgres::Client) -> Result<(), super::StoreError> {
-    let row = client.query_one(super::sql::READ_CLOCK, &[]).await?;
-    offer(row.try_get(0)?, Instant::now());
+    // Prepared first, so the timed round trip is the reading's alone.
+    let statement = client.prepare(super::sql::READ_CLOCK).await?;
+    let sent = Instant::now();
+    let row = client.query_one(&statement, &[]).await?;
+    offer(row.try_get(0)?, sent, Instant::now());
     Ok(())
 }
 
 impl super::Store {
-    /// Reads the database's clock, tightening the anchor events are stamped from
-    /// (the sweeper does, each sweep).
+    /// Reads the database's clock, keeping the anchor events are stamped from within
+    /// a round trip of it (the sweeper does, each sweep, on the connections the
+    /// sweeps use: a storm of readers never holds it up).
     pub async fn read_database_clock(&self) -> Result<(), super::StoreError> {
-        let connection = self.shared().await?;
-        read_on(&connection).await
+        let client = self.pool.get().await?;
+        read_on(&client).await
     }
 }
 
@@ -110,28 +118,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_estimate_follows_the_monotonic_clock_from_the_tightest_reading() {
+    fn the_anchor_moves_to_a_tighter_reading_and_away_from_one_it_is_ahead_of() {
+        use std::time::Duration;
         let clock = DatabaseClock::new();
-        // A clock ten minutes ahead of this machine's.
-        let skewed = SystemTime::now() + Duration::from_secs(600);
+        let ms = Duration::from_millis;
+        // A database clock ten minutes ahead of this machine's.
+        let database = SystemTime::now() + Duration::from_secs(600);
         let first = Instant::now();
-        clock.offer(skewed, first);
-        let estimate = clock.now();
-        assert!(estimate >= skewed && estimate < skewed + Duration::from_secs(60));
+        clock.offer(database, first, first + ms(4));
         let at = |clock: &DatabaseClock, instant| {
             clock.anchor.read().unwrap().unwrap().estimate_at(instant)
         };
-        // A looser reading (earlier than the estimate) is not taken...
-        clock.offer(skewed, first + Duration::from_millis(10));
-        assert_eq!(at(&clock, first), skewed);
-        // ...a tighter one is.
-        let later = first + Duration::from_millis(5);
-        clock.offer(skewed + Duration::from_millis(50), later);
-        assert_eq!(at(&clock, later), skewed + Duration::from_millis(50));
-        // An old anchor gives way to any reading, even one behind it.
-        let much_later = first + REANCHOR_AFTER + Duration::from_secs(1);
-        clock.offer(skewed, much_later);
-        assert_eq!(at(&clock, much_later), skewed);
+        assert_eq!(at(&clock, first + ms(4)), database);
+        // 10 ms on, a reading of +9 ms taken over a 3 ms round trip: the estimate
+        // (+10) lies within [+9, +12], so the anchor stays.
+        clock.offer(database + ms(9), first + ms(11), first + ms(14));
+        assert_eq!(at(&clock, first + ms(14)), database + ms(10));
+        // A tighter reading (+15 when the estimate says +14) is taken.
+        clock.offer(database + ms(15), first + ms(17), first + ms(18));
+        assert_eq!(at(&clock, first + ms(18)), database + ms(15));
+        // The database's clock stepped back a second: the estimate is above what the
+        // reading allows, and follows it at once.
+        clock.offer(database - ms(1_000), first + ms(20), first + ms(21));
+        assert_eq!(at(&clock, first + ms(21)), database - ms(1_000));
     }
 
     #[test]

@@ -558,8 +558,9 @@ impl Store {
         together: bool,
     ) -> Result<Vec<Result<(), StoreError>>, BatchFailure> {
         // Taken before BEGIN, by the database's clock as the node reads it (never
-        // ahead of it): the transaction's `now()`, from which a park's sleep and
-        // timeout count, is no earlier, so its events never look later than that.
+        // ahead of it while that clock runs steadily: see `store::clock`): the
+        // transaction's `now()`, from which a park's sleep and timeout count, is no
+        // earlier, so its events never look later than that.
         let began = super::clock::now();
         let tx = begin_batch(client).await?;
         // A write blocked on a row lock (an operator's open transaction) must not hold

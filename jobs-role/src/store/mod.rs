@@ -151,6 +151,11 @@ pub enum StoreError {
     /// failed, so whether it landed is unknown); a failure that may pass.
     #[error("committing a batch of job writes failed: {0}")]
     GroupCommit(String),
+    /// A batch of writes failed because the database's disk is full (SQLSTATE
+    /// 53100, shared by every write of the batch); a failure that passes once space
+    /// is freed.
+    #[error("the jobs database's disk is full: {0}")]
+    DiskFull(String),
     /// The job id exists with a different workflow or input.
     #[error("job {0} already exists with a different workflow or input; use a new jobId")]
     Conflict(Uuid),
@@ -246,8 +251,13 @@ impl StoreError {
     /// True when the database's disk is full (SQLSTATE 53100): nothing was written,
     /// and the same write passes once space is freed.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, StoreError::Database(e)
-            if e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL))
+        match self {
+            StoreError::Database(e) => {
+                e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL)
+            }
+            StoreError::DiskFull(_) => true,
+            _ => false,
+        }
     }
 
     /// True when PostgreSQL broke a deadlock by failing this transaction: the same
@@ -600,9 +610,15 @@ impl BatchFailure {
         if items == 1 {
             return vec![Err(e)];
         }
-        let shared = e.to_string();
+        let (disk_full, shared) = (e.is_disk_full(), e.to_string());
         (0..items)
-            .map(|_| Err(StoreError::GroupCommit(shared.clone())))
+            .map(|_| {
+                Err(if disk_full {
+                    StoreError::DiskFull(shared.clone())
+                } else {
+                    StoreError::GroupCommit(shared.clone())
+                })
+            })
             .collect()
     }
 }

@@ -41,7 +41,7 @@ pub fn may_pass(error: &StoreError) -> bool {
         // The flusher stops only once every job has let go of it: a write that finds
         // it stopped will never be written by it.
         StoreError::GroupCommit(why) => !why.contains("has stopped"),
-        StoreError::Pool(_) => true,
+        StoreError::Pool(_) | StoreError::DiskFull(_) => true,
         _ => false,
     }
 }

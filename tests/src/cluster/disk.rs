@@ -64,7 +64,12 @@ impl SmallDisk {
 
     /// Deletes what [`Self::fill`] wrote.
     pub fn free(&self) {
-        let _ = std::fs::remove_file(self.at.join(FILLER));
+        match std::fs::remove_file(self.at.join(FILLER)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                panic!("freeing the small disk at {}: {e}", self.at.display())
+            }
+            _ => {}
+        }
     }
 }
 

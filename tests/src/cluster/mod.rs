@@ -388,7 +388,15 @@ impl PgCluster {
                 .args(["-U", "postgres", "-d", "postgres", "-Atc"])
                 .arg("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = 'sync'")
                 .output();
-            if output.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() != "0") {
+            // A psql that failed (too many clients, a restart) proves nothing.
+            let synchronous = output.is_ok_and(|out| {
+                out.status.success()
+                    && String::from_utf8_lossy(&out.stdout)
+                        .trim()
+                        .parse::<i64>()
+                        .is_ok_and(|count| count > 0)
+            });
+            if synchronous {
                 return;
             }
             assert!(

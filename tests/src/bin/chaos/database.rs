@@ -106,7 +106,8 @@ impl Database {
     /// failover manager such as Patroni waits before it calls a standby synchronous);
     /// answers what it did.
     pub fn hand_over(&self, how: Handover, noticed: Duration) -> String {
-        let _one_at_a_time = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        // A hand-over that panicked left the pair half-changed: no other may follow.
+        let _one_at_a_time = self.changing.lock().expect("an earlier hand-over panicked");
         let old = self.primary_index();
         let new = 1 - old;
         match how {

@@ -128,6 +128,11 @@ pub async fn drive(
     gap: (u64, u64),
 ) -> Vec<Injected> {
     let mut injected = Vec::new();
+    if kinds.is_empty() {
+        // A soak without faults: the load runs its course.
+        tokio::time::sleep_until(until.into()).await;
+        return injected;
+    }
     let mut round: Vec<Fault> = Vec::new();
     loop {
         tokio::time::sleep(Duration::from_millis(rng.between(gap.0, gap.1))).await;

@@ -41,7 +41,24 @@ pub enum Kind {
     Event,
     /// tokenize, then `each`: a child job of `chaos-child` per id, 4 alive at once.
     Child,
+    /// tokenize → embed under flow control: at most [`LIMIT`] jobs RUNNING at once
+    /// fleet-wide (one concurrency key), the embed step under a rate limit
+    /// ([`RATE_PER_S`], burst [`BURST`]). Submitted in bursts, its targets slow.
+    Limited,
 }
+
+/// The concurrency limit of the `Limited` jobs' key.
+pub const LIMIT: usize = 2;
+
+/// The rate limit of a `Limited` job's embed step: calls per second...
+pub const RATE_PER_S: f64 = 2.0;
+
+/// ...and how many a full bucket holds.
+pub const BURST: usize = 2;
+
+/// `Limited` jobs are submitted this many at once (well over [`LIMIT`], so the limit
+/// is reached).
+const LIMITED_TOGETHER: usize = 8;
 
 /// The workflow a `Child` job starts per element: embeds its ids.
 pub const CHILD_WORKFLOW: &str = "chaos-child";
@@ -62,6 +79,7 @@ impl Kind {
             Kind::Sleep => "chaos-sleep",
             Kind::Event => "chaos-event",
             Kind::Child => "chaos-children",
+            Kind::Limited => "chaos-limited",
         }
     }
 
@@ -79,7 +97,7 @@ impl Kind {
     /// The steps, in order.
     pub fn steps(self) -> &'static [&'static str] {
         match self {
-            Kind::Two => &["tokenize", "embed"],
+            Kind::Two | Kind::Limited => &["tokenize", "embed"],
             Kind::Review => &["tokenize", "review", "embed"],
             Kind::Checked => &["tokenize", "check", "embed"],
             Kind::Four | Kind::Graph => &["tokenize", "embed", "retokenize", "reembed"],
@@ -95,7 +113,7 @@ impl Kind {
         format!("chaos-{text}")
     }
 
-    const ALL: [Kind; 9] = [
+    const ALL: [Kind; 10] = [
         Kind::Two,
         Kind::Review,
         Kind::Checked,
@@ -105,6 +123,7 @@ impl Kind {
         Kind::Sleep,
         Kind::Event,
         Kind::Child,
+        Kind::Limited,
     ];
 
     /// The workflow's envelope over the targets at `target`.
@@ -126,6 +145,18 @@ impl Kind {
         };
         let steps = match self {
             Kind::Two => vec![tokenize("tokenize"), embed("embed", "tokenize")],
+            Kind::Limited => {
+                let mut limited_embed = embed("embed", "tokenize");
+                limited_embed["rateLimit"] =
+                    json!({ "rate": format!("{RATE_PER_S}/s"), "burst": BURST });
+                let mut limited = workflow(
+                    self.workflow_name(),
+                    vec![tokenize("tokenize"), limited_embed],
+                    None,
+                );
+                limited["concurrency"] = json!([{ "key": "'all'", "limit": LIMIT }]);
+                return limited;
+            }
             Kind::Review => vec![
                 tokenize("tokenize"),
                 review_step(target),
@@ -247,10 +278,13 @@ pub struct JobSpec {
 
 /// Draws `count` jobs submitted over `window`.
 pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> {
+    // Each group of `Limited` jobs goes in when its first would.
+    let (mut limited, mut group_at) = (0usize, Duration::ZERO);
     (0..count)
         .map(|i| {
             let kind = match rng.between(0, 99) {
-                0..=21 => Kind::Two,
+                0..=13 => Kind::Two,
+                14..=21 => Kind::Limited,
                 22..=35 => Kind::Four,
                 36..=53 => Kind::Review,
                 54..=67 => Kind::Checked,
@@ -268,7 +302,8 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
             };
             let steps = kind.called();
             let mut plan = Plan {
-                slow: rng.percent(10),
+                // A limited job's calls are slow, so its limit is reached.
+                slow: kind == Kind::Limited || rng.percent(10),
                 ..Plan::default()
             };
             if rng.percent(25) {
@@ -319,7 +354,18 @@ pub fn draw_jobs(rng: &mut Rng, count: usize, window: Duration) -> Vec<JobSpec> 
                     Lane::Kafka
                 },
                 plan,
-                submit_at: window.mul_f64(i as f64 / count.max(1) as f64),
+                submit_at: {
+                    let at = window.mul_f64(i as f64 / count.max(1) as f64);
+                    if kind == Kind::Limited {
+                        if limited % LIMITED_TOGETHER == 0 {
+                            group_at = at;
+                        }
+                        limited += 1;
+                        group_at
+                    } else {
+                        at
+                    }
+                },
                 cancel_after,
                 answer_after,
                 rerun_from,

@@ -24,9 +24,11 @@
 mod database;
 mod faults;
 mod fixture;
+mod flow;
 mod items;
 mod load;
 mod rng;
+mod soak;
 mod verdict;
 mod world;
 
@@ -80,6 +82,17 @@ struct Args {
     /// among the faults (the disk is a tmpfs: mounting it needs root).
     #[arg(long, default_value_t = 512)]
     disk_mb: u64,
+    /// A soak of this many minutes instead of a chaos run: a steady load at `--rate`,
+    /// retention on, no faults unless `--faults` names some, every minute sampled
+    /// (see `soak.rs`); its CSV and chart go to `--soak-out`.
+    #[arg(long)]
+    soak: Option<f64>,
+    /// The soak's load, in jobs per second (run it at half what the fleet drains).
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    /// Where the soak writes `soak.csv` and `soak.png`.
+    #[arg(long, default_value = "docs/soak")]
+    soak_out: PathBuf,
     /// The `protomolt-node` binary (default: beside this one).
     #[arg(long)]
     node_bin: Option<PathBuf>,
@@ -95,9 +108,24 @@ struct Args {
 async fn main() {
     let args = Args::parse();
     let seed = args.seed.unwrap_or_else(|| now_ms() as u64);
+    let args = match args.soak {
+        Some(minutes) => Args {
+            minutes,
+            jobs: (args.rate * minutes * 60.0) as usize,
+            ..args
+        },
+        None => args,
+    };
     println!(
-        "chaos: seed {seed} (replay with --seed {seed}), {} jobs, {} minutes of faults, {} nodes",
-        args.jobs, args.minutes, args.nodes
+        "chaos: seed {seed} (replay with --seed {seed}), {} jobs, {} minutes{}, {} nodes",
+        args.jobs,
+        args.minutes,
+        if args.soak.is_some() {
+            " of soak"
+        } else {
+            " of faults"
+        },
+        args.nodes
     );
     let node_bin = world::node_binary(args.node_bin.clone());
     let tansu = world::tansu_binary(args.tansu.clone());
@@ -124,10 +152,10 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     let mut rng = Rng::new(seed);
     let (mut job_rng, fault_rng) = (rng.fork(), rng.fork());
 
-    let kinds = if args.faults.is_empty() {
-        Fault::ALL.to_vec()
-    } else {
+    let kinds = if args.soak.is_some() || !args.faults.is_empty() {
         args.faults.clone()
+    } else {
+        Fault::ALL.to_vec()
     };
     let disk_mb = kinds.contains(&Fault::DiskFull).then(|| {
         assert!(
@@ -165,6 +193,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
                 &broker_proxy.addr().to_string(),
                 &topics,
                 args.lease_ms,
+                args.soak.is_some(),
             );
             let node = Node::new(&name, port, &node_bin, &dir, &config);
             if !kinds.contains(&Fault::ClockSkew) {
@@ -193,12 +222,15 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     );
 
     let window = Duration::from_secs_f64(args.minutes * 60.0);
+    // A chaos run submits over the first 80% of its faults; a soak all along.
+    let submitting = if args.soak.is_some() { 1.0 } else { 0.8 };
     let specs = Arc::new(load::draw_jobs(
         &mut job_rng,
         args.jobs,
-        window.mul_f64(0.8),
+        window.mul_f64(submitting),
     ));
     let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let schedule_span = flow::put_schedule(&nodes[0].url(), window).await;
     let client_nodes = Nodes::new(nodes.iter().map(|n| n.url()).collect());
     let start = Instant::now();
     let submitter = tokio::spawn(load::submit_all(
@@ -227,6 +259,17 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         lease: Duration::from_millis(args.lease_ms),
         broker_proxy: broker_proxy.clone(),
     };
+    let stop_sampling = CancellationToken::new();
+    let sampler = args.soak.is_some().then(|| {
+        tokio::spawn(soak::sample(
+            nodes.clone(),
+            database.clone(),
+            targets.clone(),
+            soak::steady_jobs(&specs),
+            Duration::from_secs(60),
+            stop_sampling.clone(),
+        ))
+    });
     let injected = faults::drive(
         &fleet,
         fault_rng,
@@ -236,9 +279,13 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     )
     .await;
     let last_fault = Instant::now();
+    stop_sampling.cancel();
     println!("chaos: {} faults injected; draining", injected.len());
 
     let client = protomolt_e2e::connect(&database.url()).await;
+    if args.soak.is_none() {
+        flow::wait_for_last_tick(&client, schedule_span, Duration::from_secs(60)).await;
+    }
     let drained = drain(
         &client,
         &specs,
@@ -261,6 +308,26 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     }
 
     let report = invariants::check(&client, true).await;
+    if let Some(sampler) = sampler {
+        let samples = sampler.await.expect("the sampler ends");
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let logs: Vec<(String, String)> = nodes
+            .iter()
+            .map(|n| {
+                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                (n.name.clone(), log)
+            })
+            .collect();
+        return soak::report(
+            &args.soak_out,
+            &samples,
+            &names,
+            report,
+            drained,
+            &logs,
+            commit(),
+        );
+    }
     let database_state = verdict::read_database(&client).await;
     let (topic, topic_records, topic_undecodable) = verdict::read_topic(
         &broker.bootstrap(),
@@ -289,6 +356,7 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         drained,
         requests: verdict::read_request_keys(&broker.bootstrap(), &topics.requests, 3).await,
         map: items::read(&client).await,
+        ticks: flow::read_ticks(&client, schedule_span).await,
         children_twice: database_state.children_twice,
     };
 
@@ -351,6 +419,10 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
         ),
         ("re-runs from a step", ledger.reruns.len().to_string()),
         ("cancels", ledger.cancels.len().to_string()),
+        (
+            "most calls of the concurrency-limited key in flight at once",
+            findings.limited_peak.to_string(),
+        ),
         ("review answers", ledger.answered.len().to_string()),
     ];
     for (name, value) in figures {
@@ -418,7 +490,8 @@ async fn drain(
                         (SELECT count(*) FROM workflow_run_events_outbox WHERE status <> 'PUBLISHED'),
                         ARRAY(SELECT job_id::text FROM workflow_run WHERE status = 'DEAD'),
                         (SELECT count(*) FROM unnest($1::text[]) AS a(id)
-                          WHERE NOT EXISTS (SELECT 1 FROM workflow_run WHERE job_id::text = a.id))",
+                          WHERE NOT EXISTS (SELECT 1 FROM workflow_run WHERE job_id::text = a.id)
+                            AND NOT EXISTS (SELECT 1 FROM workflow_run_pruned p WHERE p.job_id::text = a.id))",
                 &[&accepted],
             )
             .await

@@ -20,6 +20,7 @@ use tokio_postgres::Client;
 
 use crate::faults::{Fault, Injected};
 use crate::fixture::{Call, Outcome};
+use crate::flow::{self, Ticks};
 use crate::items::{self, MapEvidence};
 use crate::load::{JobSpec, Kind, Lane, Ledger, NAP_MS};
 
@@ -49,7 +50,7 @@ pub const LOGS: &str = "no constraint error, no panic";
 pub const DRAINED: &str = "the fleet drains after the faults";
 
 /// Every invariant of this module, in the summary's order.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 14] = [
     DRAINED,
     WAITING,
     SLEEPS,
@@ -59,6 +60,9 @@ pub const ALL: [&str; 11] = [
     SIDE_EFFECTS,
     AFTER_CHECKPOINT,
     items::ITEMS,
+    flow::LIMITS,
+    flow::RATES,
+    flow::TICKS,
     TOPIC,
     LOGS,
 ];
@@ -129,6 +133,8 @@ pub struct Evidence {
     pub requests: BTreeMap<String, String>,
     /// The map steps' stored elements and outputs.
     pub map: MapEvidence,
+    /// The jobs the run's schedule made per tick.
+    pub ticks: Ticks,
     /// Parents' slots with more than one child.
     pub children_twice: Vec<String>,
 }
@@ -153,7 +159,7 @@ pub async fn read_database(client: &Client) -> Database {
     // The jobs the load submitted: children are checked as their parents' slots.
     let statuses = client
         .query(
-            "SELECT job_id::text, status FROM workflow_run WHERE root_job_id IS NULL",
+            "SELECT job_id::text, status FROM workflow_run WHERE root_job_id IS NULL AND schedule_name IS NULL",
             &[],
         )
         .await
@@ -449,6 +455,8 @@ pub struct Findings {
     pub max_reexecutions: usize,
     /// Steps answered more than once.
     pub steps_reexecuted: usize,
+    /// The most calls of the concurrency-limited jobs in flight at once.
+    pub limited_peak: usize,
 }
 
 /// Runs every check of this module.
@@ -600,6 +608,9 @@ pub fn check(
         })
         .map(|f| (f.started_ms, f.ended_ms))
         .collect();
+    let (flow_breaches, limited_peak) = flow::check(specs, calls, &evidence.ticks);
+    findings.breaches.extend(flow_breaches);
+    findings.limited_peak = limited_peak;
     for ((job, step), mut step_calls) in by_step {
         step_calls.sort_by_key(|c| c.started_ms);
         let steps = by_id.get(job).map_or(&[][..], |s| s.kind.steps());
@@ -717,18 +728,25 @@ pub fn check(
         }
     }
 
-    for (node, log) in &evidence.logs {
+    findings.breaches.extend(log_breaches(&evidence.logs));
+    findings
+}
+
+/// [`LOGS`] over each node's log (its name, its text).
+pub fn log_breaches(logs: &[(String, String)]) -> Vec<Breach> {
+    let mut breaches = Vec::new();
+    for (node, log) in logs {
         for line in log.lines() {
             let constraint = line.contains("violates") && line.contains("constraint");
             if constraint || line.contains("panicked") {
-                findings.breaches.push(breach(
+                breaches.push(breach(
                     LOGS,
                     format!("{node}: {}", line.chars().take(300).collect::<String>()),
                 ));
             }
         }
     }
-    findings
+    breaches
 }
 
 /// A consumer assigned every partition of `topic` from its first record (by

@@ -104,7 +104,9 @@ impl Drop for Broker {
 }
 
 /// The `[node]`, `[registry]` and `[jobs]` of a chaos node: a short lease so a
-/// stopped node loses it within the run, quick sweeps, backoffs and relay polls.
+/// stopped node loses it within the run, quick sweeps, backoffs and relay polls; with
+/// `retention`, finished jobs and published events deleted 5 minutes on (a soak).
+#[allow(clippy::too_many_arguments)]
 pub fn node_config(
     name: &str,
     port: u16,
@@ -113,7 +115,21 @@ pub fn node_config(
     bootstrap: &str,
     topics: &Topics,
     lease_ms: u64,
+    retention: bool,
 ) -> String {
+    let retention = if retention {
+        "
+[jobs.retention]
+completed_ms = 300000
+failed_ms = 300000
+dead_ms = 300000
+cancelled_ms = 300000
+published_events_ms = 300000
+interval_ms = 60000
+"
+    } else {
+        ""
+    };
     format!(
         r#"[node]
 bind = "127.0.0.1:{port}"
@@ -153,7 +169,7 @@ relay_backoff_max_ms = 1000
 "message.timeout.ms" = "300000"
 "isolation.level" = "read_uncommitted"
 "reconnect.backoff.max.ms" = "1000"
-"#,
+{retention}"#,
         workflows = workflows_dir.display(),
         events = topics.events,
         requests = topics.requests,
