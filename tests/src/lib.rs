@@ -11,6 +11,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod browser;
+pub mod charts;
 pub mod cluster;
 pub mod hostile;
 pub mod invariants;

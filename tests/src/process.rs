@@ -226,6 +226,55 @@ impl Drop for Node {
     }
 }
 
+/// The config of a `protomolt-node` named `name` running the registry and jobs roles
+/// over `database_url`, its stored workflows in `workflows`, with `jobs_settings`
+/// (lines of `[jobs]` keys: leases, polls, what the test needs) added to its `[jobs]`.
+pub fn fleet_node_config(
+    name: &str,
+    port: u16,
+    workflows: &Path,
+    database_url: &str,
+    jobs_settings: &str,
+) -> String {
+    format!(
+        r#"[node]
+bind = "127.0.0.1:{port}"
+roles = ["registry", "jobs"]
+shutdown_grace_ms = 2000
+
+[registry]
+workflows_dir = "{workflows}"
+
+[jobs]
+database_url = "{database_url}"
+worker_id = "{name}"
+max_in_flight = 4
+shutdown_grace_ms = 1000
+max_connections = 6
+{jobs_settings}"#,
+        workflows = workflows.display(),
+    )
+}
+
+/// Calls `verb` on `node` with `body`; panics unless it answers 2xx; answers its JSON.
+pub async fn post_verb(
+    http: &reqwest::Client,
+    node: &Node,
+    verb: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let response = http
+        .post(format!("{}/v1/actions/{verb}", node.url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{verb} on {}: {e}", node.name));
+    let status = response.status();
+    let answer: serde_json::Value = response.json().await.expect("a JSON answer");
+    assert!(status.is_success(), "{verb} answered {status}: {answer}");
+    answer
+}
+
 /// The `protomolt-node` binary `cargo test` built beside `binary` (a binary of this
 /// package, such as `env!("CARGO_BIN_EXE_chaos")`), or a panic saying how to build it.
 pub fn node_binary_beside(binary: &Path) -> PathBuf {

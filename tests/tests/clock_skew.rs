@@ -7,49 +7,17 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::process::{FakeClock, Node, free_port, node_binary_beside};
-use serde_json::{Value, json};
+use protomolt_e2e::process::{
+    FakeClock, Node, fleet_node_config, free_port, node_binary_beside, post_verb,
+};
+use serde_json::json;
 use workflow::testkit::{FixtureOptions, FixtureServer, two_step_workflow};
 
 /// How far each node's clock is off.
 const SKEW_S: i64 = 30;
 
-fn node_config(name: &str, port: u16, workflows: &std::path::Path, database_url: &str) -> String {
-    format!(
-        r#"[node]
-bind = "127.0.0.1:{port}"
-roles = ["registry", "jobs"]
-shutdown_grace_ms = 2000
-
-[registry]
-workflows_dir = "{workflows}"
-
-[jobs]
-database_url = "{database_url}"
-worker_id = "{name}"
-max_in_flight = 4
-lease_ms = 3000
-sweep_interval_ms = 300
-poll_interval_ms = 300
-shutdown_grace_ms = 1000
-max_connections = 6
-"#,
-        workflows = workflows.display(),
-    )
-}
-
-async fn post(http: &reqwest::Client, node: &Node, verb: &str, body: Value) -> Value {
-    let response = http
-        .post(format!("{}/v1/actions/{verb}", node.url()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{verb} on {}: {e}", node.name));
-    let status = response.status();
-    let answer: Value = response.json().await.expect("a JSON answer");
-    assert!(status.is_success(), "{verb} answered {status}: {answer}");
-    answer
-}
+/// Its `[jobs]` settings beyond the fleet's defaults.
+const JOBS_SETTINGS: &str = "lease_ms = 3000\nsweep_interval_ms = 300\npoll_interval_ms = 300\n";
 
 fn parse(at: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(at)
@@ -77,7 +45,7 @@ async fn nodes_with_clocks_off_delay_stamp_and_lease_by_the_databases_clock() {
         .iter()
         .map(|(name, skew)| {
             let port = free_port();
-            let config = node_config(name, port, &workflows, &db.url);
+            let config = fleet_node_config(name, port, &workflows, &db.url, JOBS_SETTINGS);
             let clock = FakeClock::new(&dir.path().join(format!("{name}.clock")))
                 .expect("libfaketime (./dev up installs it: apt-get install libfaketime)");
             clock.set(*skew);
@@ -92,7 +60,7 @@ async fn nodes_with_clocks_off_delay_stamp_and_lease_by_the_databases_clock() {
 
     // The skew is real: each node reads its own clock 30 s off.
     for (node, skew) in nodes.iter().zip([SKEW_S, -SKEW_S]) {
-        let fleet = post(&http, node, "get-fleet", json!({})).await;
+        let fleet = post_verb(&http, node, "get-fleet", json!({})).await;
         let read_at = parse(fleet["readAt"].as_str().expect("readAt"));
         let off = (read_at - Utc::now()).num_seconds();
         assert!(
@@ -104,7 +72,7 @@ async fn nodes_with_clocks_off_delay_stamp_and_lease_by_the_databases_clock() {
 
     // A delay counts from the database's clock, on either node.
     for node in &nodes {
-        let answer = post(
+        let answer = post_verb(
             &http,
             node,
             "submit-workflow",
@@ -136,7 +104,7 @@ async fn nodes_with_clocks_off_delay_stamp_and_lease_by_the_databases_clock() {
     let mut jobs = Vec::new();
     for i in 0..12 {
         let node = &nodes[i % 2];
-        let answer = post(
+        let answer = post_verb(
             &http,
             node,
             "submit-workflow",
@@ -148,7 +116,7 @@ async fn nodes_with_clocks_off_delay_stamp_and_lease_by_the_databases_clock() {
     let deadline = Instant::now() + Duration::from_secs(120);
     for job in &jobs {
         loop {
-            let answer = post(&http, &nodes[0], "get-job", json!({ "jobId": job })).await;
+            let answer = post_verb(&http, &nodes[0], "get-job", json!({ "jobId": job })).await;
             let answer = &answer["job"];
             if answer["status"] == "COMPLETED" {
                 // Between the row's creation and its end, by the database's clock.

@@ -7,56 +7,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, DurationRound, Utc};
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::process::{Node, free_port, node_binary_beside};
+use protomolt_e2e::process::{Node, fleet_node_config, free_port, node_binary_beside, post_verb};
 use serde_json::json;
 use workflow::testkit::{FixtureServer, leaf_workflow};
 
 /// The schedule's span: 60 ticks of one second.
 const TICKS: i64 = 60;
 
-fn node_config(name: &str, port: u16, workflows: &std::path::Path, database_url: &str) -> String {
-    format!(
-        r#"[node]
-bind = "127.0.0.1:{port}"
-roles = ["registry", "jobs"]
-shutdown_grace_ms = 2000
-
-[registry]
-workflows_dir = "{workflows}"
-
-[jobs]
-database_url = "{database_url}"
-worker_id = "{name}"
-max_in_flight = 4
-lease_ms = 5000
-sweep_interval_ms = 500
-poll_interval_ms = 500
-backoff_base_ms = 200
-shutdown_grace_ms = 1000
-schedule_poll_ms = 200
-max_connections = 6
-"#,
-        workflows = workflows.display(),
-    )
-}
-
-async fn post(
-    http: &reqwest::Client,
-    node: &Node,
-    verb: &str,
-    body: serde_json::Value,
-) -> serde_json::Value {
-    let response = http
-        .post(format!("{}/v1/actions/{verb}", node.url()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{verb} on {}: {e}", node.name));
-    let status = response.status();
-    let answer: serde_json::Value = response.json().await.expect("a JSON answer");
-    assert!(status.is_success(), "{verb} answered {status}: {answer}");
-    answer
-}
+/// Its `[jobs]` settings beyond the fleet's defaults.
+const JOBS_SETTINGS: &str = "lease_ms = 5000\nsweep_interval_ms = 500\npoll_interval_ms = 500\nbackoff_base_ms = 200\nschedule_poll_ms = 200\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_every_second_schedule_makes_one_job_per_tick_while_nodes_die_and_freeze() {
@@ -77,7 +36,7 @@ async fn an_every_second_schedule_makes_one_job_per_tick_while_nodes_die_and_fre
         .iter()
         .map(|name| {
             let port = free_port();
-            let config = node_config(name, port, &workflows, &db.url);
+            let config = fleet_node_config(name, port, &workflows, &db.url, JOBS_SETTINGS);
             Node::new(name, port, &node_bin, dir.path(), &config)
         })
         .collect();
@@ -91,7 +50,7 @@ async fn an_every_second_schedule_makes_one_job_per_tick_while_nodes_die_and_fre
         .duration_trunc(chrono::Duration::seconds(1))
         .expect("a whole second");
     let end = start + chrono::Duration::seconds(TICKS);
-    post(
+    post_verb(
         &http,
         &nodes[0],
         "put-schedule",
@@ -151,7 +110,7 @@ async fn an_every_second_schedule_makes_one_job_per_tick_while_nodes_die_and_fre
         ticks.iter().all(|t| *t >= start && *t < end),
         "no job outside the schedule's span: {ticks:?}"
     );
-    let schedule = post(
+    let schedule = post_verb(
         &http,
         &nodes[2],
         "get-schedule",

@@ -15,10 +15,6 @@ use std::collections::BTreeMap;
 
 use plotters::prelude::*;
 
-const FONTS: [&str; 2] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
 const WIDTH: u32 = 1600;
 const ROW: i32 = 17;
 const MAX_DEPTH: usize = 48;
@@ -144,13 +140,7 @@ fn main() -> Result<(), String> {
     if root.samples == 0 {
         return Err(format!("{input}: no samples (is it `perf script` output?)"));
     }
-    let font = FONTS
-        .iter()
-        .find_map(|font| std::fs::read(font).ok())
-        .ok_or("no TrueType font found (install fonts-dejavu-core)")?;
-    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| "the font could not be read".to_owned())?;
+    protomolt_e2e::charts::register_label_font()?;
     let rows = root.depth() as i32;
     let height = (rows + 3) * ROW;
     let area = BitMapBackend::new(output, (WIDTH, height as u32)).into_drawing_area();

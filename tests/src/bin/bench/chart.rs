@@ -4,12 +4,6 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-/// Where a TrueType font for the labels is looked for (Debian's DejaVu first).
-const FONTS: [&str; 2] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
-
 /// Draws `points` (in-flight limit, jobs/s) to `path`, with `target` as a line, and
 /// the peer's drain of the same run (no-op jobs, its defaults) as another.
 pub fn draw(
@@ -18,14 +12,7 @@ pub fn draw(
     target: f64,
     peer: Option<f64>,
 ) -> Result<(), String> {
-    let font = FONTS
-        .iter()
-        .find_map(|font| std::fs::read(font).ok())
-        .ok_or("no TrueType font found for the chart's labels (install fonts-dejavu-core)")?;
-    // plotters keeps the registered font for the life of the process.
-    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| "the font could not be read".to_owned())?;
+    protomolt_e2e::charts::register_label_font()?;
 
     let root = BitMapBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;

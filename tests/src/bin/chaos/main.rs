@@ -430,28 +430,15 @@ async fn run(args: &Args, seed: u64, node_bin: PathBuf, tansu: PathBuf, dir: Pat
     }
     let mut breaches = report.breaches.clone();
     breaches.extend(findings.breaches);
-    println!("\n| invariant | verdict |\n|---|---|");
     let database_invariants = [
         invariants::STUCK,
         invariants::CHECKPOINTS,
         invariants::UNPUBLISHED,
     ];
-    for invariant in database_invariants.into_iter().chain(verdict::ALL) {
-        let broken = breaches.iter().filter(|b| b.invariant == invariant).count();
-        let verdict = if broken == 0 {
-            "held".to_owned()
-        } else {
-            format!("BROKEN ({broken})")
-        };
-        println!("| {invariant} | {verdict} |");
-    }
-    for breach in breaches.iter().take(40) {
-        println!("- {}: {}", breach.invariant, breach.detail);
-    }
-    if breaches.is_empty() {
-        println!("\nchaos: every invariant held");
-    }
-    breaches.is_empty()
+    verdict::print_verdicts(
+        database_invariants.into_iter().chain(verdict::ALL),
+        &breaches,
+    )
 }
 
 /// Waits until the submitter is done, the operator has nothing left to do and the

@@ -377,7 +377,6 @@ pub fn report(
     for (name, value) in figures {
         println!("| {name} | {value} |");
     }
-    println!("\n| invariant | verdict |\n|---|---|");
     let invariants = [
         protomolt_e2e::invariants::STUCK,
         protomolt_e2e::invariants::CHECKPOINTS,
@@ -390,22 +389,7 @@ pub fn report(
         FDS,
         LATENCY,
     ];
-    for invariant in invariants {
-        let broken = breaches.iter().filter(|b| b.invariant == invariant).count();
-        let verdict = if broken == 0 {
-            "held".to_owned()
-        } else {
-            format!("BROKEN ({broken})")
-        };
-        println!("| {invariant} | {verdict} |");
-    }
-    for breach in breaches.iter().take(40) {
-        println!("- {}: {}", breach.invariant, breach.detail);
-    }
-    if breaches.is_empty() {
-        println!("\nchaos: every invariant held");
-    }
-    breaches.is_empty()
+    crate::verdict::print_verdicts(invariants, &breaches)
 }
 
 /// Writes the samples as a CSV (one row a minute, a column per node and figure).
@@ -428,26 +412,13 @@ pub fn write_csv(path: &Path, samples: &[Sample], names: &[String]) -> std::io::
     std::fs::write(path, text)
 }
 
-/// Where a TrueType font for the labels is looked for (Debian's DejaVu first).
-const FONTS: [&str; 2] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
-
 /// One panel of the chart: its title, its unit, its lines and their labels.
 type Panel<'a> = (&'a str, &'a str, Vec<Vec<(f64, f64)>>, &'a Vec<String>);
 
 /// Draws four panels (resident sets, sessions, table sizes, p99 hand-off) against the
 /// minute.
 pub fn draw(path: &Path, samples: &[Sample], names: &[String]) -> Result<(), String> {
-    let font = FONTS
-        .iter()
-        .find_map(|font| std::fs::read(font).ok())
-        .ok_or("no TrueType font found for the chart's labels (install fonts-dejavu-core)")?;
-    // plotters keeps the registered font for the life of the process.
-    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| "the font could not be read".to_owned())?;
+    protomolt_e2e::charts::register_label_font()?;
     let root = BitMapBackend::new(path, (1200, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let panels = root.split_evenly((2, 2));

@@ -732,6 +732,31 @@ pub fn check(
     findings
 }
 
+/// Prints the verdict table of `invariants` and the first breaches; answers whether
+/// every invariant held.
+pub fn print_verdicts<'a>(
+    invariants: impl IntoIterator<Item = &'a str>,
+    breaches: &[Breach],
+) -> bool {
+    println!("\n| invariant | verdict |\n|---|---|");
+    for invariant in invariants {
+        let broken = breaches.iter().filter(|b| b.invariant == invariant).count();
+        let verdict = if broken == 0 {
+            "held".to_owned()
+        } else {
+            format!("BROKEN ({broken})")
+        };
+        println!("| {invariant} | {verdict} |");
+    }
+    for breach in breaches.iter().take(40) {
+        println!("- {}: {}", breach.invariant, breach.detail);
+    }
+    if breaches.is_empty() {
+        println!("\nchaos: every invariant held");
+    }
+    breaches.is_empty()
+}
+
 /// [`LOGS`] over each node's log (its name, its text).
 pub fn log_breaches(logs: &[(String, String)]) -> Vec<Breach> {
     let mut breaches = Vec::new();
