@@ -344,8 +344,11 @@ async fn an_event_id_is_idempotent_per_key_a_key_no_sender_can_name_fails_and_pa
     node.stop().await;
 }
 
-#[tokio::test]
-async fn the_sweeper_requeues_a_parked_job_that_missed_a_kept_event() {
+/// A parked job whose catch-up on kept events never completed (its node died after
+/// the park, or the catch-up failed: a full disk, a database gone) and an event kept
+/// for its key `received_ago` before: the sweeper requeues it and the next park takes
+/// the event.
+async fn a_missed_catch_up_is_made_good(received_ago: &str) {
     let db = TestDatabase::create().await;
     let server = FixtureServer::start().await;
     let node = JobsNode::start(test_config(&db.url, "missed", 1)).await;
@@ -356,24 +359,69 @@ async fn the_sweeper_requeues_a_parked_job_that_missed_a_kept_event() {
         )
         .await;
     node.wait_for_status(&job_id, "WAITING", WAIT).await;
-    // An event kept while the job's catch-up could not run (as if its node died after
-    // the park), and the park a while ago.
     let client = db.connect().await;
     client
         .execute(
-            "INSERT INTO workflow_events_received (event_id, event_key, payload) VALUES ('lost', 'order-m', '{\"notes\": \"late\", \"score\": 2}')",
-            &[],
+            "INSERT INTO workflow_events_received (event_id, event_key, payload, received_at)
+             VALUES ('lost', 'order-m', '{\"notes\": \"late\", \"score\": 2}', now() - $1::text::interval)",
+            &[&received_ago],
         )
         .await
         .unwrap();
     client
         .execute(
-            "UPDATE workflow_run SET updated_at = now() - interval '1 minute' WHERE job_id = $1::text::uuid",
+            "UPDATE workflow_run SET updated_at = now() - interval '1 minute', events_caught_up_at = NULL
+              WHERE job_id = $1::text::uuid",
             &[&job_id],
         )
         .await
         .unwrap();
     let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(done["checkpoints"][1]["eventId"], "lost");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_sweeper_requeues_a_parked_job_that_missed_a_kept_event() {
+    a_missed_catch_up_is_made_good("1 second").await;
+}
+
+/// The chaos run's defect (issue 38): an event sent half an hour before the park, its
+/// catch-up failed on a full disk, was never delivered (the sweeper looked only at
+/// events of the last two minutes).
+#[tokio::test]
+async fn the_sweeper_requeues_a_parked_job_that_missed_an_event_sent_long_before_it_parked() {
+    a_missed_catch_up_is_made_good("30 minutes").await;
+}
+
+/// A job that caught up (and found nothing) is not requeued: its park stands.
+#[tokio::test]
+async fn a_parked_job_that_caught_up_is_left_parked() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "caught-up", 1)).await;
+    let job_id = node
+        .submit(
+            &event_workflow(&server.target(), json!({})),
+            json!({ "text": "n" }),
+        )
+        .await;
+    node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    let client = db.connect().await;
+    // Parked a minute ago, caught up since: nothing is owed.
+    client
+        .execute(
+            "UPDATE workflow_run SET updated_at = now() - interval '1 minute', events_caught_up_at = now()
+              WHERE job_id = $1::text::uuid",
+            &[&job_id],
+        )
+        .await
+        .unwrap();
+    let requeued = node
+        .store
+        .requeue_missed_signals(100)
+        .await
+        .expect("a sweep");
+    assert_eq!(requeued, 0, "a job that caught up was requeued");
     node.stop().await;
 }

@@ -18,11 +18,9 @@ use super::*;
 /// Most kept events of one key: a send past it drops the oldest.
 pub const MAX_SIGNALS_PER_KEY: i64 = 1000;
 
-/// How long a job has been parked before the sweeper looks for an event it missed
-/// (its own catch-up runs right after the park).
+/// How long a job has been parked before the sweeper requeues it for the catch-up it
+/// missed (its own catch-up runs right after the park).
 const MISSED_SIGNAL_PARK_AGE_MS: i64 = 5_000;
-/// How far back the sweeper looks for events a parked job missed.
-const MISSED_SIGNAL_WINDOW_MS: i64 = 120_000;
 
 /// What offering an event to one step of one job decided: the checkpoint that
 /// answers it (its workflow, to tell whether the job can run on), or why the event
@@ -192,6 +190,7 @@ impl Store {
         }
         let mut outcome = SignalOutcome::default();
         answer_all(&tx, job_id, accepted, &mut outcome).await?;
+        tx.execute(sql::EVENTS_CAUGHT_UP, &[&job_id]).await?;
         tx.commit().await?;
         Ok(outcome
             .resumed
@@ -205,7 +204,7 @@ impl Store {
     pub async fn requeue_missed_signals(&self, batch: i64) -> Result<usize, StoreError> {
         self.requeue_parked(
             sql::REQUEUE_MISSED_SIGNALS,
-            &[&batch, &MISSED_SIGNAL_PARK_AGE_MS, &MISSED_SIGNAL_WINDOW_MS],
+            &[&batch, &MISSED_SIGNAL_PARK_AGE_MS],
         )
         .await
     }

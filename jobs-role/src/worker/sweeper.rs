@@ -68,7 +68,8 @@ pub async fn sweep_loop(
                 }
             }
         }
-        // A parked job whose catch-up never ran (its node died after the park).
+        // A parked job whose catch-up never completed (its node died after the park,
+        // or the catch-up failed: a full disk, a database gone).
         match store.requeue_missed_signals(SWEEP_BATCH).await {
             Ok(requeued) if requeued > 0 => {
                 tracing::info!(

@@ -59,25 +59,32 @@ SELECT e.event_id, e.payload FROM workflow_events_received e
  ORDER BY e.received_at, e.event_id
  LIMIT 100";
 
-/// Requeues WAITING jobs parked on an event key a while ago (`$2` ms: their own
-/// catch-up had its time) for which an event was kept within the last `$3` ms that
-/// no checkpoint of theirs names: the claim parks them again and the worker's
-/// catch-up offers them the event (a node that died between a park and its
-/// catch-up, or a catch-up that failed, loses nothing). `$1` the most rows at once.
+/// Marks job `$1`'s catch-up on the events kept for its keys as done (in the
+/// catch-up's transaction: [`REQUEUE_MISSED_SIGNALS`] then leaves it alone).
+pub const EVENTS_CAUGHT_UP: &str =
+    "UPDATE workflow_run SET events_caught_up_at = clock_timestamp() WHERE job_id = $1";
+
+/// Requeues WAITING jobs parked on an event step a while ago (`$2` ms: their own
+/// catch-up had its time) whose catch-up on the events kept for their keys never
+/// completed after that park (`events_caught_up_at` older than the park's
+/// `updated_at`): the claim parks them again and the worker's catch-up offers them
+/// the events (a node that died between a park and its catch-up, or a catch-up that
+/// failed, loses nothing, however long before the park the event was sent). `$1` the
+/// most rows at once.
 pub const REQUEUE_MISSED_SIGNALS: &str = "\
 UPDATE workflow_run w
    SET status = 'QUEUED', attempt = w.attempt - 1, outstanding_step = NULL, outstanding_steps = NULL,
        pending_request = NULL, wait_until = NULL, wait_timeout_ms = NULL, on_timeout = NULL,
        run_after = now(), updated_at = now()
-  FROM (SELECT DISTINCT j.job_id
-          FROM workflow_events_received e
-          JOIN workflow_run j
-            ON j.status = 'WAITING'
-           AND jsonb_path_query_array(j.waits, '$[*] ? (@.kind == \"event\").key') ? e.event_key
-         WHERE e.received_at > now() - $3::bigint * interval '1 millisecond'
+  FROM (SELECT j.job_id
+          FROM workflow_run j
+         WHERE j.status = 'WAITING'
            AND j.updated_at < now() - $2::bigint * interval '1 millisecond'
-           AND NOT j.checkpoints @> jsonb_build_array(jsonb_build_object('eventId', e.event_id))
-         LIMIT $1) missed
+           AND (j.events_caught_up_at IS NULL OR j.events_caught_up_at < j.updated_at)
+           AND jsonb_typeof(j.waits) = 'array'
+           AND jsonb_path_exists(j.waits, '$[*] ? (@.kind == \"event\")')
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED) missed
  WHERE w.job_id = missed.job_id AND w.status = 'WAITING'
 RETURNING w.job_id";
 

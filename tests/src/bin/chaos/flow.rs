@@ -168,10 +168,13 @@ fn concurrency_breaches(
         if excuses {
             excusing += change;
         }
-        peak = peak.max(in_flight as usize);
-        let over = (in_flight as usize).saturating_sub(LIMIT);
-        if over > excusing as usize && worst.is_none_or(|(_, most, _)| in_flight as usize > most) {
-            worst = Some((at, in_flight as usize, excusing));
+        // A call of no length ends (sorted first) before it starts: the counts dip
+        // below what is in flight for that instant, never above.
+        let (now, excused) = (in_flight.max(0) as usize, excusing.max(0) as usize);
+        peak = peak.max(now);
+        let over = now.saturating_sub(LIMIT);
+        if over > excused && worst.is_none_or(|(_, most, _)| now > most) {
+            worst = Some((at, now, excusing));
         }
     }
     let breaches = worst
