@@ -344,38 +344,52 @@ async fn an_event_id_is_idempotent_per_key_a_key_no_sender_can_name_fails_and_pa
     node.stop().await;
 }
 
+/// A node with one job of `event_workflow` parked on key `order-<text>`; then, when
+/// `kept_event_ago` is given, an event `lost` kept for that key that long ago (as if
+/// sent before the park), and only then the park moved a minute back with its
+/// catch-up set to `caught_up` (SQL: `NULL`, never), so the sweeper never looks at
+/// the job before the event is there.
+async fn parked_a_minute_ago(
+    text: &str,
+    kept_event_ago: Option<&str>,
+    caught_up: &str,
+) -> (TestDatabase, FixtureServer, JobsNode, String) {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, &format!("parked-{text}"), 1)).await;
+    let job_id = node
+        .submit(
+            &event_workflow(&server.target(), json!({})),
+            json!({ "text": text }),
+        )
+        .await;
+    node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    let client = db.connect().await;
+    if let Some(ago) = kept_event_ago {
+        client
+            .execute(
+                "INSERT INTO workflow_events_received (event_id, event_key, payload, received_at)
+                 VALUES ('lost', 'order-' || $1::text, '{\"notes\": \"late\", \"score\": 2}',
+                         now() - $2::text::interval)",
+                &[&text, &ago],
+            )
+            .await
+            .unwrap();
+    }
+    let moved = format!(
+        "UPDATE workflow_run SET updated_at = now() - interval '1 minute', events_caught_up_at = {caught_up}
+          WHERE job_id = $1::text::uuid"
+    );
+    client.execute(&moved, &[&job_id]).await.unwrap();
+    (db, server, node, job_id)
+}
+
 /// A parked job whose catch-up on kept events never completed (its node died after
 /// the park, or the catch-up failed: a full disk, a database gone) and an event kept
 /// for its key `received_ago` before: the sweeper requeues it and the next park takes
 /// the event.
 async fn a_missed_catch_up_is_made_good(received_ago: &str) {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = JobsNode::start(test_config(&db.url, "missed", 1)).await;
-    let job_id = node
-        .submit(
-            &event_workflow(&server.target(), json!({})),
-            json!({ "text": "m" }),
-        )
-        .await;
-    node.wait_for_status(&job_id, "WAITING", WAIT).await;
-    let client = db.connect().await;
-    client
-        .execute(
-            "INSERT INTO workflow_events_received (event_id, event_key, payload, received_at)
-             VALUES ('lost', 'order-m', '{\"notes\": \"late\", \"score\": 2}', now() - $1::text::interval)",
-            &[&received_ago],
-        )
-        .await
-        .unwrap();
-    client
-        .execute(
-            "UPDATE workflow_run SET updated_at = now() - interval '1 minute', events_caught_up_at = NULL
-              WHERE job_id = $1::text::uuid",
-            &[&job_id],
-        )
-        .await
-        .unwrap();
+    let (_db, _server, node, job_id) = parked_a_minute_ago("m", Some(received_ago), "NULL").await;
     let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
     assert_eq!(done["checkpoints"][1]["eventId"], "lost");
     node.stop().await;
@@ -397,26 +411,8 @@ async fn the_sweeper_requeues_a_parked_job_that_missed_an_event_sent_long_before
 /// A job that caught up (and found nothing) is not requeued: its park stands.
 #[tokio::test]
 async fn a_parked_job_that_caught_up_is_left_parked() {
-    let db = TestDatabase::create().await;
-    let server = FixtureServer::start().await;
-    let node = JobsNode::start(test_config(&db.url, "caught-up", 1)).await;
-    let job_id = node
-        .submit(
-            &event_workflow(&server.target(), json!({})),
-            json!({ "text": "n" }),
-        )
-        .await;
-    node.wait_for_status(&job_id, "WAITING", WAIT).await;
-    let client = db.connect().await;
     // Parked a minute ago, caught up since: nothing is owed.
-    client
-        .execute(
-            "UPDATE workflow_run SET updated_at = now() - interval '1 minute', events_caught_up_at = now()
-              WHERE job_id = $1::text::uuid",
-            &[&job_id],
-        )
-        .await
-        .unwrap();
+    let (_db, _server, node, _job_id) = parked_a_minute_ago("n", None, "now()").await;
     let requeued = node
         .store
         .requeue_missed_signals(100)
