@@ -119,7 +119,8 @@ pub struct JobsMetrics {
     pub lease_renewals: Counter,
     /// Claims found lost (another worker owns the job).
     pub lost_claims: Counter,
-    /// Expired leases the sweeper settled, by `outcome` (requeued, dead, cancelled).
+    /// Expired leases the sweeper settled, by `outcome` (requeued, dead, cancelled,
+    /// given_back: requeued with the attempt given back after a database refusal).
     pub sweeps: Family<Labels, Counter>,
     /// Parked steps whose wait ran out.
     pub wait_timeouts: Counter,

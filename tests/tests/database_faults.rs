@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, call, eventually, test_config};
+use protomolt_e2e::jobs::{JobsNode, call, eventually, http_get_text, test_config};
 use protomolt_e2e::proxy::{FaultProxy, Trigger};
 use serde_json::{Value, json};
 use tokio_postgres::Client;
@@ -248,6 +248,61 @@ async fn a_three_second_database_outage_kills_no_job_on_its_last_attempt() {
         not_completed.is_empty(),
         "{} jobs did not complete: {not_completed:#?}",
         stories.values().filter(|s| s.status != "COMPLETED").count()
+    );
+    node.stop().await;
+}
+
+/// The database gone for 6 s, three times the lease, while 200 jobs with a single
+/// attempt each are mid-step: the leases run out while no one can renew them, and
+/// the sweeper, which saw the database refuse it, gives their attempts back. Every
+/// job completes on its first attempt; before, each swept lease was charged and those
+/// jobs were DEAD.
+#[tokio::test]
+async fn a_database_outage_longer_than_the_lease_costs_running_jobs_no_attempt() {
+    const JOBS: usize = 200;
+    let db = TestDatabase::create().await;
+    let direct = db.connect().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(300)),
+        embed_delay: Some(Duration::from_millis(300)),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let proxy = FaultProxy::postgres_for(&db.url).await;
+    let node = node_behind(&proxy, &db, "long-outage", 2_000).await;
+    let workflow = two_step_workflow(&server.target());
+    submit_all(&node, &workflow, JOBS, json!({ "maxAttempts": 1 })).await;
+
+    eventually("jobs to be running and some completed", WAIT, || async {
+        count_in(&direct, "RUNNING").await > 0 && count_in(&direct, "COMPLETED").await > 0
+    })
+    .await;
+    proxy.outage(Duration::from_secs(6)).await;
+
+    all_finished(&direct, JOBS).await;
+    let stories = stories(&direct).await;
+    let charged: Vec<_> = stories
+        .iter()
+        .filter(|(_, story)| story.status != "COMPLETED" || story.attempt != 1)
+        .take(5)
+        .collect();
+    assert!(
+        charged.is_empty(),
+        "{} jobs were charged an attempt for the outage: {charged:#?}",
+        stories
+            .values()
+            .filter(|s| s.status != "COMPLETED" || s.attempt != 1)
+            .count()
+    );
+    let (_, metrics) = http_get_text(&node.router, "/metrics").await;
+    let given_back = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("protomolt_jobs_sweeps_total{outcome=\"given_back\"} "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        given_back > 0,
+        "no lease ran out in the outage, so nothing was proven (the sweeper gave back none)"
     );
     node.stop().await;
 }

@@ -69,7 +69,11 @@ async fn retryable_failures_back_off_then_land_dead_with_the_error_verbatim() {
     assert_eq!(server.stats.embed_calls(), 3);
 
     // Nothing re-enqueues a DEAD job: neither the sweeper nor a claim.
-    let report = node.store.sweep_expired_leases(100).await.unwrap();
+    let report = node
+        .store
+        .sweep_expired_leases(100, None, 10)
+        .await
+        .unwrap();
     assert_eq!(report.requeued + report.dead, 0);
     assert!(
         node.store
@@ -268,6 +272,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     let sweeper = tokio::spawn(sweep_loop(
         store.clone(),
         Duration::from_millis(50),
+        10,
         jobs_role::metrics::JobsMetrics::default(),
         shutdown.clone(),
     ));

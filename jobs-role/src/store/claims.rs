@@ -80,6 +80,21 @@ pub struct SweepReport {
     pub dead: usize,
     /// Jobs an operator asked to cancel whose worker went quiet: CANCELLED.
     pub cancelled: usize,
+    /// Jobs requeued with their attempt given back: their lease ran out while the
+    /// database refused the fleet's writes.
+    pub given_back: usize,
+}
+
+/// A stretch of the past in which the sweeper saw the database refuse it, as
+/// milliseconds before the sweep's own `now()`: from the last sweep it answered to
+/// the last it refused. Counted back from the database's `now()` by the node's
+/// monotonic clock, so no wall clock is compared with another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedWindow {
+    /// How long ago the stretch began (the last sweep answered before it).
+    pub from_ms_ago: i64,
+    /// How long ago it ended (the last sweep refused).
+    pub to_ms_ago: i64,
 }
 
 /// The wake times the claim read (`{step: untilMs}`); a value that is not a whole
@@ -197,11 +212,27 @@ impl Store {
 
     /// Requeues RUNNING jobs whose lease passed (attempts kept); a job on its last
     /// attempt lands DEAD, and one an operator asked to cancel CANCELLED, each with its
-    /// event.
-    pub async fn sweep_expired_leases(&self, batch: i64) -> Result<SweepReport, StoreError> {
+    /// event. A lease that ran out in `refused` (a window of the past, see
+    /// [`RefusedWindow`]) gives its attempt back instead, unless that would be the
+    /// `max_releases`th release in a row without progress.
+    pub async fn sweep_expired_leases(
+        &self,
+        batch: i64,
+        refused: Option<RefusedWindow>,
+        max_releases: i32,
+    ) -> Result<SweepReport, StoreError> {
+        let (from, to) = match refused {
+            Some(window) => (Some(window.from_ms_ago), Some(window.to_ms_ago)),
+            None => (None, None),
+        };
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let rows = tx.query(sql::SWEEP_EXPIRED_LEASES, &[&batch]).await?;
+        let rows = tx
+            .query(
+                sql::SWEEP_EXPIRED_LEASES,
+                &[&batch, &from, &to, &max_releases],
+            )
+            .await?;
         let mut report = SweepReport::default();
         for row in &rows {
             let status: JobStatus = row.get::<_, String>("status").parse()?;
@@ -216,7 +247,11 @@ impl Store {
             } else {
                 tx.execute(sql::NOTIFY_QUEUED, &[&job_id.to_string()])
                     .await?;
-                report.requeued += 1;
+                if row.get::<_, bool>("given_back") {
+                    report.given_back += 1;
+                } else {
+                    report.requeued += 1;
+                }
             }
         }
         tx.commit().await?;

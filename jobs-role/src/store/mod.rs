@@ -52,7 +52,7 @@ mod writes;
 
 pub use cancels::CancelOutcome;
 pub use children::{ChildRow, NewChild};
-pub use claims::{Claim, ClaimedJob, SweepReport};
+pub use claims::{Claim, ClaimedJob, RefusedWindow, SweepReport};
 pub use dedupe::{Dedupe, DedupeMode};
 pub use flow::{HoldUps, KeyState, KeysSummary, PausedWorkflow};
 pub use items::StoredItem;

@@ -6,13 +6,23 @@
 //! (beside other waits) ended, deletes the events sent to jobs kept past the longest
 //! lookback, and sets ready again the concurrency keys a claim found empty while a
 //! job was being queued in their lane (see migration V26).
+//!
+//! A lease that ran out while the database refused everyone (a full disk, an outage
+//! longer than the lease) was not let go by a quiet worker: no worker could renew.
+//! The sweeper tells the two apart by what it saw itself ([`Refusals`]): the leases
+//! that ran out between its last sweep the database answered and the last one it
+//! refused are requeued with their attempt given back, as a release gives it. A lease
+//! that ran out after the sweeper's last refused sweep (the database may have been
+//! back) is charged, as is one swept by a node whose sweeper did not run during the
+//! refusal; the worker's own renewal, sent again with backoff, usually comes first.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::retry::may_pass;
 use crate::metrics::JobsMetrics;
-use crate::store::Store;
+use crate::store::{RefusedWindow, Store, StoreError};
 
 /// Most rows one sweep moves.
 const SWEEP_BATCH: i64 = 500;
@@ -21,33 +31,96 @@ const SWEEP_BATCH: i64 = 500;
 /// ask (and dedupe answers, 7 days as well).
 const KEPT_SIGNALS_FOR: Duration = Duration::from_millis(workflow::compile::MAX_EVENT_LOOKBACK_MS);
 
-/// Sweeps every `interval` until `shutdown`.
+/// What the sweeper saw of the database refusing it: when its last sweep before the
+/// current refusal was answered, and when it was last refused (none: no refusal since).
+#[derive(Debug)]
+struct Refusals {
+    answered_at: Instant,
+    refused_at: Option<Instant>,
+}
+
+impl Refusals {
+    /// Nothing refused yet; the stretch before `started` is not the sweeper's to judge.
+    fn new(started: Instant) -> Refusals {
+        Refusals {
+            answered_at: started,
+            refused_at: None,
+        }
+    }
+
+    /// A store call at `at` failed: when for a reason that may pass (the database
+    /// unreachable, its disk full), the database refused the sweeper then.
+    fn failed(&mut self, error: &StoreError, at: Instant) {
+        if may_pass(error) {
+            self.refused_at = Some(at);
+        }
+    }
+
+    /// The leases whose attempt a sweep at `now` gives back: those that ran out in the
+    /// refusal, if there was one.
+    fn window(&self, now: Instant) -> Option<RefusedWindow> {
+        let ms_ago = |then: Instant| {
+            i64::try_from(now.saturating_duration_since(then).as_millis()).unwrap_or(i64::MAX)
+        };
+        self.refused_at.map(|refused_at| RefusedWindow {
+            from_ms_ago: ms_ago(self.answered_at),
+            to_ms_ago: ms_ago(refused_at),
+        })
+    }
+
+    /// A sweep sent at `sent_at` was answered; `full` when it moved a whole batch (the
+    /// refusal's leases may not all be swept: its window is kept for the next).
+    fn answered(&mut self, sent_at: Instant, full: bool) {
+        if self.refused_at.is_some() && full {
+            return;
+        }
+        self.refused_at = None;
+        self.answered_at = sent_at;
+    }
+}
+
+/// Sweeps every `interval` until `shutdown`; `max_releases` bounds the attempts given
+/// back in a row (see [`Refusals`]).
 pub async fn sweep_loop(
     store: Store,
     interval: Duration,
+    max_releases: i32,
     metrics: JobsMetrics,
     shutdown: CancellationToken,
 ) {
     let count = JobsMetrics::count;
+    let mut refusals = Refusals::new(Instant::now());
     loop {
         // Event stamps follow the database's clock (see `store::clock`).
         if let Err(e) = store.read_database_clock().await {
+            refusals.failed(&e, Instant::now());
             tracing::debug!(error = %e, "reading the database's clock failed; retrying at the next interval");
         }
-        match store.sweep_expired_leases(SWEEP_BATCH).await {
-            Ok(report) if report.requeued + report.dead + report.cancelled > 0 => {
-                count(&metrics.sweeps, "requeued", report.requeued as u64);
-                count(&metrics.sweeps, "dead", report.dead as u64);
-                count(&metrics.sweeps, "cancelled", report.cancelled as u64);
-                tracing::info!(
-                    requeued = report.requeued,
-                    dead = report.dead,
-                    cancelled = report.cancelled,
-                    "swept expired leases"
-                )
+        let sent_at = Instant::now();
+        let window = refusals.window(sent_at);
+        match store
+            .sweep_expired_leases(SWEEP_BATCH, window, max_releases)
+            .await
+        {
+            Ok(report) => {
+                let swept = report.requeued + report.dead + report.cancelled + report.given_back;
+                refusals.answered(sent_at, swept >= SWEEP_BATCH as usize);
+                if swept > 0 {
+                    count(&metrics.sweeps, "requeued", report.requeued as u64);
+                    count(&metrics.sweeps, "dead", report.dead as u64);
+                    count(&metrics.sweeps, "cancelled", report.cancelled as u64);
+                    count(&metrics.sweeps, "given_back", report.given_back as u64);
+                    tracing::info!(
+                        requeued = report.requeued,
+                        dead = report.dead,
+                        cancelled = report.cancelled,
+                        given_back = report.given_back,
+                        "swept expired leases"
+                    )
+                }
             }
-            Ok(_) => {}
             Err(e) => {
+                refusals.failed(&e, Instant::now());
                 tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval")
             }
         }
@@ -146,5 +219,50 @@ pub async fn sweep_loop(
             () = tokio::time::sleep(interval) => {}
             () = shutdown.cancelled() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_runs_from_the_last_answered_sweep_to_the_last_refused_one() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut refusals = Refusals::new(start);
+        refusals.answered(start + ms(1_000), false);
+        assert_eq!(
+            refusals.window(start + ms(1_500)),
+            None,
+            "nothing refused yet"
+        );
+
+        let refused = StoreError::DiskFull("could not extend file".into());
+        refusals.failed(&refused, start + ms(2_000));
+        refusals.failed(&refused, start + ms(3_000));
+        let window = RefusedWindow {
+            from_ms_ago: 3_000,
+            to_ms_ago: 1_000,
+        };
+        assert_eq!(refusals.window(start + ms(4_000)), Some(window));
+
+        // A full batch keeps the window for the next sweep; a partial one closes it.
+        refusals.answered(start + ms(4_000), true);
+        assert!(refusals.window(start + ms(4_100)).is_some());
+        refusals.answered(start + ms(4_100), false);
+        assert_eq!(refusals.window(start + ms(4_200)), None);
+    }
+
+    #[test]
+    fn a_failure_that_will_not_pass_is_no_refusal() {
+        let start = Instant::now();
+        let mut refusals = Refusals::new(start);
+        let lost = StoreError::LostClaim {
+            job_id: uuid::Uuid::nil(),
+            attempt: 1,
+        };
+        refusals.failed(&lost, start);
+        assert_eq!(refusals.window(start), None);
     }
 }

@@ -430,23 +430,37 @@ pub const RELEASE_CLAIM: &str = concat!(
 
 /// Requeues RUNNING rows whose lease has passed (their worker went quiet), keeping the
 /// attempts they used; a row whose attempts are spent lands DEAD instead, and one an
-/// operator asked to cancel CANCELLED. `$1` the most rows to sweep at once.
+/// operator asked to cancel CANCELLED. `$1` the most rows to sweep at once. A lease
+/// that ran out between `$2` and `$3` milliseconds ago (both NULL: none), while the
+/// sweeper saw the database refuse it, was not let go by a quiet worker but by a
+/// database that refused everyone's renewals: its attempt is given back as a release
+/// gives it (`attempt - 1`, one more release, never DEAD), unless that would be the
+/// `$4`th release in a row without progress. `given_back` says which rows were.
 pub const SWEEP_EXPIRED_LEASES: &str = "\
 UPDATE workflow_run w
    SET status = CASE WHEN w.cancel_requested THEN 'CANCELLED'
+                     WHEN s.given_back THEN 'QUEUED'
                      WHEN w.attempt >= w.max_attempts THEN 'DEAD' ELSE 'QUEUED' END,
-       error = CASE WHEN NOT w.cancel_requested AND w.attempt >= w.max_attempts
+       attempt = CASE WHEN s.given_back AND NOT w.cancel_requested THEN w.attempt - 1 ELSE w.attempt END,
+       releases = CASE WHEN s.given_back AND NOT w.cancel_requested THEN w.releases + 1 ELSE w.releases END,
+       error = CASE WHEN NOT w.cancel_requested AND NOT s.given_back AND w.attempt >= w.max_attempts
                     THEN 'LEASE: the lease of attempt ' || w.attempt || ' expired (worker ' || w.lease_owner
                          || ' went quiet) and no attempts are left'
                     ELSE w.error END,
-       finished_at = CASE WHEN w.cancel_requested OR w.attempt >= w.max_attempts THEN now() ELSE NULL END,
+       finished_at = CASE WHEN w.cancel_requested OR (NOT s.given_back AND w.attempt >= w.max_attempts)
+                          THEN now() ELSE NULL END,
        run_after = now(), lease_owner = NULL, lease_until = NULL, updated_at = now()
- WHERE w.job_id IN (SELECT job_id FROM workflow_run
-                     WHERE status = 'RUNNING' AND lease_until < now()
-                     ORDER BY lease_until
-                     FOR UPDATE SKIP LOCKED
-                     LIMIT $1)
-RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason, w.metadata";
+  FROM (SELECT job_id,
+               COALESCE(lease_until BETWEEN now() - $2::bigint * interval '1 millisecond'
+                                        AND now() - $3::bigint * interval '1 millisecond', false)
+               AND releases + 1 < $4 AS given_back
+          FROM workflow_run
+         WHERE status = 'RUNNING' AND lease_until < now()
+         ORDER BY lease_until
+         FOR UPDATE SKIP LOCKED
+         LIMIT $1) s
+ WHERE w.job_id = s.job_id
+RETURNING w.job_id, w.workflow_name, w.status, w.attempt, w.error, w.cancel_reason, w.metadata, s.given_back";
 
 /// Locks the jobs an operator's act names (`$1` ids), in job-id order, answering
 /// `job_id`, `status`, whether the job finished before `$2` (RFC 3339 text; NULL:
