@@ -85,17 +85,12 @@ pub struct SweepReport {
     pub given_back: usize,
 }
 
-/// A stretch of the past in which the sweeper saw the database refuse it, as
-/// milliseconds before the sweep's own `now()`: from the last sweep it answered to
-/// the last it refused. Counted back from the database's `now()` by the node's
-/// monotonic clock, so no wall clock is compared with another.
+/// When the sweeper's last sweep before the database began refusing it was sent (by
+/// the node's monotonic clock): a lease that ran out since was lost to the refusal.
+/// Counted back from the database's own time, so no wall clock is compared with
+/// another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RefusedWindow {
-    /// How long ago the stretch began (the last sweep answered before it).
-    pub from_ms_ago: i64,
-    /// How long ago it ended (the last sweep refused).
-    pub to_ms_ago: i64,
-}
+pub struct RefusedSince(pub std::time::Instant);
 
 /// The wake times the claim read (`{step: untilMs}`); a value that is not a whole
 /// number is left out (that sleep is then not over, and parks again).
@@ -212,25 +207,25 @@ impl Store {
 
     /// Requeues RUNNING jobs whose lease passed (attempts kept); a job on its last
     /// attempt lands DEAD, and one an operator asked to cancel CANCELLED, each with its
-    /// event. A lease that ran out in `refused` (a window of the past, see
-    /// [`RefusedWindow`]) gives its attempt back instead, unless that would be the
-    /// `max_releases`th release in a row without progress.
+    /// event. A lease that ran out since `refused` (see [`RefusedSince`]) gives its
+    /// attempt back instead, unless that would be the `max_releases`th release in a
+    /// row without progress.
     pub async fn sweep_expired_leases(
         &self,
         batch: i64,
-        refused: Option<RefusedWindow>,
+        refused: Option<RefusedSince>,
         max_releases: i32,
     ) -> Result<SweepReport, StoreError> {
-        let (from, to) = match refused {
-            Some(window) => (Some(window.from_ms_ago), Some(window.to_ms_ago)),
-            None => (None, None),
-        };
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
+        // Counted back from the statement's own time, so a wait for the connection
+        // does not slide the window onto leases that ran out after the refusal.
+        let since_ms =
+            refused.map(|since| i64::try_from(since.0.elapsed().as_millis()).unwrap_or(i64::MAX));
         let rows = tx
             .query(
                 sql::SWEEP_EXPIRED_LEASES,
-                &[&batch, &from, &to, &max_releases],
+                &[&batch, &since_ms, &max_releases],
             )
             .await?;
         let mut report = SweepReport::default();

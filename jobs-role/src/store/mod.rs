@@ -52,7 +52,7 @@ mod writes;
 
 pub use cancels::CancelOutcome;
 pub use children::{ChildRow, NewChild};
-pub use claims::{Claim, ClaimedJob, RefusedWindow, SweepReport};
+pub use claims::{Claim, ClaimedJob, RefusedSince, SweepReport};
 pub use dedupe::{Dedupe, DedupeMode};
 pub use flow::{HoldUps, KeyState, KeysSummary, PausedWorkflow};
 pub use items::StoredItem;
@@ -254,6 +254,36 @@ impl StoreError {
         match self {
             StoreError::Database(e) => {
                 e.code() == Some(&tokio_postgres::error::SqlState::DISK_FULL)
+            }
+            StoreError::DiskFull(_) => true,
+            _ => false,
+        }
+    }
+
+    /// True when the database refused this node altogether, not one statement: it
+    /// could not be reached (a connection that could not be made, timed out or broke;
+    /// class 08), it was shutting down or starting up (57P01 to 57P03), or its disk is
+    /// full. What the sweeper counts as a refusal (`worker::sweeper`); a busy pool, a
+    /// lock or statement timeout, a deadlock or a bug is not.
+    pub fn is_refusal(&self) -> bool {
+        fn refused(error: &tokio_postgres::Error) -> bool {
+            match error.code() {
+                Some(code) => {
+                    let code = code.code();
+                    code.starts_with("08") || ["57P01", "57P02", "57P03", "53100"].contains(&code)
+                }
+                None => {
+                    error.is_closed()
+                        || std::error::Error::source(error)
+                            .is_some_and(|cause| cause.is::<std::io::Error>())
+                }
+            }
+        }
+        use deadpool_postgres::{PoolError, TimeoutType};
+        match self {
+            StoreError::Database(e) | StoreError::Pool(PoolError::Backend(e)) => refused(e),
+            StoreError::Pool(PoolError::Timeout(TimeoutType::Create | TimeoutType::Recycle)) => {
+                true
             }
             StoreError::DiskFull(_) => true,
             _ => false,

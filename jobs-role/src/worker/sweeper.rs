@@ -9,20 +9,21 @@
 //!
 //! A lease that ran out while the database refused everyone (a full disk, an outage
 //! longer than the lease) was not let go by a quiet worker: no worker could renew.
-//! The sweeper tells the two apart by what it saw itself ([`Refusals`]): the leases
-//! that ran out between its last sweep the database answered and the last one it
-//! refused are requeued with their attempt given back, as a release gives it. A lease
-//! that ran out after the sweeper's last refused sweep (the database may have been
-//! back) is charged, as is one swept by a node whose sweeper did not run during the
-//! refusal; the worker's own renewal, sent again with backoff, usually comes first.
+//! The sweeper tells the two apart by what it saw itself ([`Refusals`]): once the
+//! database answers again, the leases that ran out since the sweeper's last answered
+//! sweep before the refusal are requeued with their attempt given back, as a release
+//! gives it. Only a refusal of the node counts (unreachable, shutting down, a full
+//! disk: [`StoreError::is_refusal`]), never a busy pool or a timed-out statement, and
+//! the `max_releases` bound keeps a job whose workers really crash from looping on
+//! it. What a node cannot see: a sweep by a node whose sweeper did not run during the
+//! refusal charges the attempt, as before.
 
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::retry::may_pass;
 use crate::metrics::JobsMetrics;
-use crate::store::{RefusedWindow, Store, StoreError};
+use crate::store::{RefusedSince, Store, StoreError};
 
 /// Most rows one sweep moves.
 const SWEEP_BATCH: i64 = 500;
@@ -48,24 +49,18 @@ impl Refusals {
         }
     }
 
-    /// A store call at `at` failed: when for a reason that may pass (the database
-    /// unreachable, its disk full), the database refused the sweeper then.
+    /// A store call at `at` failed: when the database refused the node (see
+    /// [`StoreError::is_refusal`]), the sweeper saw it refuse then.
     fn failed(&mut self, error: &StoreError, at: Instant) {
-        if may_pass(error) {
+        if error.is_refusal() {
             self.refused_at = Some(at);
         }
     }
 
-    /// The leases whose attempt a sweep at `now` gives back: those that ran out in the
-    /// refusal, if there was one.
-    fn window(&self, now: Instant) -> Option<RefusedWindow> {
-        let ms_ago = |then: Instant| {
-            i64::try_from(now.saturating_duration_since(then).as_millis()).unwrap_or(i64::MAX)
-        };
-        self.refused_at.map(|refused_at| RefusedWindow {
-            from_ms_ago: ms_ago(self.answered_at),
-            to_ms_ago: ms_ago(refused_at),
-        })
+    /// The leases whose attempt the next sweep gives back: those that ran out since
+    /// the last answered sweep before the refusal, if there was one.
+    fn window(&self) -> Option<RefusedSince> {
+        self.refused_at.map(|_| RefusedSince(self.answered_at))
     }
 
     /// A sweep sent at `sent_at` was answered; `full` when it moved a whole batch (the
@@ -97,7 +92,7 @@ pub async fn sweep_loop(
             tracing::debug!(error = %e, "reading the database's clock failed; retrying at the next interval");
         }
         let sent_at = Instant::now();
-        let window = refusals.window(sent_at);
+        let window = refusals.window();
         match store
             .sweep_expired_leases(SWEEP_BATCH, window, max_releases)
             .await
@@ -227,42 +222,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_window_runs_from_the_last_answered_sweep_to_the_last_refused_one() {
+    fn the_window_opens_at_the_last_answered_sweep_before_a_refusal() {
         let start = Instant::now();
         let ms = Duration::from_millis;
         let mut refusals = Refusals::new(start);
         refusals.answered(start + ms(1_000), false);
-        assert_eq!(
-            refusals.window(start + ms(1_500)),
-            None,
-            "nothing refused yet"
-        );
+        assert_eq!(refusals.window(), None, "nothing refused yet");
 
         let refused = StoreError::DiskFull("could not extend file".into());
         refusals.failed(&refused, start + ms(2_000));
         refusals.failed(&refused, start + ms(3_000));
-        let window = RefusedWindow {
-            from_ms_ago: 3_000,
-            to_ms_ago: 1_000,
-        };
-        assert_eq!(refusals.window(start + ms(4_000)), Some(window));
+        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(1_000))));
 
         // A full batch keeps the window for the next sweep; a partial one closes it.
         refusals.answered(start + ms(4_000), true);
-        assert!(refusals.window(start + ms(4_100)).is_some());
+        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(1_000))));
         refusals.answered(start + ms(4_100), false);
-        assert_eq!(refusals.window(start + ms(4_200)), None);
+        assert_eq!(refusals.window(), None);
+        refusals.failed(&refused, start + ms(5_000));
+        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(4_100))));
     }
 
     #[test]
-    fn a_failure_that_will_not_pass_is_no_refusal() {
+    fn only_a_refusal_of_the_node_opens_a_window() {
         let start = Instant::now();
         let mut refusals = Refusals::new(start);
+        let busy_pool = StoreError::Pool(deadpool_postgres::PoolError::Timeout(
+            deadpool_postgres::TimeoutType::Wait,
+        ));
         let lost = StoreError::LostClaim {
             job_id: uuid::Uuid::nil(),
             attempt: 1,
         };
-        refusals.failed(&lost, start);
-        assert_eq!(refusals.window(start), None);
+        for not_a_refusal in [busy_pool, lost] {
+            refusals.failed(&not_a_refusal, start);
+            assert_eq!(refusals.window(), None, "{not_a_refusal}");
+        }
+        let unreachable = StoreError::Pool(deadpool_postgres::PoolError::Timeout(
+            deadpool_postgres::TimeoutType::Create,
+        ));
+        refusals.failed(&unreachable, start);
+        assert_eq!(refusals.window(), Some(RefusedSince(start)));
     }
 }

@@ -431,11 +431,11 @@ pub const RELEASE_CLAIM: &str = concat!(
 /// Requeues RUNNING rows whose lease has passed (their worker went quiet), keeping the
 /// attempts they used; a row whose attempts are spent lands DEAD instead, and one an
 /// operator asked to cancel CANCELLED. `$1` the most rows to sweep at once. A lease
-/// that ran out between `$2` and `$3` milliseconds ago (both NULL: none), while the
-/// sweeper saw the database refuse it, was not let go by a quiet worker but by a
+/// that ran out less than `$2` milliseconds before this statement (NULL: none), since
+/// the database began refusing the sweeper, was not let go by a quiet worker but by a
 /// database that refused everyone's renewals: its attempt is given back as a release
 /// gives it (`attempt - 1`, one more release, never DEAD), unless that would be the
-/// `$4`th release in a row without progress. `given_back` says which rows were.
+/// `$3`th release in a row without progress. `given_back` says which rows were.
 pub const SWEEP_EXPIRED_LEASES: &str = "\
 UPDATE workflow_run w
    SET status = CASE WHEN w.cancel_requested THEN 'CANCELLED'
@@ -451,9 +451,8 @@ UPDATE workflow_run w
                           THEN now() ELSE NULL END,
        run_after = now(), lease_owner = NULL, lease_until = NULL, updated_at = now()
   FROM (SELECT job_id,
-               COALESCE(lease_until BETWEEN now() - $2::bigint * interval '1 millisecond'
-                                        AND now() - $3::bigint * interval '1 millisecond', false)
-               AND releases + 1 < $4 AS given_back
+               COALESCE(lease_until >= statement_timestamp() - $2::bigint * interval '1 millisecond', false)
+               AND releases + 1 < $3 AS given_back
           FROM workflow_run
          WHERE status = 'RUNNING' AND lease_until < now()
          ORDER BY lease_until
