@@ -3,7 +3,7 @@
 //! The primary is killed mid-run and the standby promoted: every job acknowledged
 //! before (queued, running, or done) and every job submitted after completes, and none
 //! runs twice; the node needs no restart (its pool, its LISTEN connection and its
-//! worker find the new primary by themselves).
+//! worker find the new primary by themselves), and `get-fleet` names the new primary.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,14 @@ async fn status_of(node: &JobsNode, job_id: &str) -> Option<String> {
         Ok(Some(job)) => job["status"].as_str().map(str::to_owned),
         Ok(None) | Err(_) => None,
     }
+}
+
+/// The primary `get-fleet` names, or `None` while the database cannot answer.
+async fn primary_named_by(node: &JobsNode) -> Option<String> {
+    let (status, answer) = node.call("get-fleet", json!({})).await;
+    (status == StatusCode::OK)
+        .then(|| answer["database"]["primary"].as_str().map(str::to_owned))
+        .flatten()
 }
 
 /// Submits one job, sending again while the node answers 503 (the database is
@@ -89,6 +97,11 @@ async fn a_node_follows_a_promoted_standby_and_loses_nothing_it_acknowledged() {
         unfinished > 0,
         "every job finished before the failover: nothing to prove"
     );
+    assert_eq!(
+        primary_named_by(&node).await.as_deref(),
+        Some(format!("127.0.0.1:{}", primary.port).as_str()),
+        "get-fleet names the primary"
+    );
     primary.crash();
     standby.promote();
     for i in 0..8 {
@@ -108,6 +121,15 @@ async fn a_node_follows_a_promoted_standby_and_loses_nothing_it_acknowledged() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+    let deadline = Instant::now() + WAIT;
+    let promoted = format!("127.0.0.1:{}", standby.port);
+    while primary_named_by(&node).await.as_deref() != Some(promoted.as_str()) {
+        assert!(
+            Instant::now() < deadline,
+            "get-fleet never named the promoted standby"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Nothing acknowledged was lost and nothing was made twice: every job once.
     let rows = node

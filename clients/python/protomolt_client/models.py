@@ -181,6 +181,7 @@ class GetFleetRequest(Model):
 class GetFleetResponse(Model):
     """`protomolt.jobs.verbs.v1.GetFleetResponse`."""
 
+    database: Optional[Dict[str, Any]] = None
     history: Optional[List[Dict[str, Any]]] = None
     keys: Optional[List[Dict[str, Any]]] = None
     last_hour: Optional[Dict[str, Any]] = None
@@ -195,7 +196,7 @@ class GetFleetResponse(Model):
     waiting_by_steps: Optional[List[Dict[str, Any]]] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
-    _wire = (('history', 'history', ''), ('keys', 'keys', ''), ('last_hour', 'lastHour', ''), ('limits', 'limits', ''), ('live', 'live', ''), ('ok', 'ok', ''), ('oldest_queued_seconds', 'oldestQueuedSeconds', ''), ('outbox', 'outbox', ''), ('paused_keys', 'pausedKeys', ''), ('paused_workflows', 'pausedWorkflows', ''), ('read_at', 'readAt', ''), ('waiting_by_steps', 'waitingBySteps', ''))
+    _wire = (('database', 'database', ''), ('history', 'history', ''), ('keys', 'keys', ''), ('last_hour', 'lastHour', ''), ('limits', 'limits', ''), ('live', 'live', ''), ('ok', 'ok', ''), ('oldest_queued_seconds', 'oldestQueuedSeconds', ''), ('outbox', 'outbox', ''), ('paused_keys', 'pausedKeys', ''), ('paused_workflows', 'pausedWorkflows', ''), ('read_at', 'readAt', ''), ('waiting_by_steps', 'waitingBySteps', ''))
 
 
 @dataclass

@@ -102,6 +102,7 @@ export interface GetFleetRequest {
 
 /** `protomolt.jobs.verbs.v1.GetFleetResponse` */
 export interface GetFleetResponse {
+  database?: Record<string, unknown>;
   history?: Array<Record<string, unknown>>;
   keys?: Array<Record<string, unknown>>;
   lastHour?: Record<string, unknown>;

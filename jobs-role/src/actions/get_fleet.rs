@@ -1,8 +1,10 @@
 //! `get-fleet {}` → the fleet at a glance, for the console's fleet page: live jobs by
 //! status, jobs finished in the last hour by status, the age of the oldest claimable
 //! QUEUED job, the outbox's depth, WAITING jobs by step, the paused workflows and
-//! keys, the busiest concurrency keys, the fleet-wide limits, and the last hour minute
-//! by minute for the charts ([`crate::history`]).
+//! keys, the busiest concurrency keys, the fleet-wide limits, the last hour minute
+//! by minute for the charts ([`crate::history`]), and the database server the node
+//! reaches (with a multi-host URL, which host is the primary now; told here, behind a
+//! token, and not by the unauthenticated `/readyz`, which names no host).
 //!
 //! The counts are index scans (the partial indexes of live rows, the finished index,
 //! the outbox's partial indexes): cheap for thousands of rows, but linear in them, so
@@ -57,6 +59,7 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
     let limits = store.limits_state(LIMITS).await.map_err(store_error)?;
     let per_minute = store.finished_per_minute().await.map_err(store_error)?;
     let history = last_hour(&state.history.minutes(), &per_minute);
+    let primary = store.database_server().await.map_err(store_error)?;
     let mut live: BTreeMap<String, i64> = ["QUEUED", "RUNNING", "WAITING"]
         .into_iter()
         .map(|status| (status.to_owned(), 0))
@@ -102,6 +105,7 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
             "inFlight": l.in_flight, "maxConcurrent": l.max_concurrent,
         })).collect::<Vec<_>>(),
         "history": history,
+        "database": { "primary": primary },
         "readAt": now_rfc3339_millis(),
     }))
 }

@@ -296,6 +296,13 @@ impl Store {
         Ok((live_jobs, waiting))
     }
 
+    /// The database server the node's connections reach now, as it names itself
+    /// (`address:port`): with a multi-host URL, the primary of the moment.
+    pub async fn database_server(&self) -> Result<String, StoreError> {
+        let client = self.shared().await?;
+        Ok(client.query_one(sql::DATABASE_SERVER, &[]).await?.get(0))
+    }
+
     /// Parked jobs by what they wait for (`external`, `event`, `sleep`, `child`), as
     /// [`sql::PARKED_BY_KIND`] counts them.
     pub async fn parked_by_kind(&self) -> Result<Vec<(String, i64)>, StoreError> {

@@ -27,6 +27,7 @@ pub mod limits;
 pub mod parked;
 pub mod retention;
 pub mod schedules;
+pub mod server;
 pub mod signals;
 pub mod snapshots;
 
@@ -39,6 +40,7 @@ pub use limits::*;
 pub use parked::*;
 pub use retention::*;
 pub use schedules::*;
+pub use server::*;
 pub use signals::*;
 pub use snapshots::*;
 
@@ -57,9 +59,6 @@ pub const UNLOCK_MIGRATIONS: &str =
 
 /// The channel submissions and requeues notify and the idle worker listens on.
 pub const QUEUED_CHANNEL: &str = "protomolt_jobs_queued";
-
-/// The database's clock now (not the transaction's start: see `store::clock`).
-pub const READ_CLOCK: &str = "SELECT clock_timestamp()";
 
 /// Subscribes a connection to [`QUEUED_CHANNEL`].
 pub const LISTEN_QUEUED: &str = "LISTEN protomolt_jobs_queued";
