@@ -262,6 +262,7 @@ impl Role for JobsModule {
             sweep_loop(
                 store.clone(),
                 self.config.sweep_interval(),
+                self.config.lease(),
                 self.config.max_releases,
                 metrics.clone(),
                 shutdown.clone(),

@@ -157,3 +157,75 @@ async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_
     }
     node.stop().await;
 }
+
+/// The disk full for 6 s, three times the lease, while six jobs with a single attempt
+/// each are mid-step: every job completes on its first attempt. A renewal that needs a
+/// new page fails, and the sweeper, refused by the full disk when it tries to requeue
+/// that lease, gives its attempt back (the window a lease before its first refused
+/// sweep: `worker::sweeper`'s unit tests); a renewal whose page has room passes. Which
+/// of the two a run sees depends on the pages (here, so far, the renewals passed), so
+/// this holds the promise, and `database_faults.rs`'s outage proves the give-back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_full_for_longer_than_the_lease_costs_running_jobs_no_attempt() {
+    let cluster = PgCluster::start_with(
+        None,
+        ClusterOptions {
+            durable: true,
+            data_disk_mb: Some(128),
+        },
+    );
+    let disk = cluster.disk().expect("the cluster's small disk");
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(1_500)),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let workflow = two_step_workflow(&server.target());
+    let mut config = test_config(&cluster.url(""), "disk-long", 4);
+    config.lease_ms = 2_000;
+    let node = JobsNode::start(config).await;
+
+    let mut jobs = Vec::new();
+    for i in 0..6 {
+        let (status, answer) = node
+            .call(
+                "submit-workflow",
+                json!({ "workflow": workflow, "input": { "text": format!("job {i}") }, "maxAttempts": 1 }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
+    }
+    let deadline = Instant::now() + WAIT;
+    while job(&node, &jobs[0]).await["status"] != "RUNNING" {
+        assert!(Instant::now() < deadline, "the first job never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        disk.fill() > 0,
+        "nothing written: the disk was already full?"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    disk.free();
+
+    let deadline = Instant::now() + WAIT;
+    for job_id in &jobs {
+        loop {
+            let job = job(&node, job_id).await;
+            assert!(
+                job["status"] != "DEAD" && job["status"] != "FAILED",
+                "job {job_id} was charged for the full disk: {job}"
+            );
+            if job["status"] == "COMPLETED" {
+                assert_eq!(job["attempt"], json!(1), "job {job_id}: {job}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job_id} never completed after space came back: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    node.stop().await;
+}

@@ -272,6 +272,7 @@ async fn a_crashed_worker_is_swept_and_another_resumes_at_the_first_missing_chec
     let sweeper = tokio::spawn(sweep_loop(
         store.clone(),
         Duration::from_millis(50),
+        config.lease(),
         10,
         jobs_role::metrics::JobsMetrics::default(),
         shutdown.clone(),

@@ -238,6 +238,7 @@ async fn a_crash_between_a_steps_call_and_its_batched_flush_reruns_only_that_ste
     let sweeper = tokio::spawn(jobs_role::worker::sweep_loop(
         store.clone(),
         Duration::from_millis(50),
+        config.lease(),
         10,
         jobs_role::metrics::JobsMetrics::default(),
         shutdown.clone(),

@@ -52,6 +52,7 @@ async fn a_map_over_a_thousand_elements_survives_its_worker_dying_halfway() {
     let sweeper = tokio::spawn(sweep_loop(
         store.clone(),
         Duration::from_millis(50),
+        config.lease(),
         10,
         jobs_role::metrics::JobsMetrics::default(),
         shutdown.clone(),

@@ -59,7 +59,15 @@ async fn read(state: &JobsState) -> Result<Value, ActionError> {
     let limits = store.limits_state(LIMITS).await.map_err(store_error)?;
     let per_minute = store.finished_per_minute().await.map_err(store_error)?;
     let history = last_hour(&state.history.minutes(), &per_minute);
-    let primary = store.database_server().await.map_err(store_error)?;
+    // Best effort: a server that will not say (a revoked function, a pooler) still
+    // answers the rest of the fleet.
+    let primary = match store.database_server().await {
+        Ok(address) => Some(address),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading which database server the node reaches failed");
+            None
+        }
+    };
     let mut live: BTreeMap<String, i64> = ["QUEUED", "RUNNING", "WAITING"]
         .into_iter()
         .map(|status| (status.to_owned(), 0))

@@ -260,22 +260,39 @@ impl StoreError {
         }
     }
 
-    /// True when the database refused this node altogether, not one statement: it
-    /// could not be reached (a connection that could not be made, timed out or broke;
-    /// class 08), it was shutting down or starting up (57P01 to 57P03), or its disk is
-    /// full. What the sweeper counts as a refusal (`worker::sweeper`); a busy pool, a
-    /// lock or statement timeout, a deadlock or a bug is not.
+    /// True when the database refused this node altogether, not one statement: a
+    /// connection could not be made or broke (refused, reset, unreachable, timed out,
+    /// closed; SQLSTATE class 08 but a pooler's protocol answers, 08P01), the server was
+    /// shutting down or starting up (57P01 to 57P03), or its disk is full. What the
+    /// sweeper counts as a refusal (`worker::sweeper`); a busy pool, a lock or
+    /// statement timeout, a deadlock, a TLS or encoding failure is not.
     pub fn is_refusal(&self) -> bool {
         fn refused(error: &tokio_postgres::Error) -> bool {
+            use std::io::ErrorKind;
             match error.code() {
                 Some(code) => {
                     let code = code.code();
-                    code.starts_with("08") || ["57P01", "57P02", "57P03", "53100"].contains(&code)
+                    (code.starts_with("08") && code != "08P01")
+                        || ["57P01", "57P02", "57P03", "53100"].contains(&code)
                 }
                 None => {
-                    error.is_closed()
-                        || std::error::Error::source(error)
-                            .is_some_and(|cause| cause.is::<std::io::Error>())
+                    let network = std::error::Error::source(error)
+                        .and_then(|cause| cause.downcast_ref::<std::io::Error>())
+                        .is_some_and(|io| {
+                            matches!(
+                                io.kind(),
+                                ErrorKind::ConnectionRefused
+                                    | ErrorKind::ConnectionReset
+                                    | ErrorKind::ConnectionAborted
+                                    | ErrorKind::BrokenPipe
+                                    | ErrorKind::TimedOut
+                                    | ErrorKind::NotConnected
+                                    | ErrorKind::HostUnreachable
+                                    | ErrorKind::NetworkUnreachable
+                                    | ErrorKind::UnexpectedEof
+                            )
+                        });
+                    error.is_closed() || network
                 }
             }
         }

@@ -33,19 +33,26 @@ const SWEEP_BATCH: i64 = 500;
 const KEPT_SIGNALS_FOR: Duration = Duration::from_millis(workflow::compile::MAX_EVENT_LOOKBACK_MS);
 
 /// What the sweeper saw of the database refusing it: when its last sweep before the
-/// current refusal was answered, and when it was last refused (none: no refusal since).
+/// current refusal was answered, and, since then, when it was first refused and
+/// whether a refusal was a full disk.
 #[derive(Debug)]
 struct Refusals {
+    /// The node's lease: a live worker renews every third of it.
+    lease: Duration,
     answered_at: Instant,
-    refused_at: Option<Instant>,
+    /// The first refusal since `answered_at` (none: no refusal since).
+    first_refused_at: Option<Instant>,
+    disk_full: bool,
 }
 
 impl Refusals {
     /// Nothing refused yet; the stretch before `started` is not the sweeper's to judge.
-    fn new(started: Instant) -> Refusals {
+    fn new(started: Instant, lease: Duration) -> Refusals {
         Refusals {
+            lease,
             answered_at: started,
-            refused_at: None,
+            first_refused_at: None,
+            disk_full: false,
         }
     }
 
@@ -53,72 +60,59 @@ impl Refusals {
     /// [`StoreError::is_refusal`]), the sweeper saw it refuse then.
     fn failed(&mut self, error: &StoreError, at: Instant) {
         if error.is_refusal() {
-            self.refused_at = Some(at);
+            self.first_refused_at.get_or_insert(at);
+            self.disk_full |= error.is_disk_full();
         }
     }
 
-    /// The leases whose attempt the next sweep gives back: those that ran out since
-    /// the last answered sweep before the refusal, if there was one.
+    /// The leases whose attempt the next sweep gives back, if the database refused
+    /// the sweeper since its last answered sweep. An unreachable database refuses
+    /// everything: the refusal began after that sweep, and a live worker renews every
+    /// third of a lease, so a lease the refusal cost runs out at least two thirds of a
+    /// lease after it; the window opens half a lease after the last answered sweep (a
+    /// margin for a slow renewal), and an earlier expiry was a worker gone already. A
+    /// full disk refuses only the writes that need a new page, so the sweeps that
+    /// found nothing to write were answered while renewals failed: the window opens a
+    /// lease before the first refused sweep (which found the first lease it cost).
     fn window(&self) -> Option<RefusedSince> {
-        self.refused_at.map(|_| RefusedSince(self.answered_at))
+        let first_refused_at = self.first_refused_at?;
+        let opens = if self.disk_full {
+            first_refused_at
+                .checked_sub(self.lease)
+                .unwrap_or(self.answered_at)
+        } else {
+            self.answered_at + self.lease / 2
+        };
+        Some(RefusedSince(opens))
     }
 
-    /// A sweep sent at `sent_at` was answered; `full` when it moved a whole batch (the
-    /// refusal's leases may not all be swept: its window is kept for the next).
-    fn answered(&mut self, sent_at: Instant, full: bool) {
-        if self.refused_at.is_some() && full {
-            return;
-        }
-        self.refused_at = None;
+    /// A sweep sent at `sent_at` was answered and swept everything expired: the
+    /// refusal, if any, is over.
+    fn answered(&mut self, sent_at: Instant) {
+        self.first_refused_at = None;
+        self.disk_full = false;
         self.answered_at = sent_at;
     }
 }
 
-/// Sweeps every `interval` until `shutdown`; `max_releases` bounds the attempts given
-/// back in a row (see [`Refusals`]).
+/// Sweeps every `interval` until `shutdown`; `lease` (the node's) and `max_releases`
+/// bound the attempts given back (see [`Refusals`]).
 pub async fn sweep_loop(
     store: Store,
     interval: Duration,
+    lease: Duration,
     max_releases: i32,
     metrics: JobsMetrics,
     shutdown: CancellationToken,
 ) {
-    let count = JobsMetrics::count;
-    let mut refusals = Refusals::new(Instant::now());
+    let mut refusals = Refusals::new(Instant::now(), lease);
     loop {
         // Event stamps follow the database's clock (see `store::clock`).
         if let Err(e) = store.read_database_clock().await {
             refusals.failed(&e, Instant::now());
             tracing::debug!(error = %e, "reading the database's clock failed; retrying at the next interval");
         }
-        let sent_at = Instant::now();
-        let window = refusals.window();
-        match store
-            .sweep_expired_leases(SWEEP_BATCH, window, max_releases)
-            .await
-        {
-            Ok(report) => {
-                let swept = report.requeued + report.dead + report.cancelled + report.given_back;
-                refusals.answered(sent_at, swept >= SWEEP_BATCH as usize);
-                if swept > 0 {
-                    count(&metrics.sweeps, "requeued", report.requeued as u64);
-                    count(&metrics.sweeps, "dead", report.dead as u64);
-                    count(&metrics.sweeps, "cancelled", report.cancelled as u64);
-                    count(&metrics.sweeps, "given_back", report.given_back as u64);
-                    tracing::info!(
-                        requeued = report.requeued,
-                        dead = report.dead,
-                        cancelled = report.cancelled,
-                        given_back = report.given_back,
-                        "swept expired leases"
-                    )
-                }
-            }
-            Err(e) => {
-                refusals.failed(&e, Instant::now());
-                tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval")
-            }
-        }
+        sweep_expired_leases(&store, &mut refusals, max_releases, &metrics, &shutdown).await;
         // Events sent to jobs are kept for the longest lookback a step may ask, on
         // every fleet (the per-key bound alone leaves one row per key for ever).
         loop {
@@ -217,36 +211,94 @@ pub async fn sweep_loop(
     }
 }
 
+/// Sweeps the expired leases, batch after batch while they come back full (a
+/// refusal's backlog is swept at once, so its window closes before leases that run
+/// out later are judged by it).
+async fn sweep_expired_leases(
+    store: &Store,
+    refusals: &mut Refusals,
+    max_releases: i32,
+    metrics: &JobsMetrics,
+    shutdown: &CancellationToken,
+) {
+    let count = JobsMetrics::count;
+    let sent_at = Instant::now();
+    loop {
+        match store
+            .sweep_expired_leases(SWEEP_BATCH, refusals.window(), max_releases)
+            .await
+        {
+            Ok(report) => {
+                let swept = report.requeued + report.dead + report.cancelled + report.given_back;
+                if swept > 0 {
+                    count(&metrics.sweeps, "requeued", report.requeued as u64);
+                    count(&metrics.sweeps, "dead", report.dead as u64);
+                    count(&metrics.sweeps, "cancelled", report.cancelled as u64);
+                    count(&metrics.sweeps, "given_back", report.given_back as u64);
+                    tracing::info!(
+                        requeued = report.requeued,
+                        dead = report.dead,
+                        cancelled = report.cancelled,
+                        given_back = report.given_back,
+                        "swept expired leases"
+                    )
+                }
+                if swept < SWEEP_BATCH as usize || shutdown.is_cancelled() {
+                    refusals.answered(sent_at);
+                    return;
+                }
+            }
+            Err(e) => {
+                refusals.failed(&e, Instant::now());
+                tracing::warn!(error = %e, "sweeping expired leases failed; retrying at the next interval");
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_window_opens_at_the_last_answered_sweep_before_a_refusal() {
+    fn the_window_opens_half_a_lease_after_the_last_answered_sweep_before_an_outage() {
         let start = Instant::now();
         let ms = Duration::from_millis;
-        let mut refusals = Refusals::new(start);
-        refusals.answered(start + ms(1_000), false);
+        let mut refusals = Refusals::new(start, ms(2_000));
+        refusals.answered(start + ms(1_000));
         assert_eq!(refusals.window(), None, "nothing refused yet");
 
-        let refused = StoreError::DiskFull("could not extend file".into());
-        refusals.failed(&refused, start + ms(2_000));
-        refusals.failed(&refused, start + ms(3_000));
-        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(1_000))));
+        let unreachable = StoreError::Pool(deadpool_postgres::PoolError::Timeout(
+            deadpool_postgres::TimeoutType::Create,
+        ));
+        refusals.failed(&unreachable, start + ms(2_000));
+        refusals.failed(&unreachable, start + ms(3_000));
+        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(2_000))));
 
-        // A full batch keeps the window for the next sweep; a partial one closes it.
-        refusals.answered(start + ms(4_000), true);
-        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(1_000))));
-        refusals.answered(start + ms(4_100), false);
-        assert_eq!(refusals.window(), None);
-        refusals.failed(&refused, start + ms(5_000));
-        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(4_100))));
+        refusals.answered(start + ms(4_000));
+        assert_eq!(refusals.window(), None, "an answered sweep closes it");
+        refusals.failed(&unreachable, start + ms(5_000));
+        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(5_000))));
+    }
+
+    #[test]
+    fn a_full_disk_opens_the_window_a_lease_before_its_first_refused_sweep() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut refusals = Refusals::new(start, ms(2_000));
+        // Sweeps that found nothing to write were answered while renewals failed.
+        refusals.answered(start + ms(9_000));
+        let full = StoreError::DiskFull("could not extend file".into());
+        refusals.failed(&full, start + ms(9_500));
+        refusals.failed(&full, start + ms(10_000));
+        assert_eq!(refusals.window(), Some(RefusedSince(start + ms(7_500))));
     }
 
     #[test]
     fn only_a_refusal_of_the_node_opens_a_window() {
         let start = Instant::now();
-        let mut refusals = Refusals::new(start);
+        let mut refusals = Refusals::new(start, Duration::ZERO);
         let busy_pool = StoreError::Pool(deadpool_postgres::PoolError::Timeout(
             deadpool_postgres::TimeoutType::Wait,
         ));

@@ -4,7 +4,11 @@
 /// The database's clock now (not the transaction's start: see `store::clock`).
 pub const READ_CLOCK: &str = "SELECT clock_timestamp()";
 
-/// The server this connection reached, as it names itself: `address:port`, or `a
-/// local socket`.
+/// The server this connection reached, as it names itself: `address:port` (an IPv6
+/// address in brackets), or `a local socket`.
 pub const DATABASE_SERVER: &str = "\
-SELECT COALESCE(host(inet_server_addr()) || ':' || inet_server_port(), 'a local socket') AS address";
+SELECT COALESCE(CASE WHEN family(inet_server_addr()) = 6
+                     THEN '[' || host(inet_server_addr()) || ']'
+                     ELSE host(inet_server_addr()) END
+                || ':' || inet_server_port(),
+                'a local socket') AS address";
