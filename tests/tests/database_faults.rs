@@ -207,49 +207,83 @@ async fn commits_whose_answers_are_lost_land_every_write_exactly_once() {
     node.stop().await;
 }
 
+/// A run of `jobs` jobs with a single attempt each (steps of `step_ms`) on a node
+/// whose database connections go through a fault proxy.
+struct SingleAttemptRun {
+    direct: Client,
+    proxy: FaultProxy,
+    node: JobsNode,
+    jobs: usize,
+    // Held for the run: the database and the targets live as long as it.
+    _db: TestDatabase,
+    _server: FixtureServer,
+}
+
+async fn single_attempt_jobs_behind_a_proxy(
+    jobs: usize,
+    step_ms: u64,
+    worker: &str,
+    lease_ms: u64,
+) -> SingleAttemptRun {
+    let db = TestDatabase::create().await;
+    let direct = db.connect().await;
+    let server = FixtureServer::start_with(FixtureOptions {
+        tokenize_delay: Some(Duration::from_millis(step_ms)),
+        embed_delay: Some(Duration::from_millis(step_ms)),
+        ..FixtureOptions::default()
+    })
+    .await;
+    let proxy = FaultProxy::postgres_for(&db.url).await;
+    let node = node_behind(&proxy, &db, worker, lease_ms).await;
+    let workflow = two_step_workflow(&server.target());
+    submit_all(&node, &workflow, jobs, json!({ "maxAttempts": 1 })).await;
+    SingleAttemptRun {
+        direct,
+        proxy,
+        node,
+        jobs,
+        _db: db,
+        _server: server,
+    }
+}
+
+impl SingleAttemptRun {
+    /// Waits for every job to finish and asserts each COMPLETED (on its only attempt:
+    /// one charged for `fault` would have left it DEAD).
+    async fn every_job_completed(&self, fault: &str) {
+        all_finished(&self.direct, self.jobs).await;
+        let stories = stories(&self.direct).await;
+        let charged: Vec<_> = stories
+            .iter()
+            .filter(|(_, story)| story.status != "COMPLETED")
+            .collect();
+        assert!(
+            charged.is_empty(),
+            "{} jobs did not complete (charged an attempt for {fault}): {:#?}",
+            charged.len(),
+            &charged[..charged.len().min(5)]
+        );
+    }
+}
+
 /// The database gone for 3 s while 1,000 jobs with a single attempt each run (a
 /// lease of 6 s): every job completes and none is DEAD. Before, a settlement that
 /// failed in the outage was left to the sweeper, which charged the attempt.
 #[tokio::test]
 async fn a_three_second_database_outage_kills_no_job_on_its_last_attempt() {
-    const JOBS: usize = 1_000;
-    let db = TestDatabase::create().await;
-    let direct = db.connect().await;
-    let server = FixtureServer::start_with(FixtureOptions {
-        tokenize_delay: Some(Duration::from_millis(20)),
-        embed_delay: Some(Duration::from_millis(20)),
-        ..FixtureOptions::default()
-    })
-    .await;
-    let proxy = FaultProxy::postgres_for(&db.url).await;
-    let node = node_behind(&proxy, &db, "outage", 6_000).await;
-    let workflow = two_step_workflow(&server.target());
-    submit_all(&node, &workflow, JOBS, json!({ "maxAttempts": 1 })).await;
-
+    let run = single_attempt_jobs_behind_a_proxy(1_000, 20, "outage", 6_000).await;
     // Mid-run: some jobs finished, many still queued or running.
     eventually("a tenth of the jobs to complete", WAIT, || async {
-        count_in(&direct, "COMPLETED").await >= (JOBS / 10) as i64
+        count_in(&run.direct, "COMPLETED").await >= (run.jobs / 10) as i64
     })
     .await;
-    proxy.outage(Duration::from_secs(3)).await;
+    run.proxy.outage(Duration::from_secs(3)).await;
     assert!(
-        proxy.stats().refused > 0,
+        run.proxy.stats().refused > 0,
         "the node tried to reach the database during the outage"
     );
-
-    all_finished(&direct, JOBS).await;
-    let stories = stories(&direct).await;
-    let not_completed: Vec<_> = stories
-        .iter()
-        .filter(|(_, story)| story.status != "COMPLETED")
-        .take(5)
-        .collect();
-    assert!(
-        not_completed.is_empty(),
-        "{} jobs did not complete: {not_completed:#?}",
-        stories.values().filter(|s| s.status != "COMPLETED").count()
-    );
-    node.stop().await;
+    run.every_job_completed("a 3 s outage").await;
+    run.node.stop().await;
 }
 
 /// The database gone for 6 s, three times the lease, while 200 jobs with a single
@@ -259,42 +293,14 @@ async fn a_three_second_database_outage_kills_no_job_on_its_last_attempt() {
 /// jobs were DEAD.
 #[tokio::test]
 async fn a_database_outage_longer_than_the_lease_costs_running_jobs_no_attempt() {
-    const JOBS: usize = 200;
-    let db = TestDatabase::create().await;
-    let direct = db.connect().await;
-    let server = FixtureServer::start_with(FixtureOptions {
-        tokenize_delay: Some(Duration::from_millis(300)),
-        embed_delay: Some(Duration::from_millis(300)),
-        ..FixtureOptions::default()
-    })
-    .await;
-    let proxy = FaultProxy::postgres_for(&db.url).await;
-    let node = node_behind(&proxy, &db, "long-outage", 2_000).await;
-    let workflow = two_step_workflow(&server.target());
-    submit_all(&node, &workflow, JOBS, json!({ "maxAttempts": 1 })).await;
-
+    let run = single_attempt_jobs_behind_a_proxy(200, 300, "long-outage", 2_000).await;
     eventually("jobs to be running and some completed", WAIT, || async {
-        count_in(&direct, "RUNNING").await > 0 && count_in(&direct, "COMPLETED").await > 0
+        count_in(&run.direct, "RUNNING").await > 0 && count_in(&run.direct, "COMPLETED").await > 0
     })
     .await;
-    proxy.outage(Duration::from_secs(6)).await;
-
-    all_finished(&direct, JOBS).await;
-    let stories = stories(&direct).await;
-    let charged: Vec<_> = stories
-        .iter()
-        .filter(|(_, story)| story.status != "COMPLETED" || story.attempt != 1)
-        .take(5)
-        .collect();
-    assert!(
-        charged.is_empty(),
-        "{} jobs were charged an attempt for the outage: {charged:#?}",
-        stories
-            .values()
-            .filter(|s| s.status != "COMPLETED" || s.attempt != 1)
-            .count()
-    );
-    let (_, metrics) = http_get_text(&node.router, "/metrics").await;
+    run.proxy.outage(Duration::from_secs(6)).await;
+    run.every_job_completed("an outage three leases long").await;
+    let (_, metrics) = http_get_text(&run.node.router, "/metrics").await;
     let given_back = metrics
         .lines()
         .find_map(|l| l.strip_prefix("protomolt_jobs_sweeps_total{outcome=\"given_back\"} "))
@@ -304,7 +310,7 @@ async fn a_database_outage_longer_than_the_lease_costs_running_jobs_no_attempt()
         given_back > 0,
         "no lease ran out in the outage, so nothing was proven (the sweeper gave back none)"
     );
-    node.stop().await;
+    run.node.stop().await;
 }
 
 /// A batch of writes that finds no connection (the database gone from the network:

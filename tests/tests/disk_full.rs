@@ -21,8 +21,9 @@ async fn job(node: &JobsNode, job_id: &str) -> Value {
     answer["job"].clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_nothing() {
+/// A durable cluster on a 128 MiB tmpfs, and targets whose first step takes 1.5 s (so
+/// jobs are mid-step when the disk fills).
+async fn small_disk_and_slow_targets() -> (PgCluster, FixtureServer) {
     let cluster = PgCluster::start_with(
         None,
         ClusterOptions {
@@ -30,13 +31,46 @@ async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_
             data_disk_mb: Some(128),
         },
     );
-    let disk = cluster.disk().expect("the cluster's small disk");
-    // Steps slow enough that jobs are mid-step when the disk fills.
     let server = FixtureServer::start_with(FixtureOptions {
         tokenize_delay: Some(Duration::from_millis(1_500)),
         ..FixtureOptions::default()
     })
     .await;
+    (cluster, server)
+}
+
+/// Waits until every job of `jobs` is COMPLETED, each on its first attempt; a job
+/// DEAD or FAILED (charged for the full disk) fails at once.
+async fn every_job_completed_on_its_first_attempt(node: &JobsNode, jobs: &[String]) {
+    let deadline = Instant::now() + WAIT;
+    for job_id in jobs {
+        loop {
+            let job = job(node, job_id).await;
+            assert!(
+                job["status"] != "DEAD" && job["status"] != "FAILED",
+                "job {job_id} was charged for the full disk: {job}"
+            );
+            if job["status"] == "COMPLETED" {
+                assert_eq!(
+                    job["attempt"],
+                    json!(1),
+                    "job {job_id} spent an attempt on the full disk: {job}"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job_id} never completed after space came back: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_nothing() {
+    let (cluster, server) = small_disk_and_slow_targets().await;
+    let disk = cluster.disk().expect("the cluster's small disk");
     let workflow = two_step_workflow(&server.target());
     let node = JobsNode::start(test_config(&cluster.url(""), "disk", 4)).await;
     let client = protomolt_e2e::connect(&cluster.url("")).await;
@@ -137,24 +171,7 @@ async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_
         resumed < Duration::from_secs(10),
         "submissions resumed {resumed:?} after space came back"
     );
-    for job_id in &jobs {
-        loop {
-            let job = job(&node, job_id).await;
-            if job["status"] == "COMPLETED" {
-                assert_eq!(
-                    job["attempt"],
-                    json!(1),
-                    "job {job_id} spent an attempt on the full disk: {job}"
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {job_id} never completed after space came back: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    every_job_completed_on_its_first_attempt(&node, &jobs).await;
     node.stop().await;
 }
 
@@ -167,19 +184,8 @@ async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_
 /// this holds the promise, and `database_faults.rs`'s outage proves the give-back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disk_full_for_longer_than_the_lease_costs_running_jobs_no_attempt() {
-    let cluster = PgCluster::start_with(
-        None,
-        ClusterOptions {
-            durable: true,
-            data_disk_mb: Some(128),
-        },
-    );
+    let (cluster, server) = small_disk_and_slow_targets().await;
     let disk = cluster.disk().expect("the cluster's small disk");
-    let server = FixtureServer::start_with(FixtureOptions {
-        tokenize_delay: Some(Duration::from_millis(1_500)),
-        ..FixtureOptions::default()
-    })
-    .await;
     let workflow = two_step_workflow(&server.target());
     let mut config = test_config(&cluster.url(""), "disk-long", 4);
     config.lease_ms = 2_000;
@@ -207,25 +213,6 @@ async fn a_disk_full_for_longer_than_the_lease_costs_running_jobs_no_attempt() {
     );
     tokio::time::sleep(Duration::from_secs(6)).await;
     disk.free();
-
-    let deadline = Instant::now() + WAIT;
-    for job_id in &jobs {
-        loop {
-            let job = job(&node, job_id).await;
-            assert!(
-                job["status"] != "DEAD" && job["status"] != "FAILED",
-                "job {job_id} was charged for the full disk: {job}"
-            );
-            if job["status"] == "COMPLETED" {
-                assert_eq!(job["attempt"], json!(1), "job {job_id}: {job}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {job_id} never completed after space came back: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    every_job_completed_on_its_first_attempt(&node, &jobs).await;
     node.stop().await;
 }
