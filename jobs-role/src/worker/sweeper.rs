@@ -10,8 +10,8 @@
 //! A lease that ran out while the database refused everyone (a full disk, an outage
 //! longer than the lease) was not let go by a quiet worker: no worker could renew.
 //! The sweeper tells the two apart by what it saw itself ([`Refusals`]): once the
-//! database answers again, the leases that ran out since the sweeper's last answered
-//! sweep before the refusal are requeued with their attempt given back, as a release
+//! database answers again, the leases that ran out in the refusal's window (see
+//! [`Refusals::window`]) are requeued with their attempt given back, as a release
 //! gives it. Only a refusal of the node counts (unreachable, shutting down, a full
 //! disk: [`StoreError::is_refusal`]), never a busy pool or a timed-out statement, and
 //! the `max_releases` bound keeps a job whose workers really crash from looping on
