@@ -96,7 +96,7 @@ impl Refusals {
 }
 
 /// Sweeps every `interval` until `shutdown`; `lease` (the node's) and `max_releases`
-/// bound the attempts given back (see [`Refusals`]).
+/// bound the attempts given back (see the module docs).
 pub async fn sweep_loop(
     store: Store,
     interval: Duration,
