@@ -67,6 +67,31 @@ async fn every_job_completed_on_its_first_attempt(node: &JobsNode, jobs: &[Strin
     }
 }
 
+/// Submits six jobs of `workflow` (with `extra` fields) and waits until the first
+/// runs; answers their ids.
+async fn six_jobs_the_first_running(
+    node: &JobsNode,
+    workflow: &Value,
+    extra: Value,
+) -> Vec<String> {
+    let mut jobs = Vec::new();
+    for i in 0..6 {
+        let mut body = json!({ "workflow": workflow, "input": { "text": format!("job {i}") } });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        let (status, answer) = node.call("submit-workflow", body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
+    }
+    let deadline = Instant::now() + WAIT;
+    while job(node, &jobs[0]).await["status"] != "RUNNING" {
+        assert!(Instant::now() < deadline, "the first job never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    jobs
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_nothing() {
     let (cluster, server) = small_disk_and_slow_targets().await;
@@ -75,22 +100,7 @@ async fn a_full_disk_refuses_submissions_with_a_sentence_and_costs_running_jobs_
     let node = JobsNode::start(test_config(&cluster.url(""), "disk", 4)).await;
     let client = protomolt_e2e::connect(&cluster.url("")).await;
 
-    let mut jobs = Vec::new();
-    for i in 0..6 {
-        let (status, answer) = node
-            .call(
-                "submit-workflow",
-                json!({ "workflow": workflow, "input": { "text": format!("before {i}") } }),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{answer}");
-        jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
-    }
-    let deadline = Instant::now() + WAIT;
-    while job(&node, &jobs[0]).await["status"] != "RUNNING" {
-        assert!(Instant::now() < deadline, "the first job never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut jobs = six_jobs_the_first_running(&node, &workflow, json!({})).await;
 
     // Full: a submission that needs a new page is refused, saying why, and leaves
     // nothing behind. (Rows that fit in pages with room still go in: keep sending.)
@@ -191,22 +201,7 @@ async fn a_disk_full_for_longer_than_the_lease_costs_running_jobs_no_attempt() {
     config.lease_ms = 2_000;
     let node = JobsNode::start(config).await;
 
-    let mut jobs = Vec::new();
-    for i in 0..6 {
-        let (status, answer) = node
-            .call(
-                "submit-workflow",
-                json!({ "workflow": workflow, "input": { "text": format!("job {i}") }, "maxAttempts": 1 }),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{answer}");
-        jobs.push(answer["jobId"].as_str().expect("jobId").to_owned());
-    }
-    let deadline = Instant::now() + WAIT;
-    while job(&node, &jobs[0]).await["status"] != "RUNNING" {
-        assert!(Instant::now() < deadline, "the first job never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let jobs = six_jobs_the_first_running(&node, &workflow, json!({ "maxAttempts": 1 })).await;
     assert!(
         disk.fill() > 0,
         "nothing written: the disk was already full?"
