@@ -1,69 +1,138 @@
 //! A real headless Chromium, driven over WebDriver, for the console's tests.
 //!
 //! Each test starts its own `chromedriver` (Debian's `chromium-driver`, which
-//! `./dev test` installs) on a free port and opens as many browser sessions as it
-//! needs; when the [`Browser`] is dropped (a failing test included) the driver is
-//! asked to stop, which closes every browser it started, then killed. The node under test is
-//! served on `127.0.0.1:0` by [`serve`], so the page talks to it over real HTTP:
-//! the actions route, the SSE route, the console's own files.
+//! `./dev test` installs) and opens as many browser sessions as it needs; when the
+//! [`Browser`] is dropped (a failing test included) the driver is killed and so is
+//! every browser it started. The node under test is served on `127.0.0.1:0` by
+//! [`serve`], so the page talks to it over real HTTP: the actions route, the SSE
+//! route, the console's own files.
+//!
+//! The driver is started with `--port=0` and the test reads the port it chose from
+//! its first lines: a port picked by the test and handed over would be free only
+//! until another test's server took it, and the test would then be talking to that
+//! server (a CI run once failed so). A driver that dies is started again.
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// How long a test waits for the page to show something.
 pub const PAGE_WAIT: Duration = Duration::from_secs(30);
 
+/// How long `chromedriver` may take to say which port it listens on.
+const DRIVER_START: Duration = Duration::from_secs(30);
+
+/// What `chromedriver` prints once it listens, before the port.
+const STARTED_ON_PORT: &str = "was started successfully on port ";
+
 /// A `chromedriver` of one test.
 pub struct Browser {
-    /// Held for its kill on drop.
-    _driver: Child,
-    url: String,
+    driver: tokio::sync::Mutex<Driver>,
     /// A folder of this browser's own, named on every browser process's command line:
     /// what finds them to kill (see `Drop`).
     profiles: tempfile::TempDir,
 }
 
-impl Browser {
-    /// Starts `chromedriver` (from `CHROMEDRIVER`, else `/usr/bin/chromedriver`).
-    pub async fn start() -> Browser {
+/// One running `chromedriver` process.
+struct Driver {
+    /// Held for its kill on drop.
+    child: Child,
+    url: String,
+    /// The driver's last lines of output, for a failure's message.
+    output: Arc<Mutex<Vec<String>>>,
+}
+
+impl Driver {
+    /// Starts `chromedriver` (from `CHROMEDRIVER`, else `/usr/bin/chromedriver`) on
+    /// a port of its own choosing.
+    async fn start() -> Driver {
         let program =
             std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
-        let port = free_port();
-        let driver = Command::new(&program)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
+        let mut child = Command::new(&program)
+            .arg("--port=0")
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot start {program}: {e}: run the tests with ./dev test, which installs chromium and chromium-driver")
             });
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{program} never listened on {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let port = tokio::time::timeout(DRIVER_START, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                remember(&output, &line);
+                if let Some(rest) = line.split(STARTED_ON_PORT).nth(1) {
+                    return rest.trim_end_matches('.').trim().parse::<u16>().ok();
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| {
+            panic!(
+                "{program} never said which port it listens on; it printed: {:?}",
+                output.lock().map(|o| o.clone()).unwrap_or_default()
+            )
+        });
+        // Keep reading, so that the driver never blocks on a full pipe and a later
+        // failure can show what it said.
+        let tail = Arc::clone(&output);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                remember(&tail, &line);
+            }
+        });
+        Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            output,
         }
+    }
+
+    /// Why the driver is gone, if it is.
+    fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(format!(
+                "chromedriver exited ({status}); its last lines: {:?}",
+                self.output.lock().map(|o| o.clone()).unwrap_or_default()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Keeps the last lines a driver printed.
+fn remember(output: &Mutex<Vec<String>>, line: &str) {
+    if let Ok(mut lines) = output.lock() {
+        if lines.len() == 20 {
+            lines.remove(0);
+        }
+        lines.push(line.to_owned());
+    }
+}
+
+impl Browser {
+    /// Starts `chromedriver` (from `CHROMEDRIVER`, else `/usr/bin/chromedriver`).
+    pub async fn start() -> Browser {
+        let driver = Driver::start().await;
         let profiles = tempfile::Builder::new()
             .prefix("protomolt-chromium-")
             .tempdir()
             .expect("a profile folder");
         Browser {
-            _driver: driver,
-            url,
+            driver: tokio::sync::Mutex::new(driver),
             profiles,
         }
     }
@@ -89,20 +158,35 @@ impl Browser {
         let Value::Object(capabilities) = capabilities else {
             unreachable!("a JSON object literal")
         };
+        let mut driver = self.driver.lock().await;
         let mut attempt = 0;
         loop {
             attempt += 1;
             match ClientBuilder::new(HttpConnector::new())
                 .capabilities(capabilities.clone())
-                .connect(&self.url)
+                .connect(&driver.url)
                 .await
             {
                 Ok(client) => return client,
-                // A loaded machine can be slow to start the first browser.
+                // A loaded machine can be slow to start the first browser, and a
+                // driver can die under it: then a new one is started.
                 Err(e) if attempt < 3 => {
-                    eprintln!("a browser session failed to start ({e}); again")
+                    let gone = driver.exited();
+                    eprintln!(
+                        "a browser session failed to start ({e}; {}); again",
+                        gone.as_deref().unwrap_or("the driver still runs")
+                    );
+                    if gone.is_some() {
+                        *driver = Driver::start().await;
+                    }
                 }
-                Err(e) => panic!("no browser session: {e}"),
+                Err(e) => panic!(
+                    "no browser session: {e}; {}",
+                    driver
+                        .exited()
+                        .as_deref()
+                        .unwrap_or("the driver still runs")
+                ),
             }
         }
     }
@@ -125,13 +209,6 @@ impl Drop for Browser {
             .stderr(Stdio::null())
             .status();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Serves `router` on `127.0.0.1:0`; returns its base URL (`http://127.0.0.1:N`).

@@ -469,6 +469,15 @@ async fn an_operator_cancels_a_queued_job_and_retries_a_dead_one_from_their_page
     page.goto(&console.page("#/fleet")).await.unwrap();
     wait_for_exact_text(&page, "[data-count=\"QUEUED\"]", "1").await;
     wait_for_exact_text(&page, "[data-last-hour=\"DEAD\"]", "1").await;
+    // The page names the server the node's connection reached.
+    let fleet = console.node.ok("get-fleet", json!({})).await;
+    let primary = fleet["database"]["primary"].as_str().expect("a primary");
+    wait_for_exact_text(
+        &page,
+        "#database-primary",
+        &format!("Database primary: {primary}"),
+    )
+    .await;
     wait_for_exact_text(
         &page,
         &format!("#jobs-table tr[data-job-id=\"{doomed}\"] td[data-col=\"status\"]"),

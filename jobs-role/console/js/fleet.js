@@ -106,6 +106,8 @@ export function renderFleetView(main, params, query) {
   const waitingBox = el('div', { class: 'waiting-by-step' });
   const flowBox = el('section', { id: 'fleet-flow', class: 'fleet-flow' });
   const readAt = el('p', { class: 'muted read-at' });
+  // Which server answered: after a failover, the promoted standby's address.
+  const databasePrimary = el('p', { id: 'database-primary', class: 'muted' });
 
   // Filters.
   const statusSelect = el('select', { id: 'filter-status' }, el('option', { value: '', text: 'All' }), STATUSES.map((s) => el('option', { value: s, text: s })));
@@ -145,7 +147,7 @@ export function renderFleetView(main, params, query) {
   const pageInfo = el('span', { id: 'page-info', 'aria-live': 'polite' });
 
   main.replaceChildren(
-    el('h1', { text: 'Fleet' }), counts, waitingBox, readAt, flowBox,
+    el('h1', { text: 'Fleet' }), counts, waitingBox, readAt, databasePrimary, flowBox,
     el('h2', { text: 'Jobs' }), filterForm, bulk,
     el('div', { class: 'table-wrap' }, table),
     el('div', { class: 'paging' }, pagePrev, pageInfo, pageNext));
@@ -180,6 +182,8 @@ export function renderFleetView(main, params, query) {
       if (fleet.outbox && typeof fleet.outbox.oldestPendingSeconds === 'number' && fleet.outbox.pending > 0) {
         readAt.textContent += ' · oldest pending outbox event ' + humanizeAge(fleet.outbox.oldestPendingSeconds);
       }
+      const primary = fleet.database && fleet.database.primary;
+      databasePrimary.textContent = primary ? 'Database primary: ' + primary : '';
     } catch (err) {
       reportLoadError(err);
     }
