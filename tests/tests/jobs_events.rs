@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use jobs_role::JobStatus;
+use jobs_role::store::sql;
 use protomolt_e2e::TestDatabase;
-use protomolt_e2e::jobs::{JobsNode, test_config};
+use protomolt_e2e::jobs::{JobsNode, eventually, test_config};
 use serde_json::{Value, json};
 use workflow::testkit::{FixtureServer, event_workflow, tokenize_step, workflow};
 
@@ -419,5 +420,81 @@ async fn a_parked_job_that_caught_up_is_left_parked() {
         .await
         .expect("a sweep");
     assert_eq!(requeued, 0, "a job that caught up was requeued");
+    node.stop().await;
+}
+
+/// Whether the job's catch-up on kept events is stamped as done (migration V33).
+async fn caught_up(client: &tokio_postgres::Client, job_id: &str) -> bool {
+    client
+        .query_one(
+            "SELECT events_caught_up_at IS NOT NULL FROM workflow_run WHERE job_id = $1::text::uuid",
+            &[&job_id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A job that parks a second time is owed a new catch-up: the park clears the stamp
+/// its first catch-up left (else a second catch-up that failed would never be made
+/// good), and the catch-up, once it has the key's lock, takes the event kept for it.
+#[tokio::test]
+async fn a_second_park_owes_a_new_catch_up_on_kept_events() {
+    let db = TestDatabase::create().await;
+    let server = FixtureServer::start().await;
+    let node = JobsNode::start(test_config(&db.url, "reparked", 1)).await;
+    let wait = |name: &str| {
+        json!({ "name": name, "completion": "event", "eventKey": format!("'{name}-' + input.text"),
+                "outputType": "jobs.test.Review" })
+    };
+    let envelope = workflow(
+        "twice",
+        vec![
+            tokenize_step(&server.target()),
+            wait("first"),
+            wait("second"),
+        ],
+        None,
+    );
+    let job_id = node.submit(&envelope, json!({ "text": "x" })).await;
+    node.wait_for_status(&job_id, "WAITING", WAIT).await;
+    let client = db.connect().await;
+    eventually("the first park's catch-up", WAIT, || {
+        caught_up(&client, &job_id)
+    })
+    .await;
+
+    // The second key's lock held, as a send holds it, with an event kept under it:
+    // the second park's catch-up waits for both.
+    let mut holder = db.connect().await;
+    let send = holder.transaction().await.unwrap();
+    send.execute(sql::LOCK_EVENT_KEYS, &[&vec!["second-x".to_owned()]])
+        .await
+        .unwrap();
+    send.execute(
+        "INSERT INTO workflow_events_received (event_id, event_key, payload)
+         VALUES ('kept', 'second-x', '{\"notes\": \"kept\", \"score\": 3}')",
+        &[],
+    )
+    .await
+    .unwrap();
+    node.ok(
+        "send-event",
+        json!({ "key": "first-x", "payload": { "notes": "first", "score": 1 } }),
+    )
+    .await;
+    eventually("the second park", WAIT, || async {
+        let row = node.job(&job_id).await;
+        row["status"] == "WAITING" && row["outstanding_step"] == "second"
+    })
+    .await;
+    assert!(
+        !caught_up(&client, &job_id).await,
+        "the second park still carries the first catch-up's stamp"
+    );
+    send.commit().await.unwrap();
+    let done = node.wait_for_status(&job_id, "COMPLETED", WAIT).await;
+    assert_eq!(done["checkpoints"][2]["eventId"], "kept", "{done:#}");
+    assert!(caught_up(&client, &job_id).await);
     node.stop().await;
 }

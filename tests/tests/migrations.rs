@@ -1,9 +1,9 @@
 //! The schema: migrations apply twice as a no-op, constraints refuse what the state
-//! machine forbids, and the claim stays an index walk with 100k queued rows (a
-//! saturated concurrency key's included).
+//! machine forbids, the claim stays an index walk with 100k queued rows (a saturated
+//! concurrency key's included), and the sweeps read only the rows they move.
 
 use jobs_role::JobStatus;
-use jobs_role::store::{migrate, sql};
+use jobs_role::store::{migrate, migrate_to, sql};
 use protomolt_e2e::TestDatabase;
 
 const INSERT_JOB: &str = "\
@@ -465,6 +465,95 @@ async fn held_rows_stay_out_of_the_relays_scan() {
     let counts = client.query_one(sql::LANE_COUNTS, &[]).await.unwrap();
     assert_eq!(counts.get::<_, i64>("held"), 10_000);
     assert_eq!(counts.get::<_, i64>("failed"), 500);
+}
+
+/// The sweep for parked jobs owed a catch-up on kept events (a park whose catch-up
+/// never completed) reads those rows only, through migration V33's partial index:
+/// not the 100k jobs parked on review steps, nor the 10k parked on events that caught
+/// up.
+#[tokio::test]
+async fn the_missed_events_sweep_reads_only_the_jobs_owed_a_catch_up() {
+    let (_db, mut client) = migrated().await;
+    client
+        .batch_execute(
+            r#"
+        INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status,
+                                  outstanding_step, waits, updated_at, events_caught_up_at, attempt)
+        SELECT gen_random_uuid(), 'w', '{}', '{}', 'WAITING', 'decide',
+               '[{"kind": "external", "step": "decide"}]', now() - interval '1 hour', NULL, 1
+          FROM generate_series(1, 100000);
+        INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status,
+                                  outstanding_step, waits, updated_at, events_caught_up_at, attempt)
+        SELECT gen_random_uuid(), 'w', '{}', '{}', 'WAITING', 'paid',
+               '[{"kind": "event", "step": "paid", "key": "k"}]', now() - interval '1 hour',
+               CASE WHEN i <= 3 THEN NULL ELSE now() END, 1
+          FROM generate_series(1, 10000) AS i;
+        ANALYZE workflow_run;"#,
+        )
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    let explain = format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        sql::REQUEUE_MISSED_SIGNALS
+    );
+    let plan: serde_json::Value = tx
+        .query_one(&explain, &[&500i64, &5_000i64])
+        .await
+        .unwrap()
+        .get(0);
+    tx.rollback().await.unwrap();
+    let text = plan.to_string();
+    assert!(
+        text.contains("workflow_run_events_owed"),
+        "the index: {text}"
+    );
+    let mut scanned = Vec::new();
+    collect_scans(&plan, "workflow_run", &mut scanned);
+    assert!(
+        scanned.iter().all(|rows| *rows <= 3.0),
+        "rows read by the scans: {scanned:?}"
+    );
+    let requeued = client
+        .query(sql::REQUEUE_MISSED_SIGNALS, &[&500i64, &5_000i64])
+        .await
+        .unwrap();
+    assert_eq!(requeued.len(), 3, "the three jobs owed a catch-up");
+}
+
+/// V33 keeps owed what V32 owed: a row caught up before its latest park loses its
+/// stamp, a row caught up after it keeps it.
+#[tokio::test]
+async fn migrating_to_v33_keeps_a_job_owed_a_catch_up_owed() {
+    let db = TestDatabase::create().await;
+    let mut client = db.connect().await;
+    migrate_to(&mut client, 32)
+        .await
+        .expect("migrations to V32");
+    client
+        .batch_execute(
+            r#"
+        INSERT INTO workflow_run (job_id, workflow_name, workflow_definition, input, status,
+                                  outstanding_step, waits, updated_at, events_caught_up_at, attempt)
+        VALUES ('00000000-0000-0000-0000-000000000001', 'w', '{}', '{}', 'WAITING', 'paid',
+                '[{"kind": "event", "step": "paid", "key": "k"}]', now(), now() - interval '1 hour', 1),
+               ('00000000-0000-0000-0000-000000000002', 'w', '{}', '{}', 'WAITING', 'paid',
+                '[{"kind": "event", "step": "paid", "key": "k"}]', now() - interval '1 hour', now(), 1);"#,
+        )
+        .await
+        .unwrap();
+    migrate(&mut client).await.expect("the rest");
+    let stamped: Vec<bool> = client
+        .query(
+            "SELECT events_caught_up_at IS NOT NULL FROM workflow_run ORDER BY job_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(stamped, [false, true], "owed, then caught up");
 }
 
 /// The rows every scan of `relation` read (returned plus removed by a filter) in a

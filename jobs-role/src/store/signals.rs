@@ -138,6 +138,8 @@ impl Store {
     /// oldest first: the first each step accepts (`offer` decides, from the snapshot,
     /// the step, the payload and the event's id) answers it. Answers the steps
     /// answered, with the job's status after. A job no longer WAITING is left alone.
+    /// The row is stamped caught up (see [`sql::REQUEUE_MISSED_SIGNALS`]) only when the
+    /// catch-up held the lock of every key the job waits on.
     pub async fn take_kept_signals(
         &self,
         job_id: Uuid,
@@ -164,8 +166,12 @@ impl Store {
             return Ok(Vec::new());
         };
         let waits: Option<Value> = row.get("waits");
+        let waits = event_waits(waits.as_ref());
+        // A catch-up that ran late, after the job parked again on a key it did not
+        // lock, leaves the stamp to that park's own catch-up (or the sweeper's).
+        let every_key_taken = waits.iter().all(|wait| keys.contains(&wait.key));
         let mut accepted = Vec::new();
-        for wait in event_waits(waits.as_ref()) {
+        for wait in waits {
             if !keys.contains(&wait.key) {
                 // Parked again on another key meanwhile: its own catch-up takes it.
                 continue;
@@ -190,7 +196,9 @@ impl Store {
         }
         let mut outcome = SignalOutcome::default();
         answer_all(&tx, job_id, accepted, &mut outcome).await?;
-        tx.execute(sql::EVENTS_CAUGHT_UP, &[&job_id]).await?;
+        if every_key_taken {
+            tx.execute(sql::EVENTS_CAUGHT_UP, &[&job_id]).await?;
+        }
         tx.commit().await?;
         Ok(outcome
             .resumed

@@ -121,7 +121,9 @@ macro_rules! parked_waits {
 }
 
 /// Parks WAITING on steps that wait for an answer or an event (and on sleeps beside
-/// them), clearing an earlier attempt's error: every step before them succeeded.
+/// them), clearing an earlier attempt's error: every step before them succeeded. The
+/// park owes the job a catch-up on the events kept for its keys until the catch-up
+/// sets `events_caught_up_at` (see `REQUEUE_MISSED_SIGNALS`).
 /// `$4` their waits (see `parked_waits!`); the single-step columns describe the
 /// first to end.
 pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
@@ -131,7 +133,8 @@ pub const SETTLE_WAITING: &str = unless_cancel_requested!(fenced!(
        wait_timeout_ms = (c.waits -> 0 ->> 'timeoutMs')::bigint,
        on_timeout = c.waits -> 0 ->> 'onTimeout',
        wait_until = to_timestamp(((c.waits -> 0 ->> 'untilMs')::bigint) / 1000.0),
-       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()",
+       lease_owner = NULL, lease_until = NULL, releases = 0, events_caught_up_at = NULL,
+       updated_at = now()",
     parked_waits!()
 ));
 
@@ -166,6 +169,7 @@ pub const SETTLE_WAITING_ON_CHILDREN: &str = unless_cancel_requested!(fenced!(
        wait_timeout_ms = CASE WHEN child_ends = $5 THEN (c.waits -> 0 ->> 'timeoutMs')::bigint END,
        on_timeout = CASE WHEN child_ends = $5 THEN c.waits -> 0 ->> 'onTimeout' END,
        wait_until = CASE WHEN child_ends = $5 THEN to_timestamp(((c.waits -> 0 ->> 'untilMs')::bigint) / 1000.0) END,
-       lease_owner = NULL, lease_until = NULL, releases = 0, updated_at = now()",
+       lease_owner = NULL, lease_until = NULL, releases = 0, events_caught_up_at = NULL,
+       updated_at = now()",
     parked_waits!()
 ));

@@ -66,11 +66,13 @@ pub const EVENTS_CAUGHT_UP: &str =
 
 /// Requeues WAITING jobs parked on an event step a while ago (`$2` ms: their own
 /// catch-up had its time) whose catch-up on the events kept for their keys never
-/// completed after that park (`events_caught_up_at` older than the park's
-/// `updated_at`): the claim parks them again and the worker's catch-up offers them
-/// the events (a node that died between a park and its catch-up, or a catch-up that
-/// failed, loses nothing, however long before the park the event was sent). `$1` the
-/// most rows at once.
+/// completed after that park (a park clears `events_caught_up_at`, the catch-up sets
+/// it): the claim parks them again and the worker's catch-up offers them the events
+/// (a node that died between a park and its catch-up, or a catch-up that failed,
+/// loses nothing, however long before the park the event was sent). `$1` the most
+/// rows at once. The conditions are migration V33's partial index's predicate, word
+/// for word, so the sweep reads that index (the few owed rows), not every WAITING
+/// row.
 pub const REQUEUE_MISSED_SIGNALS: &str = "\
 UPDATE workflow_run w
    SET status = 'QUEUED', attempt = w.attempt - 1, outstanding_step = NULL, outstanding_steps = NULL,
@@ -80,7 +82,7 @@ UPDATE workflow_run w
           FROM workflow_run j
          WHERE j.status = 'WAITING'
            AND j.updated_at < now() - $2::bigint * interval '1 millisecond'
-           AND (j.events_caught_up_at IS NULL OR j.events_caught_up_at < j.updated_at)
+           AND j.events_caught_up_at IS NULL
            AND jsonb_typeof(j.waits) = 'array'
            AND jsonb_path_exists(j.waits, '$[*] ? (@.kind == \"event\")')
          LIMIT $1
