@@ -231,13 +231,12 @@ mod tests {
             let thread = run_within(Duration::from_secs(5), || std::thread::current().id()).await;
             threads.insert(thread.expect("an answer"));
         }
-        // Other tests of this binary may hold threads meanwhile; twenty evaluations
-        // one after another still need far fewer than twenty.
-        assert!(
-            threads.len() <= max_concurrent() + 1,
-            "{} threads",
-            threads.len()
-        );
+        // Without reuse each evaluation is a thread of its own (a thread's id is never
+        // given to another): twenty. Alone, these need one; but the other tests of this
+        // binary evaluate CEL at the same time, and their threads come and go (a thread
+        // ends when enough others wait), so ours may be handed any of them: a CI run saw
+        // six. Half of twenty says reuse without counting on the others' timing.
+        assert!(threads.len() <= 10, "{} threads", threads.len());
     }
 
     #[tokio::test]
