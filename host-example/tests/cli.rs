@@ -783,11 +783,21 @@ async fn pause_resume_and_drain_act_on_the_fleet_and_get_says_what_holds_a_job()
         "{}",
         text(&by_key)
     );
-    // The fleet at a glance: the paused key and its running count against its limit.
+    // The fleet at a glance: the paused key and its running count against its limit,
+    // and the database server the node reached.
     let fleet = cli(&url, &["fleet"]).await;
     assert_eq!(fleet.status.code(), Some(0), "{}", text(&fleet));
     assert!(
         text(&fleet).contains("paused    key leaf:input.text=k") && text(&fleet).contains("0/1"),
+        "{}",
+        text(&fleet)
+    );
+    let primary = node.ok("get-fleet", json!({})).await["database"]["primary"]
+        .as_str()
+        .expect("a primary")
+        .to_owned();
+    assert!(
+        text(&fleet).contains(&format!("database  primary {primary}")),
         "{}",
         text(&fleet)
     );

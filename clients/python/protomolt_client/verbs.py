@@ -37,7 +37,7 @@ class Verbs:
         return self._call('delete-schedule', request, models.DeleteScheduleResponse)
 
     def get_fleet(self) -> models.GetFleetResponse:
-        """The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step. (`get-fleet`, scope `jobs:read`)"""
+        """The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step, the database server the node reached. (`get-fleet`, scope `jobs:read`)"""
         request = models.GetFleetRequest()
         return self._call('get-fleet', request, models.GetFleetResponse)
 
@@ -195,7 +195,7 @@ class AsyncVerbs:
         return await self._call('delete-schedule', request, models.DeleteScheduleResponse)
 
     async def get_fleet(self) -> models.GetFleetResponse:
-        """The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step. (`get-fleet`, scope `jobs:read`)"""
+        """The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step, the database server the node reached. (`get-fleet`, scope `jobs:read`)"""
         request = models.GetFleetRequest()
         return await self._call('get-fleet', request, models.GetFleetResponse)
 

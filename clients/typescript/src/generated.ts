@@ -644,7 +644,7 @@ export abstract class Verbs {
     return this.call("delete-schedule", request, options);
   }
 
-  /** The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step. (`get-fleet`, scope `jobs:read`) */
+  /** The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step, the database server the node reached. (`get-fleet`, scope `jobs:read`) */
   getFleet(request: GetFleetRequest = {}, options?: CallOptions): Promise<GetFleetResponse> {
     return this.call("get-fleet", request, options);
   }

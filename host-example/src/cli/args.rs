@@ -177,8 +177,8 @@ pub(crate) enum Command {
         #[arg(long)]
         key: Option<String>,
     },
-    /// The fleet at a glance: live jobs, pauses, the busiest concurrency keys, the
-    /// fleet-wide limits.
+    /// The fleet at a glance: live jobs, the database primary, pauses, the busiest
+    /// concurrency keys, the fleet-wide limits.
     Fleet,
     /// This node (the one at --url).
     #[command(subcommand)]

@@ -217,8 +217,9 @@ impl Drop for Spinner {
     }
 }
 
-/// `protomolt fleet` for a person: live counts, paused workflows and keys, the
-/// busiest concurrency keys and the fleet-wide limits.
+/// `protomolt fleet` for a person: live counts, the database server the node
+/// reached, paused workflows and keys, the busiest concurrency keys and the
+/// fleet-wide limits.
 pub fn fleet(out: Output, fleet: &Value) {
     let count = |status: &str| fleet["live"][status].as_i64().unwrap_or(0);
     say!(
@@ -227,6 +228,9 @@ pub fn fleet(out: Output, fleet: &Value) {
         count("RUNNING"),
         count("WAITING")
     );
+    if let Some(primary) = fleet["database"]["primary"].as_str() {
+        say!("database  primary {}", printable(primary));
+    }
     for paused in fleet["pausedWorkflows"].as_array().into_iter().flatten() {
         say!(
             "paused    workflow {} ({})",

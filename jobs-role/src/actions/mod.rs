@@ -224,7 +224,7 @@ pub fn actions(state: Option<Arc<JobsState>>) -> Result<Vec<Action>, MountError>
             &pool,
             &state,
             "get-fleet",
-            "The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step.",
+            "The fleet at a glance: live jobs by status, jobs finished in the last hour, the oldest claimable job's age, the outbox's depth, WAITING jobs by step, the database server the node reached.",
             "jobs:read",
             "GetFleet",
             get_fleet::handle,
