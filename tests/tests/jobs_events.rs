@@ -16,11 +16,25 @@ use workflow::testkit::{FixtureServer, event_workflow, tokenize_step, workflow};
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn kept_events(db: &TestDatabase) -> i64 {
-    db.connect()
+    let client = db.connect().await;
+    one_value(
+        &client,
+        "SELECT count(*) FROM workflow_events_received",
+        &[],
+    )
+    .await
+}
+
+/// The one value `query` answers.
+async fn one_value<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    client: &tokio_postgres::Client,
+    query: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> T {
+    client
+        .query_one(query, params)
         .await
-        .query_one("SELECT count(*) FROM workflow_events_received", &[])
-        .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
         .get(0)
 }
 
@@ -425,14 +439,12 @@ async fn a_parked_job_that_caught_up_is_left_parked() {
 
 /// Whether the job's catch-up on kept events is stamped as done (migration V33).
 async fn caught_up(client: &tokio_postgres::Client, job_id: &str) -> bool {
-    client
-        .query_one(
-            "SELECT events_caught_up_at IS NOT NULL FROM workflow_run WHERE job_id = $1::text::uuid",
-            &[&job_id],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    one_value(
+        client,
+        "SELECT events_caught_up_at IS NOT NULL FROM workflow_run WHERE job_id = $1::text::uuid",
+        &[&job_id],
+    )
+    .await
 }
 
 /// A job that parks a second time is owed a new catch-up: the park clears the stamp

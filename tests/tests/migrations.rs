@@ -14,6 +14,20 @@ VALUES (gen_random_uuid(), 'w', '{}', '{}', $1, $2, $3, $4, $5, $6,
         CASE WHEN $1::text = 'CANCELLED' THEN 'an operator' END,
         CASE WHEN $1::text = 'CANCELLED' THEN now() END)";
 
+/// The first column of every row `query` answers.
+async fn first_column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    client: &tokio_postgres::Client,
+    query: &str,
+) -> Vec<T> {
+    client
+        .query(query, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"))
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
 async fn migrated() -> (TestDatabase, tokio_postgres::Client) {
     let db = TestDatabase::create().await;
     let mut client = db.connect().await;
@@ -543,16 +557,11 @@ async fn migrating_to_v33_keeps_a_job_owed_a_catch_up_owed() {
         .await
         .unwrap();
     migrate(&mut client).await.expect("the rest");
-    let stamped: Vec<bool> = client
-        .query(
-            "SELECT events_caught_up_at IS NOT NULL FROM workflow_run ORDER BY job_id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let stamped: Vec<bool> = first_column(
+        &client,
+        "SELECT events_caught_up_at IS NOT NULL FROM workflow_run ORDER BY job_id",
+    )
+    .await;
     assert_eq!(stamped, [false, true], "owed, then caught up");
 }
 
@@ -699,13 +708,8 @@ async fn the_live_counts_are_an_index_only_scan_of_the_live_statuses() {
         .batch_execute("VACUUM ANALYZE workflow_run")
         .await
         .unwrap();
-    let plan = client
-        .query(&format!("EXPLAIN {}", sql::LIVE_JOBS), &[])
+    let plan = first_column::<String>(&client, &format!("EXPLAIN {}", sql::LIVE_JOBS))
         .await
-        .expect("EXPLAIN the live counts")
-        .iter()
-        .map(|row| row.get::<_, String>(0))
-        .collect::<Vec<_>>()
         .join("\n");
     assert!(
         plan.contains("Index Only Scan using workflow_run_by_status"),
@@ -719,16 +723,11 @@ async fn the_live_counts_are_an_index_only_scan_of_the_live_statuses() {
         .map(|row| row.get::<_, i64>(2))
         .sum();
     assert_eq!(counts, 300);
-    let indexes: Vec<String> = client
-        .query(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'workflow_run' ORDER BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let indexes: Vec<String> = first_column(
+        &client,
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'workflow_run' ORDER BY 1",
+    )
+    .await;
     assert!(
         !indexes.contains(&"workflow_run_live_by_workflow".to_owned()),
         "V17 dropped the index every live status change paid for: {indexes:?}"
